@@ -1,0 +1,135 @@
+//! Command-line arguments. Parsing and validation only; `session` does the work.
+
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Parser, ValueEnum};
+
+/// Exact memory footprints of live C++ objects, sampled at a function's entry or return.
+///
+/// oi-trace puts an eBPF uprobe on SYMBOL in a running process (or every process of a cgroup),
+/// counts its hits in the kernel, and on every Nth hit briefly freezes the calling thread and
+/// measures the function's arguments: the object, every container inside it, every heap block
+/// it owns. Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) and a binary built with -g.
+#[derive(Debug, Parser)]
+#[command(name = "oi-trace", version, max_term_width = 100)]
+#[command(group(ArgGroup::new("target").required(true).args(["pid", "cgroup"])))]
+#[command(group(ArgGroup::new("probes").required(true).multiple(true).args(["uprobe", "uretprobe"])))]
+#[command(after_help = "\
+Examples:
+  oi-trace --pid 4242 --uprobe 'shop::Ledger::inspect' --count 1 --format tree
+      measure arg0 of the next call of shop::Ledger::inspect, print a readable tree
+  oi-trace --pid 4242 --uprobe _ZN4shop6Ledger7inspectEi --arg this,arg0 --every 1000
+      every 1000th call, measure the object and the first argument, one JSON line each
+  oi-trace --pid 4242 --uprobe 'shop::Ledger::inspect(int)' --count-only --duration 10
+      count calls for 10 seconds without freezing anything
+  oi-trace --cgroup /sys/fs/cgroup/shop.slice --uprobe shop::Ledger::inspect --every 100
+      every process of the cgroup and its descendants, now and later
+
+Exit status: 0 success, 1 a sample failed or the target exited, 2 bad usage or input.")]
+pub struct Args {
+    /// Trace this process (all of its threads).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+
+    /// Trace every process in this cgroup v2 directory and below it, current and future.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Probe the entry of SYM (mangled or demangled, with or without parameters). Repeatable.
+    #[arg(long, value_name = "SYM")]
+    pub uprobe: Vec<String>,
+
+    /// Probe the return of SYM; lets you measure `retval`. Repeatable.
+    #[arg(long, value_name = "SYM")]
+    pub uretprobe: Vec<String>,
+
+    /// With --cgroup: also arm SYM in this binary, for processes that have not started yet.
+    #[arg(long, value_name = "PATH", requires = "cgroup")]
+    pub binary: Vec<PathBuf>,
+
+    /// What to measure: arg0..argN, this, retval; comma-separated.
+    #[arg(long, value_name = "LIST", default_value = "arg0", value_delimiter = ',')]
+    pub arg: Vec<String>,
+
+    /// Sample every Nth hit of each probe (counted exactly in the kernel).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub every: u64,
+
+    /// Stop after K samples.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+
+    /// Stop after S seconds (decimals allowed).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+
+    /// Freeze nothing, only count hits; the summary is the result.
+    #[arg(long, conflicts_with_all = ["count", "arg", "feature", "sample_log"])]
+    pub count_only: bool,
+
+    /// Output format of each sample.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+
+    /// Indent the JSON (one sample then spans several lines).
+    #[arg(long)]
+    pub pretty: bool,
+
+    /// OI features: chase-raw-pointers, capture-keys, polymorphic-inheritance. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub feature: Vec<String>,
+
+    /// Where the walker runs: `remote` reads the target's memory from outside.
+    #[arg(long, value_enum, default_value_t = Mode::Remote)]
+    pub mode: Mode,
+
+    /// At exit, write per-probe counters as JSON: [{"probe","hits","sampled","dropped","filtered"}].
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+
+    /// Write one JSON line per sample: {"probe","pid","tid","hit","pause_us","walk_us","regs"}.
+    #[arg(long, value_name = "FILE")]
+    pub sample_log: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+    Tree,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Walk from outside the target with process_vm_readv.
+    Remote,
+}
+
+impl Args {
+    /// Checks that clap cannot express; the message is the user's error line.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(d) = self.duration
+            && !(d.is_finite() && d > 0.0)
+        {
+            return Err(format!("--duration must be a positive number of seconds, got {d}"));
+        }
+        for a in &self.arg {
+            let ok = a == "this"
+                || a == "retval"
+                || a.strip_prefix("arg").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if !ok {
+                return Err(format!("--arg {a:?}: expected arg0..argN, this or retval"));
+            }
+        }
+        if self.arg.iter().any(|a| a == "retval") && !self.uprobe.is_empty() {
+            return Err("--arg retval needs a return probe (--uretprobe), not --uprobe".into());
+        }
+        const FEATURES: [&str; 3] = ["chase-raw-pointers", "capture-keys", "polymorphic-inheritance"];
+        if let Some(f) = self.feature.iter().find(|f| !FEATURES.contains(&f.as_str())) {
+            return Err(format!("unknown --feature {f:?}: expected one of {}", FEATURES.join(", ")));
+        }
+        if self.pretty && self.format != Format::Json {
+            return Err("--pretty applies to --format json only".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,20 @@
+//! oi-trace as a library: every stage of the pipeline, so that the binary, the tests and the
+//! benchmarks call the same code. `main.rs` only parses arguments and wires these together.
+//!
+//! Pure stages (no process is touched): `debuginfo`, `typegraph`, `containers`, `plan`,
+//! `report`. Stages with side effects: `probe` (eBPF), `target` (ptrace), `interp` (reads
+//! target memory through a `MemoryReader`).
+
+pub mod cgroup;
+pub mod cli;
+pub mod containers;
+pub mod debuginfo;
+pub mod error;
+pub mod interp;
+pub mod measure;
+pub mod plan;
+pub mod probe;
+pub mod report;
+pub mod session;
+pub mod target;
+pub mod typegraph;

@@ -1,0 +1,81 @@
+//! The machine-readable files a run leaves: `--sample-log` (a JSON line per sample) and
+//! `--summary` (per-probe counters at exit).
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write as _},
+    path::PathBuf,
+};
+
+use oi_common::{Event, ProbeCounters};
+use serde_json::json;
+
+use super::Probe;
+use crate::{
+    cli::Args,
+    error::{Error, Result},
+};
+
+pub struct SampleRecord<'a> {
+    pub probe: &'a str,
+    pub event: &'a Event,
+    pub pause_us: u64,
+    pub walk_us: u64,
+}
+
+pub struct Logs {
+    samples: Option<(PathBuf, BufWriter<File>)>,
+    summary: Option<PathBuf>,
+}
+
+fn create(path: &PathBuf) -> Result<BufWriter<File>> {
+    File::create(path)
+        .map(BufWriter::new)
+        .map_err(|e| Error::input(format!("cannot create {}: {e}", path.display())))
+}
+
+impl Logs {
+    /// Creates the files up front so a bad path fails before anything is attached.
+    pub fn open(args: &Args) -> Result<Self> {
+        let samples = match &args.sample_log {
+            Some(p) => Some((p.clone(), create(p)?)),
+            None => None,
+        };
+        if let Some(p) = &args.summary {
+            create(p)?;
+        }
+        Ok(Self { samples, summary: args.summary.clone() })
+    }
+
+    pub fn sample(&mut self, r: &SampleRecord<'_>) -> Result<()> {
+        let Some((path, out)) = &mut self.samples else { return Ok(()) };
+        let e = r.event;
+        let regs = &e.regs;
+        let line = json!({
+            "probe": r.probe, "pid": e.tgid, "tid": e.tid, "hit": e.hit,
+            "pause_us": r.pause_us, "walk_us": r.walk_us,
+            "regs": {
+                "rdi": regs.rdi, "rsi": regs.rsi, "rdx": regs.rdx, "rcx": regs.rcx,
+                "r8": regs.r8, "r9": regs.r9, "rsp": regs.rsp, "rip": regs.rip, "rax": regs.rax,
+            },
+        });
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Error::internal(format!("writing {}: {e}", path.display())))
+    }
+
+    pub fn summary(&mut self, probes: &[Probe], counters: &[ProbeCounters]) -> Result<()> {
+        let Some(path) = &self.summary else { return Ok(()) };
+        let rows: Vec<_> = probes
+            .iter()
+            .zip(counters)
+            .map(|(p, c)| {
+                json!({"probe": p.symbol, "hits": c.hits, "sampled": c.sampled, "dropped": c.dropped, "filtered": c.filtered})
+            })
+            .collect();
+        let mut out = create(path)?;
+        writeln!(out, "{}", serde_json::Value::Array(rows))
+            .and_then(|()| out.flush())
+            .map_err(|e| Error::internal(format!("writing {}: {e}", path.display())))
+    }
+}

@@ -1,0 +1,382 @@
+//! One run of oi-trace: resolve the probes, seize the targets, arm the trigger, then serve
+//! events until the count, the duration, a signal or the target's exit ends it — and always
+//! leave every target thread detached and running.
+
+mod logs;
+pub mod resolve;
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd as _, BorrowedFd},
+    time::{Duration, Instant},
+};
+
+use nix::{
+    poll::{PollFd, PollFlags, PollTimeout, poll},
+    sys::{
+        signal::{SigSet, Signal},
+        signalfd::{SfdFlags, SignalFd},
+        time::TimeSpec,
+    },
+    time::{ClockId, clock_gettime},
+};
+use oi_common::{Event, ProbeConfig, event, filter, flags};
+
+use crate::{
+    cgroup::Cgroup,
+    cli::Args,
+    error::{Error, Result},
+    probe::{AttachPoint, Trigger},
+    target::{ProcessInfo, Stop, Tracer, procfs},
+};
+use logs::{Logs, SampleRecord};
+use resolve::{BinaryCache, Resolved};
+
+/// What the user asked to trace.
+enum Scope {
+    Pid(ProcessInfo),
+    Cgroup(Cgroup),
+}
+
+/// One `--uprobe` / `--uretprobe`, with the files it is attached to.
+pub struct Probe {
+    pub symbol: String,
+    pub is_return: bool,
+    /// One site per distinct file (more than one only with --cgroup).
+    pub sites: Vec<Resolved>,
+}
+
+/// Why the event loop ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    Done,
+    TargetExited,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    args.validate().map_err(Error::input)?;
+    let scope = match (args.pid, &args.cgroup) {
+        (Some(pid), _) => Scope::Pid(ProcessInfo::inspect(pid)?),
+        (None, Some(path)) => Scope::Cgroup(Cgroup::resolve(path)?),
+        (None, None) => return Err(Error::input("give --pid PID or --cgroup PATH")),
+    };
+    let probes = resolve_probes(args, &scope)?;
+    // Block the signals we wait for before anything can send them (SIGCHLD: ptrace stops).
+    let signals = SignalSet::block()?;
+    let trigger = Trigger::load()?;
+    let mut session = Session {
+        sampling: !args.count_only,
+        every: args.every,
+        count: args.count,
+        probes,
+        scope,
+        trigger,
+        tracer: Tracer::default(),
+        pending: HashMap::new(),
+        samples: 0,
+        logs: Logs::open(args)?,
+    };
+    let deadline = args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let result = session.arm().and_then(|()| session.serve(&signals, deadline));
+    session.shutdown();
+    session.print_summary()?;
+    match result? {
+        End::Done => Ok(()),
+        End::TargetExited => Err(Error::sample("target exited")),
+    }
+}
+
+fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
+    let mut cache = BinaryCache::default();
+    let specs = args.uprobe.iter().map(|s| (s, false)).chain(args.uretprobe.iter().map(|s| (s, true)));
+    let mut probes = Vec::new();
+    for (symbol, is_return) in specs {
+        let sites = match scope {
+            Scope::Pid(info) => {
+                let place = format!("pid {} ({})", info.pid, info.comm);
+                vec![resolve::exactly_one(symbol, &place, resolve::in_process(&mut cache, info.pid, symbol)?)?]
+            }
+            Scope::Cgroup(cgroup) => resolve_in_cgroup(&mut cache, args, cgroup, symbol)?,
+        };
+        probes.push(Probe { symbol: symbol.clone(), is_return, sites });
+    }
+    if probes.len() > oi_common::MAX_PROBES as usize {
+        return Err(Error::input(format!("at most {} probes at once", oi_common::MAX_PROBES)));
+    }
+    Ok(probes)
+}
+
+/// One site per distinct file that defines `symbol`, among the cgroup's processes and the
+/// `--binary` files; each must define it exactly once.
+fn resolve_in_cgroup(cache: &mut BinaryCache, args: &Args, cgroup: &Cgroup, symbol: &str) -> Result<Vec<Resolved>> {
+    let mut sites: Vec<Resolved> = Vec::new();
+    let mut add = |found: Vec<Resolved>, place: String| -> Result<()> {
+        if found.is_empty() {
+            return Ok(());
+        }
+        let one = resolve::exactly_one(symbol, &place, found)?;
+        if !sites.iter().any(|s| s.file_id == one.file_id) {
+            sites.push(one);
+        }
+        Ok(())
+    };
+    for path in &args.binary {
+        let found = resolve::in_file(cache, path, path, symbol)?;
+        if found.is_empty() {
+            return Err(Error::input(format!("symbol {symbol:?} not found in {}", path.display())));
+        }
+        add(found, path.display().to_string())?;
+    }
+    for pid in cgroup.processes() {
+        // Processes that exit or that we cannot read are not ours to trace.
+        let Ok(found) = resolve::in_process(cache, pid, symbol) else { continue };
+        add(found, format!("pid {pid}"))?;
+    }
+    if sites.is_empty() {
+        return Err(Error::input(format!(
+            "symbol {symbol:?} not found in any process of cgroup {} (use --binary PATH to arm \
+             it for processes that start later)",
+            cgroup.path.display()
+        )));
+    }
+    Ok(sites)
+}
+
+struct Session {
+    sampling: bool,
+    every: u64,
+    count: Option<u64>,
+    probes: Vec<Probe>,
+    scope: Scope,
+    trigger: Trigger,
+    tracer: Tracer,
+    /// Sample events whose thread has not reported its SIGSTOP yet, by tid.
+    pending: HashMap<i32, Event>,
+    samples: u64,
+    logs: Logs,
+}
+
+impl Session {
+    /// Seizes the targets (when sampling), then configures and attaches every probe.
+    fn arm(&mut self) -> Result<()> {
+        let (filter, tgid, cgroup_id, cgroup_level) = match &self.scope {
+            Scope::Pid(info) => (filter::PID, info.pid as u32, 0, 0),
+            Scope::Cgroup(c) => (filter::CGROUP, 0, c.id, c.level),
+        };
+        if self.sampling {
+            let initial: Vec<i32> = match &self.scope {
+                Scope::Pid(info) => vec![info.pid],
+                Scope::Cgroup(c) => c
+                    .processes()
+                    .into_iter()
+                    .filter(|&pid| self.maps_a_site(pid))
+                    .collect(),
+            };
+            for tgid in initial {
+                self.seize(tgid)?;
+            }
+        }
+        let config = ProbeConfig {
+            every: self.every,
+            cgroup_id,
+            cgroup_level,
+            tgid,
+            filter,
+            flags: if self.sampling { 0 } else { flags::COUNT_ONLY },
+        };
+        let pid = match &self.scope {
+            Scope::Pid(info) => Some(info.pid as u32),
+            Scope::Cgroup(_) => None,
+        };
+        for (index, probe) in self.probes.iter().enumerate() {
+            for site in &probe.sites {
+                let point = AttachPoint {
+                    path: site.host_path.clone(),
+                    file_offset: site.symbol.file_offset,
+                    is_return: probe.is_return,
+                    pid,
+                };
+                self.trigger.attach(index as u32, config, &point)?;
+            }
+        }
+        let what = match &self.scope {
+            Scope::Pid(info) => format!("pid {} ({})", info.pid, info.comm),
+            Scope::Cgroup(c) => format!("cgroup {} (id {})", c.path.display(), c.id),
+        };
+        let names: Vec<String> = self.probes.iter().map(|p| p.sites[0].symbol.demangled.clone()).collect();
+        eprintln!("oi-trace: attached {} probe(s) to {what}: {}", self.probes.len(), names.join(", "));
+        Ok(())
+    }
+
+    fn maps_a_site(&self, pid: i32) -> bool {
+        let Ok(files) = procfs::executable_files(pid) else { return false };
+        files.iter().any(|f| {
+            let Ok(meta) = std::fs::metadata(procfs::host_path(pid, f)) else { return false };
+            let id = (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta));
+            self.probes.iter().flat_map(|p| &p.sites).any(|s| s.file_id == id)
+        })
+    }
+
+    fn seize(&mut self, tgid: i32) -> Result<()> {
+        self.tracer.seize(tgid)?;
+        self.trigger.mark_seized(tgid)
+    }
+
+    /// The event loop: ring buffer, ptrace stops (SIGCHLD), our own signals, the deadline.
+    fn serve(&mut self, signals: &SignalSet, deadline: Option<Instant>) -> Result<End> {
+        loop {
+            if self.count.is_some_and(|c| self.samples >= c) {
+                return Ok(End::Done);
+            }
+            let timeout = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(End::Done);
+                    }
+                    left.min(Duration::from_millis(100))
+                }
+                None => Duration::from_millis(100),
+            };
+            let events_fd = self.trigger.events_fd();
+            // SAFETY: the ring buffer's fd stays open for the life of `self.trigger`.
+            let ring = unsafe { BorrowedFd::borrow_raw(events_fd) };
+            let mut fds = [PollFd::new(signals.fd.as_fd(), PollFlags::POLLIN), PollFd::new(ring, PollFlags::POLLIN)];
+            let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(Error::internal(format!("poll: {e}"))),
+            }
+            if signals.take_termination() {
+                return Ok(End::Done);
+            }
+            self.drain_events();
+            if let Some(end) = self.handle_stops()? {
+                return Ok(end);
+            }
+            if let Scope::Pid(info) = &self.scope
+                && !self.sampling
+                && !procfs::is_alive(info.pid)
+            {
+                return Ok(End::TargetExited);
+            }
+        }
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.trigger.next_event() {
+            match ev.kind {
+                event::SAMPLE => {
+                    self.pending.insert(ev.tid as i32, ev);
+                }
+                event::NEW_PROCESS if self.sampling => {
+                    let tgid = ev.tgid as i32;
+                    if !self.tracer.holds(tgid)
+                        && let Err(e) = self.seize(tgid)
+                    {
+                        eprintln!("oi-trace: warning: new process {tgid} not traced: {e}");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn handle_stops(&mut self) -> Result<Option<End>> {
+        for stop in self.tracer.poll() {
+            match stop {
+                Stop::Signal { tid, tgid, signal: Signal::SIGSTOP } => {
+                    if !self.pending.contains_key(&tid) {
+                        // The event is always submitted before the signal is delivered.
+                        self.drain_events();
+                    }
+                    match self.pending.remove(&tid) {
+                        Some(ev) => self.sample(ev, tid, tgid)?,
+                        // Somebody else's SIGSTOP: deliver it (the process stops, as it should).
+                        None => self.tracer.resume(tid, Some(Signal::SIGSTOP)),
+                    }
+                }
+                Stop::Signal { tid, signal, .. } => self.tracer.resume(tid, Some(signal)),
+                Stop::ProcessExited { tgid } => {
+                    self.trigger.forget(tgid);
+                    self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
+                    if matches!(self.scope, Scope::Pid(_)) {
+                        return Ok(Some(End::TargetExited));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The sampled thread is frozen at the probe. Record the sample, then let it go on with
+    /// our SIGSTOP suppressed and allow the next sample of its process.
+    fn sample(&mut self, ev: Event, tid: i32, tgid: i32) -> Result<()> {
+        let walk_started = Instant::now();
+        let walk_us = walk_started.elapsed().as_micros() as u64;
+        self.tracer.resume(tid, None);
+        self.trigger.clear_busy(tgid);
+        let pause_us = monotonic_ns().saturating_sub(ev.time_ns) / 1000;
+        self.samples += 1;
+        let probe = &self.probes[ev.probe as usize];
+        self.logs.sample(&SampleRecord { probe: &probe.symbol, event: &ev, pause_us, walk_us })
+    }
+
+    /// Disarms the probes, swallows SIGSTOPs already on their way, detaches every thread.
+    fn shutdown(&mut self) {
+        self.trigger.disarm();
+        self.drain_events();
+        let processes: Vec<i32> = self.tracer.processes().collect();
+        for tgid in processes {
+            let busy = self.trigger.busy_thread(tgid);
+            let pending: Vec<i32> = self.pending.keys().copied().collect();
+            self.tracer.release_with(tgid, &|tid| busy == Some(tid) || pending.contains(&tid));
+            self.trigger.forget(tgid);
+        }
+        self.pending.clear();
+    }
+
+    fn print_summary(&mut self) -> Result<()> {
+        let counters: Vec<_> = (0..self.probes.len()).map(|i| self.trigger.counters(i as u32)).collect();
+        for (probe, c) in self.probes.iter().zip(&counters) {
+            eprintln!(
+                "oi-trace: {}: {} hits, {} sampled, {} dropped, {} filtered",
+                probe.symbol, c.hits, c.sampled, c.dropped, c.filtered
+            );
+        }
+        self.logs.summary(&self.probes, &counters)
+    }
+}
+
+/// SIGINT, SIGTERM, SIGHUP and SIGCHLD, blocked and read through a signalfd.
+struct SignalSet {
+    fd: SignalFd,
+}
+
+impl SignalSet {
+    fn block() -> Result<Self> {
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGCHLD] {
+            set.add(s);
+        }
+        set.thread_block().map_err(|e| Error::internal(format!("sigprocmask: {e}")))?;
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(|e| Error::internal(format!("signalfd: {e}")))?;
+        Ok(Self { fd })
+    }
+
+    /// Reads every queued signal; true if one asks us to stop.
+    fn take_termination(&self) -> bool {
+        let mut stop = false;
+        while let Ok(Some(info)) = self.fd.read_signal() {
+            stop |= info.ssi_signo != Signal::SIGCHLD as u32;
+        }
+        stop
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let t: TimeSpec = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap_or(TimeSpec::new(0, 0));
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}

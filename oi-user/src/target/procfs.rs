@@ -1,0 +1,168 @@
+//! Facts about a process from `/proc`: is it there, what is it, what does it map.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use crate::error::{Error, Result};
+
+/// A file-backed mapping from `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub executable: bool,
+    /// The path as the target sees it (inside its mount namespace).
+    pub path: PathBuf,
+}
+
+/// What we need to know about a process before touching it.
+#[derive(Debug, Clone)]
+pub struct ProcessInfo {
+    pub pid: i32,
+    pub comm: String,
+}
+
+impl ProcessInfo {
+    /// Checks that `pid` is a live user-space process we could trace.
+    pub fn inspect(pid: i32) -> Result<Self> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|_| Error::input(format!("no such process: pid {pid}")))?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+                .unwrap_or_default()
+        };
+        let comm = field("Name:");
+        if field("Tgid:") != pid.to_string() {
+            return Err(Error::input(format!(
+                "pid {pid} is a thread of process {}; give the process id",
+                field("Tgid:")
+            )));
+        }
+        if field("State:").starts_with('Z') {
+            return Err(Error::input(format!("pid {pid} ({comm}) is a zombie: it has exited")));
+        }
+        // Kernel threads have no address space and so no executable.
+        if fs::read_link(format!("/proc/{pid}/exe")).is_err() && field("Kthread:") != "0" {
+            return Err(Error::input(format!("pid {pid} ({comm}) is a kernel thread")));
+        }
+        Ok(Self { pid, comm })
+    }
+
+    /// Pid and name of the process tracing `pid`, if any.
+    pub fn tracer_of(pid: i32) -> Option<(i32, String)> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let tracer: i32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        (tracer != 0).then(|| (tracer, comm_of(tracer).unwrap_or_else(|| "?".into())))
+    }
+}
+
+pub fn comm_of(pid: i32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+pub fn is_alive(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !matches!(stat_state(&s), Some('Z' | 'X')))
+}
+
+/// The one-letter state from `/proc/PID/stat` (`R`, `S`, `T`, `t`, `Z`...).
+pub fn state(pid: i32) -> Option<char> {
+    stat_state(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn stat_state(stat: &str) -> Option<char> {
+    // "pid (comm) S ..." — comm may contain spaces and parentheses, so split at the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Thread ids of `pid`, right now.
+pub fn threads(pid: i32) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// File-backed mappings of `pid`.
+pub fn mappings(pid: i32) -> Result<Vec<Mapping>> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| Error::input(format!("cannot read /proc/{pid}/maps: {e}")))?;
+    Ok(maps.lines().filter_map(parse_mapping).collect())
+}
+
+fn parse_mapping(line: &str) -> Option<Mapping> {
+    let mut fields = line.splitn(6, ' ');
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let _dev = fields.next()?;
+    let inode = fields.next()?;
+    let path = fields.next()?.trim_start();
+    if inode == "0" || !path.starts_with('/') {
+        return None;
+    }
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+        path: PathBuf::from(path.strip_suffix(" (deleted)").unwrap_or(path)),
+    })
+}
+
+/// The files `pid` executes code from (its executable first), as target-side paths.
+pub fn executable_files(pid: i32) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
+        files.push(exe);
+    }
+    for m in mappings(pid)?.into_iter().filter(|m| m.executable) {
+        if !files.contains(&m.path) {
+            files.push(m.path);
+        }
+    }
+    Ok(files)
+}
+
+/// A target-side path, reachable from our mount namespace.
+pub fn host_path(pid: i32, path: &Path) -> PathBuf {
+    Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let m = parse_mapping(
+            "7f00a000-7f00b000 r-xp 00002000 08:01 1234    /usr/lib/lib foo.so (deleted)",
+        )
+        .unwrap();
+        assert_eq!((m.start, m.end, m.offset, m.executable), (0x7f00a000, 0x7f00b000, 0x2000, true));
+        assert_eq!(m.path, PathBuf::from("/usr/lib/lib foo.so"));
+        assert!(parse_mapping("7ffd-7ffe rw-p 00000000 00:00 0  [stack]").is_none());
+    }
+
+    #[test]
+    fn reads_state_past_odd_names() {
+        assert_eq!(stat_state("12 (a) b) S 1 2"), Some('S'));
+    }
+}

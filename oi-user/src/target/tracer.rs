@@ -1,0 +1,275 @@
+//! ptrace bookkeeping for every thread of every process we hold.
+//!
+//! Threads are seized (not attached: nothing stops) before any probe is armed, new threads are
+//! followed through PTRACE_O_TRACECLONE, and every ptrace-stop that is not one of our samples
+//! is answered at once the way the kernel would have without us: signals are re-delivered,
+//! group-stops are kept with PTRACE_LISTEN. `release` detaches so that no SIGSTOP of ours can
+//! reach a thread after we are gone.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    errno::Errno,
+    sys::{
+        ptrace::{self, Options},
+        signal::Signal,
+        wait::{WaitPidFlag, WaitStatus, waitpid},
+    },
+    unistd::Pid,
+};
+
+use super::procfs::{self, ProcessInfo};
+use crate::error::{Error, Result};
+
+/// A ptrace-stop or exit that the session must decide about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// `tid` is in a signal-delivery-stop for `signal`; it stays stopped until `resume`.
+    Signal { tid: i32, tgid: i32, signal: Signal },
+    /// The last thread of `tgid` is gone.
+    ProcessExited { tgid: i32 },
+}
+
+#[derive(Default)]
+pub struct Tracer {
+    /// tid → tgid of every thread we trace.
+    threads: HashMap<i32, i32>,
+    /// Processes seized, with their threads' count kept implicitly in `threads`.
+    processes: HashSet<i32>,
+}
+
+const OPTIONS: Options = Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXEC);
+const SIGSTOP_BIT: u64 = 1 << (libc::SIGSTOP - 1);
+
+impl Tracer {
+    pub fn processes(&self) -> impl Iterator<Item = i32> + '_ {
+        self.processes.iter().copied()
+    }
+
+    pub fn holds(&self, tgid: i32) -> bool {
+        self.processes.contains(&tgid)
+    }
+
+    /// Seizes every thread of `tgid`, looping until no thread appears that we do not hold
+    /// (threads created meanwhile by a not-yet-seized thread are not followed by the kernel).
+    pub fn seize(&mut self, tgid: i32) -> Result<()> {
+        loop {
+            let fresh: Vec<i32> = procfs::threads(tgid)
+                .into_iter()
+                .filter(|t| !self.threads.contains_key(t))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for tid in fresh {
+                match ptrace::seize(Pid::from_raw(tid), OPTIONS) {
+                    Ok(()) => {
+                        self.threads.insert(tid, tgid);
+                    }
+                    // The thread exited between listing and seizing.
+                    Err(Errno::ESRCH) => {}
+                    Err(Errno::EPERM) => {
+                        self.release(tgid);
+                        return Err(match ProcessInfo::tracer_of(tgid) {
+                            Some((pid, name)) => Error::input(format!(
+                                "pid {tgid} is already traced by pid {pid} ({name})"
+                            )),
+                            None => Error::input(format!(
+                                "not permitted to trace pid {tgid}: CAP_SYS_PTRACE is missing \
+                                 or ptrace is restricted (kernel.yama.ptrace_scope)"
+                            )),
+                        });
+                    }
+                    Err(e) => {
+                        self.release(tgid);
+                        return Err(Error::internal(format!("ptrace seize of {tid}: {e}")));
+                    }
+                }
+            }
+        }
+        if !self.threads.values().any(|&g| g == tgid) {
+            return Err(Error::sample(format!("pid {tgid} exited before it could be seized")));
+        }
+        self.processes.insert(tgid);
+        Ok(())
+    }
+
+    /// Collects all stops that are ready, answering the routine ones itself.
+    pub fn poll(&mut self) -> Vec<Stop> {
+        let mut stops = Vec::new();
+        loop {
+            let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(status) => status,
+            };
+            if let Some(stop) = self.handle(status) {
+                stops.push(stop);
+            }
+        }
+        stops
+    }
+
+    fn handle(&mut self, status: WaitStatus) -> Option<Stop> {
+        match status {
+            WaitStatus::Stopped(pid, signal) => {
+                let tid = pid.as_raw();
+                let tgid = self.tgid_of(tid)?;
+                Some(Stop::Signal { tid, tgid, signal })
+            }
+            WaitStatus::PtraceEvent(pid, signal, event) => {
+                let tid = pid.as_raw();
+                let tgid = self.tgid_of(tid);
+                if event == libc::PTRACE_EVENT_CLONE {
+                    if let (Ok(new), Some(tgid)) = (ptrace::getevent(pid), tgid) {
+                        self.threads.insert(new as i32, tgid);
+                    }
+                } else if event == libc::PTRACE_EVENT_EXEC {
+                    // Other threads vanished in the exec; the survivor may have a new tid.
+                    if let Some(tgid) = tgid {
+                        self.threads.retain(|_, g| *g != tgid);
+                        self.threads.insert(tgid, tgid);
+                    }
+                } else if event == libc::PTRACE_EVENT_STOP && is_stop_signal(signal) {
+                    // A group-stop: keep the thread stopped as it would be without us.
+                    listen(tid);
+                    return None;
+                }
+                let _ = ptrace::cont(pid, None);
+                None
+            }
+            WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _) => {
+                let tgid = self.threads.remove(&pid.as_raw())?;
+                if !self.threads.values().any(|&g| g == tgid) && self.processes.remove(&tgid) {
+                    return Some(Stop::ProcessExited { tgid });
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Tids seen stopping before their clone event arrived belong to a known process.
+    fn tgid_of(&mut self, tid: i32) -> Option<i32> {
+        if let Some(&tgid) = self.threads.get(&tid) {
+            return Some(tgid);
+        }
+        let tgid = fs::read_to_string(format!("/proc/{tid}/status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        self.processes.contains(&tgid).then(|| {
+            self.threads.insert(tid, tgid);
+            tgid
+        })
+    }
+
+    /// Lets a thread in a signal-delivery-stop go on, delivering `signal` (None suppresses).
+    pub fn resume(&self, tid: i32, signal: Option<Signal>) {
+        // ESRCH: the thread was killed while stopped; nothing left to resume.
+        let _ = ptrace::cont(Pid::from_raw(tid), signal);
+    }
+
+    /// Detaches every thread of `tgid`, leaving each running. `is_ours(tid)` says whether a
+    /// SIGSTOP pending on that thread was sent by our trigger (then it is swallowed, never
+    /// delivered: an untraced SIGSTOP would stop the whole process).
+    pub fn release_with(&mut self, tgid: i32, is_ours: &dyn Fn(i32) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut interrupted: HashSet<i32> = HashSet::new();
+        loop {
+            let mine: Vec<i32> = self.threads.iter().filter(|&(_, &g)| g == tgid).map(|(&t, _)| t).collect();
+            if mine.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            for &tid in &mine {
+                if interrupted.insert(tid) && ptrace::interrupt(Pid::from_raw(tid)) == Err(Errno::ESRCH) {
+                    self.threads.remove(&tid);
+                }
+            }
+            let mut progressed = false;
+            for tid in mine {
+                let Ok(status) = waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) else {
+                    self.threads.remove(&tid);
+                    continue;
+                };
+                progressed |= status != WaitStatus::StillAlive;
+                self.detach_at(tid, status, is_ours);
+            }
+            if !progressed {
+                sleep(Duration::from_millis(1));
+            }
+        }
+        self.threads.retain(|_, g| *g != tgid);
+        self.processes.remove(&tgid);
+    }
+
+    /// One thread of a process being released has reported `status`.
+    fn detach_at(&mut self, tid: i32, status: WaitStatus, is_ours: &dyn Fn(i32) -> bool) {
+        let pid = Pid::from_raw(tid);
+        match status {
+            WaitStatus::Stopped(_, Signal::SIGSTOP) if is_ours(tid) => self.detach(tid, None),
+            WaitStatus::Stopped(_, signal) if is_ours(tid) && pending_sigstop(tid) => {
+                // Deliver this signal while still attached; our SIGSTOP comes next.
+                let _ = ptrace::cont(pid, Some(signal));
+            }
+            WaitStatus::Stopped(_, signal) => self.detach(tid, Some(signal)),
+            WaitStatus::PtraceEvent(_, _, event) => {
+                if event == libc::PTRACE_EVENT_CLONE
+                    && let (Ok(new), Some(&tgid)) = (ptrace::getevent(pid), self.threads.get(&tid))
+                {
+                    // The new thread reports its own stop; it is released in the next round.
+                    self.threads.insert(new as i32, tgid);
+                }
+                if pending_sigstop(tid) {
+                    // Our SIGSTOP is still queued: let it arrive while we can still swallow it.
+                    let _ = ptrace::cont(pid, None);
+                } else {
+                    self.detach(tid, None);
+                }
+            }
+            WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                self.threads.remove(&tid);
+            }
+            _ => {}
+        }
+    }
+
+    fn detach(&mut self, tid: i32, signal: Option<Signal>) {
+        let _ = ptrace::detach(Pid::from_raw(tid), signal);
+        self.threads.remove(&tid);
+    }
+
+    /// Detaches from one process, assuming no SIGSTOP of ours is pending for it.
+    pub fn release(&mut self, tgid: i32) {
+        self.release_with(tgid, &|_| false);
+    }
+}
+
+/// Whether SIGSTOP is queued for this very thread (SigPnd is per thread).
+fn pending_sigstop(tid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("SigPnd:"))?.trim().to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|mask| mask & SIGSTOP_BIT != 0)
+}
+
+fn is_stop_signal(signal: Signal) -> bool {
+    matches!(signal, Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
+}
+
+fn listen(tid: i32) {
+    // SAFETY: PTRACE_LISTEN takes no pointers; an invalid tid only yields ESRCH.
+    unsafe {
+        libc::ptrace(libc::PTRACE_LISTEN, tid, 0usize, 0usize);
+    }
+}
