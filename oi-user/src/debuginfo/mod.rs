@@ -1,0 +1,9 @@
+//! Reading what a binary says about itself: ELF symbols (with demangling) now, DWARF functions
+//! and types for the footprint stages. Pure: files are read, processes never touched; a path
+//! inside a target's mount namespace is reached through `/proc/PID/root` by the caller.
+
+pub mod elf;
+pub mod symbols;
+
+pub use elf::{Binary, ElfError};
+pub use symbols::{FunctionSymbol, SymbolError, find_function};
