@@ -1,0 +1,18 @@
+//! `std::unique_ptr` (the stored pointer inside `_M_t`'s tuple; a stateful deleter sits beside
+//! it), `std::shared_ptr` (`_M_ptr`, then the control block pointer, never counted) and
+//! `std::weak_ptr` (16 bytes, never followed).
+
+use super::{LayoutError, field, first_pointer, unexpected};
+use crate::typegraph::{TypeGraph, TypeId};
+
+/// Offset of the stored pointer of a unique_ptr.
+pub fn unique_ptr_offset(tg: &TypeGraph, id: TypeId) -> Result<u64, LayoutError> {
+    first_pointer(tg, id, 0)
+        .map(|p| p.0)
+        .ok_or_else(|| unexpected(tg, id, "no stored pointer"))
+}
+
+/// Offset of `_M_ptr` of a shared_ptr.
+pub fn shared_ptr_offset(tg: &TypeGraph, id: TypeId) -> Result<u64, LayoutError> {
+    Ok(field(tg, id, &["_M_ptr"])?.0)
+}

@@ -1,0 +1,35 @@
+//! `std::variant<Ts...>`: the alternatives overlap in `_M_u` at offset 0; `_M_index` (the
+//! smallest unsigned type that fits) selects one; all-ones means valueless by exception.
+
+use super::{LayoutError, field};
+use crate::typegraph::{TypeGraph, TypeId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VariantLayout {
+    pub storage_off: u64,
+    pub index_off: u64,
+    pub index_size: u64,
+}
+
+pub fn layout(tg: &TypeGraph, id: TypeId) -> Result<VariantLayout, LayoutError> {
+    let (index_off, index_ty) = field(tg, id, &["_M_index"])?;
+    let storage_off = field(tg, id, &["_M_u"]).map(|f| f.0).unwrap_or(0);
+    Ok(VariantLayout {
+        storage_off,
+        index_off,
+        index_size: tg.size(index_ty).clamp(1, 8),
+    })
+}
+
+impl VariantLayout {
+    /// The active index, or None when valueless.
+    pub fn index(&self, obj: &[u8]) -> Option<Option<u64>> {
+        let raw = super::uint(obj, self.index_off, self.index_size)?;
+        let npos = if self.index_size >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * self.index_size)) - 1
+        };
+        Some((raw != npos).then_some(raw))
+    }
+}

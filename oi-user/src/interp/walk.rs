@@ -1,0 +1,437 @@
+//! Runs a plan over memory and appends the stream words (see `plan` for their meaning).
+//!
+//! Subtrees whose plan node is not `dynamic` are skipped without reading anything. Every
+//! count read from the target is bounded before it drives a loop or an allocation, so a
+//! corrupt object yields an error, not a hang or an out-of-memory.
+
+use std::collections::HashSet;
+
+use super::memory::{MemoryReader, ReadError};
+use crate::containers::{self, rbtree};
+use crate::plan::{Capture, NodeId, Op, Plan};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("corrupt object at {addr:#x}: {what}")]
+    Corrupt { addr: u64, what: String },
+}
+
+/// Most addresses remembered for sharing / cycle detection (SEMANTICS.md §7).
+pub const VISITED_CAPACITY: usize = 131_072;
+/// Largest single element array we agree to read (a bigger one means a corrupt length).
+const MAX_ARRAY_BYTES: u64 = 4 << 30;
+/// Elements read per chunk of a large array.
+const CHUNK_BYTES: u64 = 32 << 20;
+/// Longest captured string key.
+pub const MAX_CAPTURED_KEY: u64 = 1 << 20;
+
+pub struct Walker<'a> {
+    plan: &'a Plan,
+    mem: &'a dyn MemoryReader,
+    pub out: Vec<u64>,
+    visited: HashSet<u64>,
+}
+
+/// Walks `root` (whose object is at `addr`) and returns the stream. `seed` puts the root's
+/// address in the visited set (not for objects that arrived in registers).
+pub fn run(
+    plan: &Plan,
+    root: NodeId,
+    addr: u64,
+    mem: &dyn MemoryReader,
+    seed: bool,
+) -> Result<Vec<u64>, WalkError> {
+    let mut w = Walker {
+        plan,
+        mem,
+        out: Vec::new(),
+        visited: HashSet::new(),
+    };
+    if seed {
+        w.visited.insert(addr);
+    }
+    w.walk_at(root, addr)?;
+    Ok(w.out)
+}
+
+fn corrupt(addr: u64, what: impl Into<String>) -> WalkError {
+    WalkError::Corrupt {
+        addr,
+        what: what.into(),
+    }
+}
+
+fn sub(obj: &[u8], off: u64, len: u64, addr: u64) -> Result<&[u8], WalkError> {
+    let s = usize::try_from(off).map_err(|_| corrupt(addr, "offset"))?;
+    let e = s
+        .checked_add(usize::try_from(len).map_err(|_| corrupt(addr, "length"))?)
+        .ok_or_else(|| corrupt(addr, "length"))?;
+    obj.get(s..e)
+        .ok_or_else(|| corrupt(addr, "member outside its object"))
+}
+
+fn word(obj: &[u8], off: u64, addr: u64) -> Result<u64, WalkError> {
+    containers::word(obj, off).ok_or_else(|| corrupt(addr, "field outside its object"))
+}
+
+impl Walker<'_> {
+    fn emit(&mut self, w: u64) {
+        self.out.push(w);
+    }
+
+    fn read(&self, addr: u64, len: u64) -> Result<Vec<u8>, WalkError> {
+        if len > MAX_ARRAY_BYTES {
+            return Err(corrupt(addr, format!("implausible size {len}")));
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.mem.read(addr, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Inserts `addr` into the visited set; false if already there or the set is full.
+    fn visit(&mut self, addr: u64) -> bool {
+        if self.visited.len() >= VISITED_CAPACITY {
+            return false;
+        }
+        self.visited.insert(addr)
+    }
+
+    fn dynamic(&self, id: NodeId) -> bool {
+        self.plan.nodes[id].dynamic
+    }
+
+    /// Reads the object of node `id` at `addr` and walks it.
+    pub fn walk_at(&mut self, id: NodeId, addr: u64) -> Result<(), WalkError> {
+        if !self.dynamic(id) {
+            return Ok(());
+        }
+        let bytes = self.read(addr, self.plan.nodes[id].static_size)?;
+        self.walk(id, addr, &bytes)
+    }
+
+    /// Walks `count` elements of node `elem`, `stride` apart from `addr`, reading them in
+    /// large chunks.
+    fn walk_array(
+        &mut self,
+        elem: NodeId,
+        addr: u64,
+        count: u64,
+        stride: u64,
+    ) -> Result<(), WalkError> {
+        if !self.dynamic(elem) || count == 0 {
+            return Ok(());
+        }
+        let total = count
+            .checked_mul(stride)
+            .filter(|t| *t <= MAX_ARRAY_BYTES)
+            .ok_or_else(|| corrupt(addr, format!("implausible element count {count}")))?;
+        let per_chunk = (CHUNK_BYTES / stride.max(1)).max(1);
+        let mut i = 0;
+        while i < count {
+            let n = per_chunk.min(count - i);
+            let base = addr + i * stride;
+            let bytes = self.read(base, n * stride)?;
+            for j in 0..n {
+                let e = sub(&bytes, j * stride, stride, base)?;
+                self.walk(elem, base + j * stride, e)?;
+            }
+            i += n;
+        }
+        let _ = total;
+        Ok(())
+    }
+
+    /// Walks node `id` whose object (of its static size) is `obj`, at `addr`.
+    pub fn walk(&mut self, id: NodeId, addr: u64, obj: &[u8]) -> Result<(), WalkError> {
+        let plan = self.plan;
+        let node = &plan.nodes[id];
+        if !node.dynamic {
+            return Ok(());
+        }
+        match &node.op {
+            Op::Leaf | Op::Bitfield => {}
+            Op::Struct { members, .. } => {
+                for &(off, m) in members {
+                    if self.dynamic(m) {
+                        let size = plan.nodes[m].static_size;
+                        self.walk(m, addr + off, sub(obj, off, size, addr)?)?;
+                    }
+                }
+            }
+            Op::Array {
+                elem,
+                offset,
+                count,
+                stride,
+                ..
+            } => {
+                if self.dynamic(*elem) {
+                    for i in 0..*count {
+                        let off = offset + i * stride;
+                        self.walk(*elem, addr + off, sub(obj, off, *stride, addr)?)?;
+                    }
+                }
+            }
+            Op::Pair { first, second }
+            | Op::Entry {
+                key: first,
+                value: second,
+                capture: None,
+            } => {
+                for &(off, m) in [first, second] {
+                    let size = plan.nodes[m].static_size;
+                    self.walk(m, addr + off, sub(obj, off, size, addr)?)?;
+                }
+            }
+            Op::Entry {
+                key,
+                value,
+                capture: Some(c),
+            } => {
+                self.capture(
+                    *c,
+                    addr + key.0,
+                    sub(obj, key.0, plan.nodes[key.1].static_size, addr)?,
+                )?;
+                for &(off, m) in [key, value] {
+                    let size = plan.nodes[m].static_size;
+                    self.walk(m, addr + off, sub(obj, off, size, addr)?)?;
+                }
+            }
+            Op::String(l) => {
+                let (len, cap) = l.words(addr, obj).ok_or_else(|| corrupt(addr, "string"))?;
+                self.emit(len);
+                self.emit(cap);
+            }
+            Op::Vector { layout, elem } => {
+                let (start, len, cap) = layout
+                    .read(obj)
+                    .ok_or_else(|| corrupt(addr, "vector pointers out of order"))?;
+                self.emit(addr);
+                self.emit(len);
+                self.emit(cap);
+                self.walk_array(*elem, start, len, layout.elem_size)?;
+            }
+            Op::VectorBool { layout, .. } => {
+                let (len, cap) = layout
+                    .read(obj)
+                    .ok_or_else(|| corrupt(addr, "vector<bool> pointers out of order"))?;
+                self.emit(addr);
+                self.emit(len);
+                self.emit(cap);
+            }
+            Op::Deque { layout, elem } => {
+                let st = layout
+                    .read(obj)
+                    .ok_or_else(|| corrupt(addr, "deque iterators out of order"))?;
+                for w in [addr, st.len, st.map_slots, st.blocks] {
+                    self.emit(w);
+                }
+                if self.dynamic(*elem) && st.len > 0 {
+                    self.deque_elements(*elem, layout, &st, addr)?;
+                }
+            }
+            Op::List { layout, elem } => {
+                let len = word(obj, layout.size_off, addr)?;
+                self.emit(addr);
+                self.emit(len);
+                if self.dynamic(*elem) {
+                    let head = addr + layout.head_off;
+                    let mut cur = word(obj, layout.head_off, addr)?;
+                    for _ in 0..len {
+                        if cur == head || cur == 0 {
+                            return Err(corrupt(addr, "list shorter than its size"));
+                        }
+                        let node = self.read(cur, layout.node_size)?;
+                        let v = sub(&node, layout.value_off, layout.elem_size, cur)?;
+                        self.walk(*elem, cur + layout.value_off, v)?;
+                        cur = word(&node, 0, cur)?;
+                    }
+                }
+            }
+            Op::RbTree { layout, elem, .. } => {
+                let len = word(obj, layout.count_off, addr)?;
+                self.emit(addr);
+                self.emit(len);
+                if self.dynamic(*elem) {
+                    let root = word(obj, layout.header_off + rbtree::PARENT, addr)?;
+                    self.rb_elements(*elem, layout, root, len, addr)?;
+                }
+            }
+            Op::Hashtable { layout, elem, .. } => {
+                let len = word(obj, layout.count_off, addr)?;
+                let buckets = word(obj, layout.bucket_count_off, addr)?;
+                self.emit(addr);
+                self.emit(len);
+                self.emit(buckets);
+                if self.dynamic(*elem) {
+                    let mut cur = word(obj, layout.before_begin_off, addr)?;
+                    for _ in 0..len {
+                        if cur == 0 {
+                            return Err(corrupt(addr, "hash table shorter than its size"));
+                        }
+                        let node = self.read(cur, layout.value_off + layout.value_size)?;
+                        let v = sub(&node, layout.value_off, layout.value_size, cur)?;
+                        self.walk(*elem, cur + layout.value_off, v)?;
+                        cur = word(&node, 0, cur)?;
+                    }
+                }
+            }
+            Op::Optional { layout, elem } => {
+                let engaged = containers::uint(obj, layout.engaged_off, 1)
+                    .ok_or_else(|| corrupt(addr, "optional"))?
+                    != 0;
+                self.emit(u64::from(engaged));
+                if engaged {
+                    let size = plan.nodes[*elem].static_size;
+                    self.walk(
+                        *elem,
+                        addr + layout.value_off,
+                        sub(obj, layout.value_off, size, addr)?,
+                    )?;
+                }
+            }
+            Op::Variant {
+                layout,
+                alternatives,
+            } => {
+                let index = layout.index(obj).ok_or_else(|| corrupt(addr, "variant"))?;
+                match index.and_then(|i| alternatives.get(i as usize).map(|a| (i, *a))) {
+                    Some((i, alt)) => {
+                        self.emit(i);
+                        let size = plan.nodes[alt].static_size;
+                        let off = layout.storage_off;
+                        self.walk(alt, addr + off, sub(obj, off, size, addr)?)?;
+                    }
+                    None => self.emit(u64::MAX),
+                }
+            }
+            Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
+                let ptr = word(obj, *offset, addr)?;
+                let descend = ptr != 0 && target.is_some() && self.visit(ptr);
+                self.emit(ptr);
+                self.emit(u64::from(descend));
+                if let (true, Some(t)) = (descend, target) {
+                    self.walk_at(*t, ptr)?;
+                }
+            }
+            Op::RawPointer { target } => {
+                let ptr = word(obj, 0, addr)?;
+                let descend = ptr != 0 && self.visit(ptr);
+                self.emit(ptr);
+                self.emit(u64::from(descend));
+                if let (true, Some(t)) = (descend, target) {
+                    self.walk_at(*t, ptr)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn capture(&mut self, c: Capture, key_addr: u64, key: &[u8]) -> Result<(), WalkError> {
+        match c {
+            Capture::Scalar { size } => {
+                let v = containers::uint(key, 0, size).ok_or_else(|| corrupt(key_addr, "key"))?;
+                self.emit(v);
+            }
+            Capture::Address => self.emit(key_addr),
+            Capture::String(l) => {
+                let ptr = word(key, l.ptr_off, key_addr)?;
+                let len = word(key, l.len_off, key_addr)?;
+                let n = len.saturating_mul(l.char_size).min(MAX_CAPTURED_KEY);
+                let bytes = self.read(ptr, n)?;
+                self.emit(n);
+                for chunk in bytes.chunks(8) {
+                    let mut w = [0u8; 8];
+                    w[..chunk.len()].copy_from_slice(chunk);
+                    self.emit(u64::from_le_bytes(w));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deque_elements(
+        &mut self,
+        elem: NodeId,
+        l: &containers::deque::DequeLayout,
+        st: &containers::deque::DequeState,
+        addr: u64,
+    ) -> Result<(), WalkError> {
+        let es = l.elem_size;
+        let nodes = self.read(st.start[3], st.blocks.saturating_mul(8))?;
+        let mut ranges: Vec<(u64, u64)> = Vec::new(); // (address, element count)
+        for b in 0..st.blocks {
+            let block = word(&nodes, b * 8, addr)?;
+            let first = if b == 0 { st.start[0] } else { block };
+            let end = if b + 1 == st.blocks {
+                st.finish[0]
+            } else if b == 0 {
+                st.start[2]
+            } else {
+                block + l.block_bytes()
+            };
+            let n = end
+                .checked_sub(first)
+                .ok_or_else(|| corrupt(addr, "deque block out of order"))?
+                / es;
+            if n > 0 {
+                ranges.push((first, n));
+            }
+        }
+        let mut bufs: Vec<Vec<u8>> = ranges
+            .iter()
+            .map(|r| vec![0u8; (r.1 * es) as usize])
+            .collect();
+        {
+            let mut reqs: Vec<(u64, &mut [u8])> = ranges
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(r, b)| (r.0, b.as_mut_slice()))
+                .collect();
+            self.mem.read_many(&mut reqs)?;
+        }
+        for ((start, n), buf) in ranges.iter().zip(&bufs) {
+            for i in 0..*n {
+                self.walk(elem, start + i * es, sub(buf, i * es, es, *start)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// In-order walk of a red-black tree from `root`, each node read once.
+    fn rb_elements(
+        &mut self,
+        elem: NodeId,
+        l: &rbtree::RbLayout,
+        root: u64,
+        len: u64,
+        addr: u64,
+    ) -> Result<(), WalkError> {
+        let mut stack: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut cur = root;
+        let mut seen = 0u64;
+        loop {
+            while cur != 0 {
+                if stack.len() > 128 {
+                    return Err(corrupt(addr, "red-black tree too deep"));
+                }
+                let node = self.read(cur, l.node_size)?;
+                let left = word(&node, rbtree::LEFT, cur)?;
+                stack.push((cur, node));
+                cur = left;
+            }
+            let Some((n, node)) = stack.pop() else { break };
+            seen += 1;
+            if seen > len {
+                return Err(corrupt(addr, "tree larger than its node count"));
+            }
+            let v = sub(&node, l.value_off, l.value_size, n)?;
+            self.walk(elem, n + l.value_off, v)?;
+            cur = word(&node, rbtree::RIGHT, n)?;
+        }
+        Ok(())
+    }
+}

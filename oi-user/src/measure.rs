@@ -1,0 +1,344 @@
+//! The facade from a sampled hit to a footprint report. [`Measurer::new`] does all the static
+//! work once per probe (DWARF function lookup, argument locations, type graph, plan);
+//! [`Measurer::measure`] runs per sample while the thread is frozen: locate each argument
+//! from the captured registers, walk it with the interpreter, decode and print.
+//!
+//! Never writes to the target; reads go through the given [`MemoryReader`].
+
+use std::io::Write;
+
+use oi_common::EntryRegs;
+
+use crate::debuginfo::dwarf::{self, DwarfError};
+use crate::debuginfo::{Binary, FunctionSymbol};
+use crate::interp::memory::{LocalReader, Overlay};
+use crate::interp::{MemoryReader, WalkError};
+use crate::plan::build::Options;
+use crate::plan::{NodeId, Plan, PlanBuilder, PlanError};
+use crate::report::json::JsonSink;
+use crate::report::tree::TreeSink;
+use crate::report::{self, ReportError};
+use crate::typegraph::abi::{self, Location};
+use crate::typegraph::{BuildError, Builder, Kind};
+
+pub use crate::interp::{LocalReader as LocalMemory, RemoteReader};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Json,
+    JsonPretty,
+    Tree,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    #[error(transparent)]
+    Dwarf(#[from] DwarfError),
+    #[error("cannot reconstruct the types of {function}: {source}")]
+    Types {
+        function: String,
+        source: BuildError,
+    },
+    #[error("cannot plan the walk of `{arg}` of {function}: {source}")]
+    Plan {
+        arg: String,
+        function: String,
+        source: PlanError,
+    },
+    #[error("no such argument `{arg}`: {function} has {count} parameter(s) (arg0..arg{last})", last = count.saturating_sub(1))]
+    NoSuchArg {
+        arg: String,
+        function: String,
+        count: usize,
+    },
+    #[error("no such argument `{arg}`: use arg0..argN, this or retval")]
+    BadArgName { arg: String },
+    #[error("`this` requested, but {function} is not a non-static member function")]
+    NoThis { function: String },
+    #[error("`retval` is only available with --uretprobe ({function})")]
+    RetvalOnEntry { function: String },
+    #[error(
+        "`{arg}` is not available at a return probe of {function}: registers no longer hold arguments there"
+    )]
+    ArgAtReturn { arg: String, function: String },
+    #[error("{function} returns void: there is no `retval` to measure")]
+    VoidReturn { function: String },
+    #[error("`{arg}` of {function} cannot be measured: {reason}")]
+    Unavailable {
+        arg: String,
+        function: String,
+        reason: String,
+    },
+    #[error(
+        "unknown feature `{0}` (known: chase-raw-pointers, capture-keys, polymorphic-inheritance)"
+    )]
+    UnknownFeature(String),
+    #[error("walking `{arg}` failed: {source}")]
+    Walk { arg: String, source: WalkError },
+    #[error(transparent)]
+    Report(#[from] ReportError),
+}
+
+impl MeasureError {
+    /// Bad usage or input (exit 2), as opposed to a failed sample (exit 1).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, MeasureError::Walk { .. } | MeasureError::Report(_))
+    }
+}
+
+/// How to find one argument's object at a sample.
+#[derive(Debug, Clone)]
+struct ArgPlan {
+    name: String,
+    root: NodeId,
+    location: Location,
+    /// The declared type is a pointer/reference: the location holds the object's address.
+    deref: bool,
+    /// Size of the measured object (for values that arrive in registers).
+    size: u64,
+}
+
+pub struct Measurer {
+    plan: Plan,
+    args: Vec<ArgPlan>,
+}
+
+/// Made-up address for objects that arrived in registers (kernel half: never a user address).
+const REGISTER_OBJECT: u64 = 0xffff_ffff_ffff_0000;
+
+impl Measurer {
+    /// `binary`: the ELF that defines the probed function; `args`: `arg0`…, `this`, `retval`;
+    /// `features`: OI feature names; `is_return`: for a uretprobe.
+    pub fn new(
+        binary: &Binary,
+        function: &FunctionSymbol,
+        args: &[String],
+        features: &[String],
+        is_return: bool,
+    ) -> Result<Self, MeasureError> {
+        let mut opts = Options::default();
+        for f in features {
+            match f.as_str() {
+                "chase-raw-pointers" => opts.chase_raw_pointers = true,
+                "capture-keys" => opts.capture_keys = true,
+                // Accepted; measured as the declared type (see the report).
+                "polymorphic-inheritance" => {}
+                other => return Err(MeasureError::UnknownFeature(other.to_string())),
+            }
+        }
+        dwarf::with_debug_info(binary, |di| {
+            Self::build(di, function, args, opts, is_return)
+        })?
+    }
+
+    fn build(
+        di: &dwarf::DebugInfo<'_>,
+        function: &FunctionSymbol,
+        args: &[String],
+        opts: Options,
+        is_return: bool,
+    ) -> Result<Self, MeasureError> {
+        let fname = function.demangled.clone();
+        let types_err = |source| MeasureError::Types {
+            function: fname.clone(),
+            source,
+        };
+        let die = di.find_function(function)?;
+        let info = di.function_info(die)?;
+        let mut b = Builder::new(di);
+        let mut param_types = Vec::new();
+        for p in &info.params {
+            param_types.push(match p.ty {
+                Some(t) => Some(b.type_of(Some(t)).map_err(types_err)?),
+                None => None,
+            });
+        }
+        let ret = match info.return_type {
+            Some(t) => Some(b.type_of(Some(t)).map_err(types_err)?),
+            None => None,
+        };
+        let tg = b.graph;
+        let locations = abi::parameter_locations(&tg, &param_types, ret);
+        let explicit: Vec<usize> = (0..info.params.len())
+            .filter(|&i| !info.params[i].artificial)
+            .collect();
+
+        let mut pb = PlanBuilder::new(&tg, opts);
+        let mut plans = Vec::new();
+        for arg in args {
+            let (ty, location) = if arg == "retval" {
+                if !is_return {
+                    return Err(MeasureError::RetvalOnEntry { function: fname });
+                }
+                let Some(r) = ret else {
+                    return Err(MeasureError::VoidReturn { function: fname });
+                };
+                (r, abi::return_location(&tg, r))
+            } else {
+                let index = if arg == "this" {
+                    info.params
+                        .iter()
+                        .position(|p| p.artificial && p.name.as_deref() == Some("this"))
+                        .ok_or_else(|| MeasureError::NoThis {
+                            function: fname.clone(),
+                        })?
+                } else {
+                    let n: usize = arg
+                        .strip_prefix("arg")
+                        .and_then(|n| n.parse().ok())
+                        .ok_or_else(|| MeasureError::BadArgName { arg: arg.clone() })?;
+                    *explicit.get(n).ok_or_else(|| MeasureError::NoSuchArg {
+                        arg: arg.clone(),
+                        function: fname.clone(),
+                        count: explicit.len(),
+                    })?
+                };
+                if is_return {
+                    return Err(MeasureError::ArgAtReturn {
+                        arg: arg.clone(),
+                        function: fname,
+                    });
+                }
+                let ty = param_types[index].ok_or_else(|| MeasureError::Unavailable {
+                    arg: arg.clone(),
+                    function: fname.clone(),
+                    reason: "its type is unknown".into(),
+                })?;
+                (ty, locations[index].clone())
+            };
+            if let Location::Unavailable(reason) = location {
+                return Err(MeasureError::Unavailable {
+                    arg: arg.clone(),
+                    function: fname,
+                    reason: reason.into(),
+                });
+            }
+            // A top-level pointer or reference is dereferenced: the pointee is the root.
+            let (root_ty, deref) = match &tg.get(tg.resolve(ty)).kind {
+                Kind::Pointer { target: Some(t) } if tg.is_complete(*t) => (*t, true),
+                Kind::Pointer { .. } => {
+                    return Err(MeasureError::Unavailable {
+                        arg: arg.clone(),
+                        function: fname,
+                        reason: "it points to void or to an incomplete type".into(),
+                    });
+                }
+                _ => (ty, false),
+            };
+            let root = pb.root(root_ty).map_err(|source| MeasureError::Plan {
+                arg: arg.clone(),
+                function: fname.clone(),
+                source,
+            })?;
+            plans.push(ArgPlan {
+                name: arg.clone(),
+                root,
+                location,
+                deref,
+                size: tg.size(root_ty),
+            });
+        }
+        Ok(Self {
+            plan: pb.finish(),
+            args: plans,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Walks every requested argument of one sample and writes the result to `out`.
+    pub fn measure(
+        &self,
+        regs: &EntryRegs,
+        load_bias: u64,
+        mem: &dyn MemoryReader,
+        format: OutputFormat,
+        out: &mut dyn Write,
+    ) -> Result<(), MeasureError> {
+        // Addresses in registers are runtime addresses already; the bias only matters for
+        // ELF addresses (vtable symbols), which this walk does not use yet.
+        let _ = load_bias;
+        let mut streams = Vec::with_capacity(self.args.len());
+        for a in &self.args {
+            streams.push(self.walk_arg(a, regs, mem)?);
+        }
+        match format {
+            OutputFormat::Json | OutputFormat::JsonPretty => {
+                let mut sink = JsonSink::new(out, format == OutputFormat::JsonPretty);
+                sink.start_sample()?;
+                for (a, s) in self.args.iter().zip(&streams) {
+                    report::decode(&self.plan, a.root, s, &mut sink)?;
+                }
+                sink.end_sample()?;
+            }
+            OutputFormat::Tree => {
+                let mut sink = TreeSink::new();
+                for (a, s) in self.args.iter().zip(&streams) {
+                    report::decode(&self.plan, a.root, s, &mut sink)?;
+                }
+                sink.write(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Per-argument streams (for tests comparing backends, and for benchmarks).
+    pub fn walk_arg_streams(
+        &self,
+        regs: &EntryRegs,
+        mem: &dyn MemoryReader,
+    ) -> Result<Vec<(NodeId, Vec<u64>)>, MeasureError> {
+        self.args
+            .iter()
+            .map(|a| Ok((a.root, self.walk_arg(a, regs, mem)?)))
+            .collect()
+    }
+
+    fn walk_arg(
+        &self,
+        a: &ArgPlan,
+        regs: &EntryRegs,
+        mem: &dyn MemoryReader,
+    ) -> Result<Vec<u64>, MeasureError> {
+        let walk_err = |source| MeasureError::Walk {
+            arg: a.name.clone(),
+            source,
+        };
+        let reg = |n: usize| match n {
+            abi::RAX => regs.rax,
+            n => regs.int_args().get(n).copied().unwrap_or(0),
+        };
+        let read_word = |addr: u64| -> Result<u64, MeasureError> {
+            let mut b = [0u8; 8];
+            mem.read(addr, &mut b).map_err(|e| walk_err(e.into()))?;
+            Ok(u64::from_le_bytes(b))
+        };
+        // Either an address in target memory, or bytes that came in registers.
+        let (addr, bytes) = match (&a.location, a.deref) {
+            (Location::Regs(r), true) => (reg(r[0]), None),
+            (Location::Stack(off), true) => (read_word(regs.rsp + off)?, None),
+            (Location::Stack(off), false) => (regs.rsp + off, None),
+            (Location::Indirect(r), false) => (reg(*r), None),
+            (Location::Indirect(r), true) => (read_word(reg(*r))?, None),
+            (Location::Regs(r), false) => {
+                let mut b: Vec<u8> = r.iter().flat_map(|&n| reg(n).to_le_bytes()).collect();
+                b.resize(a.size as usize, 0);
+                (REGISTER_OBJECT, Some(b))
+            }
+            (Location::Unavailable(_), _) => return Ok(Vec::new()),
+        };
+        let stream = match bytes {
+            Some(b) => {
+                let overlay = Overlay {
+                    local: LocalReader::new(addr, b),
+                    inner: mem,
+                };
+                crate::interp::run(&self.plan, a.root, addr, &overlay, false)
+            }
+            None => crate::interp::run(&self.plan, a.root, addr, mem, true),
+        };
+        stream.map_err(walk_err)
+    }
+}

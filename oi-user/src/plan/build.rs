@@ -1,0 +1,401 @@
+//! Type graph → plan. Decides every static fact of the output per use site: names (§3),
+//! typeNames (§2), staticSize, is_primitive (§8), which pointers are chased (§7), and each
+//! container's layout (from `containers`).
+
+use std::collections::HashMap;
+
+use super::{Capture, Node, NodeId, Op, Plan};
+use crate::containers::{
+    self, ContainerKind, LayoutError, deque, hashtable, list, optional, rbtree, refwrap, smart_ptr,
+    string, variant, vector,
+};
+use crate::typegraph::{Kind, PrimKind, TypeGraph, TypeId, layout, names};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("{0} is not a complete type and cannot be measured")]
+    Incomplete(String),
+}
+
+/// Options that change the walk (SEMANTICS.md §7, §9).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    pub chase_raw_pointers: bool,
+    /// Record the keys of every std::map / std::unordered_map as `data`.
+    pub capture_keys: bool,
+}
+
+type MemoKey = (TypeId, &'static str);
+
+pub struct PlanBuilder<'t> {
+    tg: &'t TypeGraph,
+    pub plan: Plan,
+    opts: Options,
+    anon: names::AnonNames,
+    /// Child nodes (single resolved typeName) are shared per (type, child name): this is
+    /// what closes cycles through pointers and containers.
+    memo: HashMap<MemoKey, NodeId>,
+}
+
+const STUBBED: &str = "uintptr_t (stubbed)";
+
+impl<'t> PlanBuilder<'t> {
+    pub fn new(tg: &'t TypeGraph, opts: Options) -> Self {
+        Self {
+            tg,
+            plan: Plan::default(),
+            opts,
+            anon: names::AnonNames::default(),
+            memo: HashMap::new(),
+        }
+    }
+
+    /// Adds the root node of one argument whose (already dereferenced) type is `ty`.
+    pub fn root(&mut self, ty: TypeId) -> Result<NodeId, PlanError> {
+        let tg = self.tg;
+        if !tg.is_complete(ty) {
+            return Err(PlanError::Incomplete(names::qualified_or_anon(tg, ty)));
+        }
+        // Anonymous numbering and memoised children are per root.
+        self.anon = names::AnonNames::for_root(tg, ty);
+        self.memo.clear();
+        let mut type_names = names::type_names_with_typedefs(tg, ty, &self.anon);
+        if self.is_stubbed(ty)
+            && let Some(last) = type_names.last_mut()
+        {
+            *last = STUBBED.into();
+        }
+        let is_primitive = tg.is_fundamental(ty);
+        self.build_node(ty, "a0".into(), type_names, is_primitive)
+    }
+
+    pub fn finish(mut self) -> Plan {
+        self.plan.compute_dynamic();
+        self.plan
+    }
+
+    fn is_stubbed(&self, ty: TypeId) -> bool {
+        match &self.tg.get(self.tg.resolve(ty)).kind {
+            Kind::Pointer { target } => !self.opts.chase_raw_pointers || self.is_function(*target),
+            _ => false,
+        }
+    }
+
+    fn is_function(&self, target: Option<TypeId>) -> bool {
+        target.is_some_and(|t| matches!(self.tg.get(self.tg.resolve(t)).kind, Kind::Function))
+    }
+
+    fn push(&mut self, node: Node) -> NodeId {
+        self.plan.nodes.push(node);
+        self.plan.nodes.len() - 1
+    }
+
+    /// A container element, pointee or other child: one resolved typeName.
+    fn child(&mut self, ty: TypeId, name: &'static str) -> Result<NodeId, PlanError> {
+        let r = self.tg.resolve(ty);
+        if let Some(&id) = self.memo.get(&(r, name)) {
+            return Ok(id);
+        }
+        let type_names = vec![if self.is_stubbed(r) {
+            STUBBED.to_string()
+        } else {
+            names::spell(self.tg, r, &self.anon)
+        }];
+        let is_primitive = self.tg.is_fundamental(r);
+        let id = self.reserve(name.into(), type_names, self.tg.size(r), is_primitive);
+        self.memo.insert((r, name), id);
+        self.plan.nodes[id].op = self.op(r, id)?;
+        Ok(id)
+    }
+
+    fn reserve(&mut self, name: String, type_names: Vec<String>, size: u64, prim: bool) -> NodeId {
+        self.push(Node {
+            name,
+            type_names,
+            static_size: size,
+            is_primitive: prim,
+            op: Op::Leaf,
+            dynamic: false,
+        })
+    }
+
+    fn build_node(
+        &mut self,
+        ty: TypeId,
+        name: String,
+        type_names: Vec<String>,
+        is_primitive: bool,
+    ) -> Result<NodeId, PlanError> {
+        let r = self.tg.resolve(ty);
+        let id = self.reserve(name, type_names, self.tg.size(r), is_primitive);
+        self.plan.nodes[id].op = self.op(r, id)?;
+        Ok(id)
+    }
+
+    /// The op for resolved type `r` (node `id` is reserved, for ops that need to patch it).
+    fn op(&mut self, r: TypeId, id: NodeId) -> Result<Op, PlanError> {
+        let tg = self.tg;
+        Ok(match &tg.get(r).kind {
+            Kind::Pointer { target } => {
+                if self.is_stubbed(r) {
+                    Op::Leaf
+                } else {
+                    let target = match target {
+                        Some(t) if tg.is_complete(*t) => Some(self.child(*t, "*")?),
+                        _ => None,
+                    };
+                    Op::RawPointer { target }
+                }
+            }
+            Kind::Array { elem, count } => Op::Array {
+                elem: self.child(*elem, "[]")?,
+                offset: 0,
+                count: *count,
+                stride: tg.size(*elem),
+                exclusive: 0,
+            },
+            Kind::Struct(st) if st.is_union => Op::Leaf,
+            Kind::Struct(st) => match st.container {
+                Some(kind) => self.container(kind, r, id)?,
+                None => self.structure(r)?,
+            },
+            _ => Op::Leaf,
+        })
+    }
+
+    fn structure(&mut self, r: TypeId) -> Result<Op, PlanError> {
+        let tg = self.tg;
+        let members = layout::flatten(tg, r);
+        let pad = layout::padding(tg, tg.size(r), &members);
+        let mut out = Vec::with_capacity(members.len());
+        for (m, idx) in members.iter().zip(&pad.indices) {
+            let name = m.name.clone().unwrap_or_else(|| format!("__oi_anon_{idx}"));
+            let mut type_names = names::type_names_with_typedefs(tg, m.ty, &self.anon);
+            let declared = &tg.get(m.ty).kind;
+            let stubbed = self.is_stubbed(m.ty);
+            if stubbed && let Some(last) = type_names.last_mut() {
+                *last = STUBBED.into();
+            }
+            let is_primitive = matches!(declared, Kind::Primitive { .. })
+                || (stubbed && matches!(declared, Kind::Pointer { .. }));
+            let node = if m.bit_size.is_some() {
+                let id = self.reserve(name, type_names, 0, is_primitive);
+                self.plan.nodes[id].op = Op::Bitfield;
+                id
+            } else {
+                self.build_node(m.ty, name, type_names, is_primitive)?
+            };
+            out.push((m.bit_offset / 8, node));
+        }
+        Ok(Op::Struct {
+            members: out,
+            padding: pad.bytes,
+        })
+    }
+
+    fn arg(&self, r: TypeId, i: usize) -> Result<TypeId, PlanError> {
+        self.tg
+            .type_arg(r, i)
+            .ok_or_else(|| containers::unexpected(self.tg, r, "missing template argument").into())
+    }
+
+    fn container(&mut self, kind: ContainerKind, r: TypeId, id: NodeId) -> Result<Op, PlanError> {
+        use ContainerKind as K;
+        let tg = self.tg;
+        Ok(match kind {
+            K::String => Op::String(string::layout(tg, r)?),
+            K::Vector => {
+                let t = self.arg(r, 0)?;
+                let is_bool = matches!(
+                    tg.get(tg.resolve(t)).kind,
+                    Kind::Primitive {
+                        prim: PrimKind::Bool,
+                        ..
+                    }
+                );
+                if is_bool {
+                    Op::VectorBool {
+                        layout: vector::bool_layout(tg, r)?,
+                        elem: self.child(t, "[]")?,
+                    }
+                } else {
+                    Op::Vector {
+                        layout: vector::layout(tg, r, t)?,
+                        elem: self.child(t, "[]")?,
+                    }
+                }
+            }
+            K::Deque => {
+                let t = self.arg(r, 0)?;
+                Op::Deque {
+                    layout: deque::layout(tg, r, t)?,
+                    elem: self.child(t, "[]")?,
+                }
+            }
+            K::List => {
+                let t = self.arg(r, 0)?;
+                Op::List {
+                    layout: list::layout(tg, r, t)?,
+                    elem: self.child(t, "[]")?,
+                }
+            }
+            K::Set | K::MultiSet => {
+                let t = self.arg(r, 0)?;
+                Op::RbTree {
+                    layout: rbtree::layout(tg, r, tg.size(t), tg.align(t))?,
+                    elem: self.child(t, "[]")?,
+                    is_map: false,
+                }
+            }
+            K::UnorderedSet | K::UnorderedMultiSet => {
+                let t = self.arg(r, 0)?;
+                Op::Hashtable {
+                    layout: hashtable::layout(tg, r, tg.size(t), tg.align(t))?,
+                    elem: self.child(t, "[]")?,
+                    is_map: false,
+                }
+            }
+            K::Map | K::MultiMap | K::UnorderedMap | K::UnorderedMultiMap => {
+                let (k, v) = (self.arg(r, 0)?, self.arg(r, 1)?);
+                let (psize, palign, second) = rbtree::pair_shape(tg, k, v);
+                let capture = self
+                    .opts
+                    .capture_keys
+                    .then(|| self.capture(k))
+                    .transpose()?;
+                let hashed = matches!(kind, K::UnorderedMap | K::UnorderedMultiMap);
+                let (op, node_size) = if hashed {
+                    let l = hashtable::layout(tg, r, psize, palign)?;
+                    (
+                        Op::Hashtable {
+                            layout: l,
+                            elem: 0,
+                            is_map: true,
+                        },
+                        l.node_size,
+                    )
+                } else {
+                    let l = rbtree::layout(tg, r, psize, palign)?;
+                    (
+                        Op::RbTree {
+                            layout: l,
+                            elem: 0,
+                            is_map: true,
+                        },
+                        l.node_size,
+                    )
+                };
+                let entry = self.reserve(
+                    "[]".into(),
+                    Vec::new(),
+                    node_size,
+                    tg.is_fundamental(k) && tg.is_fundamental(v),
+                );
+                let key = self.child(k, "key")?;
+                let value = self.child(v, "value")?;
+                self.plan.nodes[entry].op = Op::Entry {
+                    key: (0, key),
+                    value: (second, value),
+                    capture,
+                };
+                let _ = id;
+                match op {
+                    Op::Hashtable { layout, is_map, .. } => Op::Hashtable {
+                        layout,
+                        elem: entry,
+                        is_map,
+                    },
+                    Op::RbTree { layout, is_map, .. } => Op::RbTree {
+                        layout,
+                        elem: entry,
+                        is_map,
+                    },
+                    other => other,
+                }
+            }
+            K::Pair => {
+                let [(o1, t1), (o2, t2)] = containers::pair::layout(tg, r)?;
+                Op::Pair {
+                    first: (o1, self.child(t1, "first")?),
+                    second: (o2, self.child(t2, "second")?),
+                }
+            }
+            K::Array => {
+                let (offset, elem, count) = containers::array::layout(tg, r)?;
+                Op::Array {
+                    elem: self.child(elem, "[]")?,
+                    offset,
+                    count,
+                    stride: tg.size(elem),
+                    exclusive: u64::from(count == 0),
+                }
+            }
+            K::Optional => {
+                let t = self.arg(r, 0)?;
+                Op::Optional {
+                    layout: optional::layout(tg, r)?,
+                    elem: self.child(t, "el")?,
+                }
+            }
+            K::Variant => {
+                let layout = variant::layout(tg, r)?;
+                let mut alternatives = Vec::new();
+                let mut i = 0;
+                while let Some(t) = tg.type_arg(r, i) {
+                    alternatives.push(self.child(t, "*")?);
+                    i += 1;
+                }
+                Op::Variant {
+                    layout,
+                    alternatives,
+                }
+            }
+            K::UniquePtr | K::SharedPtr => {
+                let offset = if kind == K::UniquePtr {
+                    smart_ptr::unique_ptr_offset(tg, r)?
+                } else {
+                    smart_ptr::shared_ptr_offset(tg, r)?
+                };
+                let t = self.arg(r, 0)?;
+                Op::SmartPtr {
+                    offset,
+                    target: self.pointee(t, "ptr_val")?,
+                }
+            }
+            K::WeakPtr => Op::Leaf,
+            K::ReferenceWrapper => {
+                let t = self.arg(r, 0)?;
+                Op::RefWrap {
+                    offset: refwrap::offset(tg, r)?,
+                    target: self.pointee(t, "ref_val")?,
+                }
+            }
+        })
+    }
+
+    /// The child of a smart pointer / reference: none for incomplete types and `T[]`.
+    fn pointee(&mut self, t: TypeId, name: &'static str) -> Result<Option<NodeId>, PlanError> {
+        let tg = self.tg;
+        let unbounded = matches!(tg.get(tg.resolve(t)).kind, Kind::Array { count: 0, .. });
+        if !tg.is_complete(t) || unbounded {
+            return Ok(None);
+        }
+        Ok(Some(self.child(t, name)?))
+    }
+
+    fn capture(&self, key: TypeId) -> Result<Capture, PlanError> {
+        let tg = self.tg;
+        let r = tg.resolve(key);
+        Ok(match &tg.get(r).kind {
+            Kind::Primitive { .. } | Kind::Enum { .. } | Kind::Pointer { .. } => {
+                Capture::Scalar { size: tg.size(r) }
+            }
+            Kind::Struct(st) if st.container == Some(ContainerKind::String) => {
+                Capture::String(string::layout(tg, r)?)
+            }
+            _ => Capture::Address,
+        })
+    }
+}

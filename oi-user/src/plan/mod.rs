@@ -1,0 +1,242 @@
+//! The walk plan: the single description of how each argument is walked, shared by the
+//! interpreter (now) and the JIT (later), and replayed by `report` to decode the data stream.
+//!
+//! A plan is a graph of [`Node`]s, one per *use site* (a root, a member, a container's element
+//! kind...) with everything static already decided: output name, `typeNames`, staticSize,
+//! `is_primitive`, and an [`Op`] saying which runtime values to read. Cycles (a `Node*` inside
+//! `Node`) close through memoised pointee / element nodes.
+//!
+//! ## The data stream
+//! Walking a node appends little-endian `u64` words; nodes whose subtree reads nothing at
+//! runtime (`dynamic == false`) append nothing and are not even visited. Per [`Op`]:
+//! - `Leaf`, `Bitfield`: nothing. `Struct`, `Array`, `Pair`: their dynamic children, in order.
+//! - `String`: `len, heap_capacity` (0 when inline / SSO).
+//! - `Vector`, `VectorBool`: `address, len, cap`, then each element if the element is dynamic.
+//! - `Deque`: `address, len, map_slots, blocks`, then the elements.
+//! - `List`, `RbTree`: `address, len`, then the elements (in iteration order).
+//! - `Hashtable`: `address, len, bucket_count`, then the elements.
+//! - `Optional`: `engaged`, then the value if engaged. `Variant`: `index` (u64::MAX when
+//!   valueless), then the active alternative.
+//! - `SmartPtr`, `RefWrap`, `RawPointer`: `pointer, descended`, then the target if descended.
+//! - `Entry` (map element): the captured key (`Capture`), then key and value.
+//!   Captured keys: scalar → 1 word; string → `len` then the bytes padded to words; other →
+//!   the key's address.
+//!
+//! The JIT will write the same words into its data segment; the stream is the contract.
+
+pub mod build;
+
+pub use build::{PlanBuilder, PlanError};
+
+use crate::containers::{
+    deque::DequeLayout, hashtable::HashLayout, list::ListLayout, optional::OptionalLayout,
+    rbtree::RbLayout, string::StringLayout, variant::VariantLayout, vector::VectorBoolLayout,
+    vector::VectorLayout,
+};
+
+pub type NodeId = usize;
+
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub nodes: Vec<Node>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub type_names: Vec<String>,
+    pub static_size: u64,
+    pub is_primitive: bool,
+    pub op: Op,
+    /// The walk of this subtree appends to the stream (computed when the plan is finished).
+    pub dynamic: bool,
+}
+
+/// How a map key is captured into `data` (SEMANTICS.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Integral / enum / other scalar key of this byte size, as an unsigned number.
+    Scalar { size: u64 },
+    /// A `std::string` key: its characters.
+    String(StringLayout),
+    /// Any other key: its address.
+    Address,
+}
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Primitive, enum, union, stubbed pointer, weak_ptr, empty class: E = S.
+    Leaf,
+    /// Bitfield member: S = E = 0.
+    Bitfield,
+    /// Members at byte offsets; E = padding.
+    Struct {
+        members: Vec<(u64, NodeId)>,
+        padding: u64,
+    },
+    /// C array or std::array: `count` elements of `stride` bytes at `offset`; E = `exclusive`.
+    Array {
+        elem: NodeId,
+        offset: u64,
+        count: u64,
+        stride: u64,
+        exclusive: u64,
+    },
+    /// std::pair (and other two-child nodes): E = S − sizes of the children.
+    Pair {
+        first: (u64, NodeId),
+        second: (u64, NodeId),
+    },
+    String(StringLayout),
+    Vector {
+        layout: VectorLayout,
+        elem: NodeId,
+    },
+    VectorBool {
+        layout: VectorBoolLayout,
+        elem: NodeId,
+    },
+    Deque {
+        layout: DequeLayout,
+        elem: NodeId,
+    },
+    List {
+        layout: ListLayout,
+        elem: NodeId,
+    },
+    RbTree {
+        layout: RbLayout,
+        elem: NodeId,
+        is_map: bool,
+    },
+    Hashtable {
+        layout: HashLayout,
+        elem: NodeId,
+        is_map: bool,
+    },
+    /// Synthetic map entry: key and value at offsets inside the stored pair; S = node size.
+    Entry {
+        key: (u64, NodeId),
+        value: (u64, NodeId),
+        capture: Option<Capture>,
+    },
+    Optional {
+        layout: OptionalLayout,
+        elem: NodeId,
+    },
+    Variant {
+        layout: VariantLayout,
+        alternatives: Vec<NodeId>,
+    },
+    /// unique_ptr / shared_ptr: pointer at `offset`; `target` None for incomplete types.
+    SmartPtr {
+        offset: u64,
+        target: Option<NodeId>,
+    },
+    /// std::reference_wrapper (child `ref_val`).
+    RefWrap {
+        offset: u64,
+        target: Option<NodeId>,
+    },
+    /// A raw pointer chased with chase-raw-pointers (child `*`; none for void/incomplete).
+    RawPointer {
+        target: Option<NodeId>,
+    },
+}
+
+impl Plan {
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id]
+    }
+
+    /// Marks every node whose walk appends to the stream.
+    pub fn compute_dynamic(&mut self) {
+        let mut state = vec![0u8; self.nodes.len()]; // 0 unknown, 1 in progress, 2 done
+        for id in 0..self.nodes.len() {
+            self.dynamic_of(id, &mut state);
+        }
+    }
+
+    fn dynamic_of(&mut self, id: NodeId, state: &mut [u8]) -> bool {
+        match state[id] {
+            // A cycle always passes through a pointer or container, which is dynamic itself.
+            1 => return true,
+            2 => return self.nodes[id].dynamic,
+            _ => {}
+        }
+        state[id] = 1;
+        let children: Vec<NodeId> = match &self.nodes[id].op {
+            Op::Leaf | Op::Bitfield => vec![],
+            Op::Struct { members, .. } => members.iter().map(|m| m.1).collect(),
+            Op::Array { elem, .. } => vec![*elem],
+            Op::Pair { first, second } => vec![first.1, second.1],
+            Op::Entry {
+                key,
+                value,
+                capture,
+            } => {
+                let v = vec![key.1, value.1];
+                if capture.is_some() {
+                    self.nodes[id].dynamic = true;
+                }
+                v
+            }
+            // Everything else reads runtime values itself.
+            Op::String(_)
+            | Op::Vector { .. }
+            | Op::VectorBool { .. }
+            | Op::Deque { .. }
+            | Op::List { .. }
+            | Op::RbTree { .. }
+            | Op::Hashtable { .. }
+            | Op::Optional { .. }
+            | Op::Variant { .. }
+            | Op::SmartPtr { .. }
+            | Op::RefWrap { .. }
+            | Op::RawPointer { .. } => Vec::new(),
+        };
+        let own = !matches!(
+            self.nodes[id].op,
+            Op::Leaf
+                | Op::Bitfield
+                | Op::Struct { .. }
+                | Op::Array { .. }
+                | Op::Pair { .. }
+                | Op::Entry { .. }
+        );
+        let mut dynamic = self.nodes[id].dynamic || own;
+        for c in children {
+            dynamic |= self.dynamic_of(c, state);
+        }
+        // Children of dynamic containers must still be classified.
+        for c in self.children_of_container(id) {
+            self.dynamic_of(c, state);
+        }
+        self.nodes[id].dynamic = dynamic;
+        state[id] = 2;
+        dynamic
+    }
+
+    fn children_of_container(&self, id: NodeId) -> Vec<NodeId> {
+        match &self.nodes[id].op {
+            Op::Vector { elem, .. }
+            | Op::VectorBool { elem, .. }
+            | Op::Deque { elem, .. }
+            | Op::List { elem, .. }
+            | Op::RbTree { elem, .. }
+            | Op::Hashtable { elem, .. }
+            | Op::Optional { elem, .. } => vec![*elem],
+            Op::Variant { alternatives, .. } => alternatives.clone(),
+            Op::SmartPtr { target, .. }
+            | Op::RefWrap { target, .. }
+            | Op::RawPointer { target } => target.iter().copied().collect(),
+            _ => vec![],
+        }
+    }
+}
+
+/// One measured argument: the plan node of its root and where its object is.
+#[derive(Debug, Clone)]
+pub struct Root {
+    pub node: NodeId,
+}

@@ -1,0 +1,443 @@
+//! Decodes a data stream by replaying the plan that produced it, and hands each result node
+//! (in pre-order, with its inclusive size already known) to a printer: streaming JSON
+//! ([`json`]) or a summarised tree ([`tree`]).
+//!
+//! Inclusive sizes come first in the JSON, before the children, so decoding is two passes
+//! over the stream: the first computes the size of every dynamic node that has children (a
+//! flat `Vec<u64>` in pre-order, one word per such node, none for leaves such as the strings
+//! of a `vector<string>`), the second prints. No result tree is ever held for JSON.
+
+pub mod json;
+pub mod tree;
+
+use crate::interp::walk::MAX_CAPTURED_KEY;
+use crate::plan::{Capture, Node, NodeId, Op, Plan};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("data stream ended early (walker and plan disagree)")]
+    Truncated,
+    #[error("cannot write the report: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One result node as printers see it.
+pub struct NodeOut<'a> {
+    pub node: &'a Node,
+    /// Name (for captured map entries, `[key]`).
+    pub name: &'a str,
+    /// Names from the root down to this node, inclusive.
+    pub path: &'a [String],
+    pub size: u64,
+    pub exclusive: u64,
+    pub pointer: Option<u64>,
+    pub data: Option<&'a Data>,
+    pub length_capacity: Option<(u64, u64)>,
+    pub has_children: bool,
+}
+
+/// A captured key (SEMANTICS.md §9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Data {
+    Number(u64),
+    Text(String),
+    Address(u64),
+}
+
+impl Data {
+    /// The text placed between brackets in the entry's name.
+    pub fn label(&self) -> String {
+        match self {
+            Data::Number(n) => n.to_string(),
+            Data::Text(s) => s.clone(),
+            Data::Address(a) => format!("{a:#x}"),
+        }
+    }
+}
+
+pub trait Sink {
+    fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError>;
+    fn end(&mut self) -> Result<(), ReportError>;
+}
+
+/// Decodes one root's stream into `sink`.
+pub fn decode(
+    plan: &Plan,
+    root: NodeId,
+    stream: &[u64],
+    sink: &mut dyn Sink,
+) -> Result<(), ReportError> {
+    let mut statics = vec![None; plan.nodes.len()];
+    let mut measure = Decoder {
+        plan,
+        stream,
+        pos: 0,
+        sizes: Vec::new(),
+        cursor: 0,
+        sink: None,
+        path: Vec::new(),
+        statics: &mut statics,
+    };
+    measure.node(root, None)?;
+    let sizes = std::mem::take(&mut measure.sizes);
+    let mut print = Decoder {
+        plan,
+        stream,
+        pos: 0,
+        sizes,
+        cursor: 0,
+        sink: Some(sink),
+        path: Vec::new(),
+        statics: &mut statics,
+    };
+    print.node(root, None)?;
+    Ok(())
+}
+
+/// Total size of one root (first pass only); for tests and summaries.
+pub fn total_size(plan: &Plan, root: NodeId, stream: &[u64]) -> Result<u64, ReportError> {
+    let mut statics = vec![None; plan.nodes.len()];
+    let mut d = Decoder {
+        plan,
+        stream,
+        pos: 0,
+        sizes: Vec::new(),
+        cursor: 0,
+        sink: None,
+        path: Vec::new(),
+        statics: &mut statics,
+    };
+    d.node(root, None)
+}
+
+/// What a node's children are, once its own words are read.
+enum Children {
+    None,
+    /// Struct members.
+    Members(Vec<NodeId>),
+    /// `count` times the same element node.
+    Repeat(NodeId, u64),
+    One(NodeId),
+}
+
+struct Decoder<'a, 's> {
+    plan: &'a Plan,
+    stream: &'a [u64],
+    pos: usize,
+    /// Pass 1 fills it; pass 2 reads it back in the same order.
+    sizes: Vec<u64>,
+    cursor: usize,
+    sink: Option<&'s mut dyn Sink>,
+    path: Vec<String>,
+    statics: &'s mut Vec<Option<u64>>,
+}
+
+impl Decoder<'_, '_> {
+    fn word(&mut self) -> Result<u64, ReportError> {
+        let w = *self.stream.get(self.pos).ok_or(ReportError::Truncated)?;
+        self.pos += 1;
+        Ok(w)
+    }
+
+    /// Inclusive size of a non-dynamic subtree (no stream words), memoised per node.
+    fn static_total(&mut self, id: NodeId) -> u64 {
+        if let Some(s) = self.statics[id] {
+            return s;
+        }
+        let plan = self.plan;
+        let n = &plan.nodes[id];
+        let s = match &n.op {
+            Op::Bitfield => 0,
+            Op::Struct { members, padding } => {
+                padding + members.iter().map(|m| self.static_total(m.1)).sum::<u64>()
+            }
+            Op::Array {
+                elem,
+                count,
+                exclusive,
+                ..
+            } => exclusive + count * self.static_total(*elem),
+            Op::Pair { first, second }
+            | Op::Entry {
+                key: first,
+                value: second,
+                ..
+            } => {
+                let e = n.static_size.saturating_sub(
+                    plan.nodes[first.1].static_size + plan.nodes[second.1].static_size,
+                );
+                e + self.static_total(first.1) + self.static_total(second.1)
+            }
+            _ => n.static_size,
+        };
+        self.statics[id] = Some(s);
+        s
+    }
+
+    fn read_capture(&mut self, c: Capture) -> Result<Data, ReportError> {
+        Ok(match c {
+            Capture::Scalar { .. } => Data::Number(self.word()?),
+            Capture::Address => Data::Address(self.word()?),
+            Capture::String(_) => {
+                let n = self.word()?.min(MAX_CAPTURED_KEY) as usize;
+                let mut bytes = Vec::with_capacity(n);
+                for _ in 0..n.div_ceil(8) {
+                    bytes.extend_from_slice(&self.word()?.to_le_bytes());
+                }
+                bytes.truncate(n);
+                Data::Text(String::from_utf8_lossy(&bytes).into_owned())
+            }
+        })
+    }
+
+    /// Decodes node `id`; returns its inclusive size. `name` overrides the plan's name.
+    fn node(&mut self, id: NodeId, name: Option<String>) -> Result<u64, ReportError> {
+        let plan = self.plan;
+        let n = &plan.nodes[id];
+        let printing = self.sink.is_some();
+        if !n.dynamic && !printing {
+            return Ok(self.static_total(id));
+        }
+        let s = n.static_size;
+        let mut pointer = None;
+        let mut lc = None;
+        let mut data = None;
+        let (exclusive, children) = match &n.op {
+            Op::Leaf => (s, Children::None),
+            Op::Bitfield => (0, Children::None),
+            Op::Struct { members, padding } => (
+                *padding,
+                Children::Members(members.iter().map(|m| m.1).collect()),
+            ),
+            Op::Array {
+                elem,
+                count,
+                exclusive,
+                ..
+            } => {
+                lc = Some((*count, *count));
+                (*exclusive, Children::Repeat(*elem, *count))
+            }
+            Op::Pair { first, second } => {
+                let e = s.saturating_sub(
+                    plan.nodes[first.1].static_size + plan.nodes[second.1].static_size,
+                );
+                (e, Children::Members(vec![first.1, second.1]))
+            }
+            Op::Entry {
+                key,
+                value,
+                capture,
+            } => {
+                if let Some(c) = capture {
+                    data = Some(self.read_capture(*c)?);
+                }
+                let e = s.saturating_sub(
+                    plan.nodes[key.1].static_size + plan.nodes[value.1].static_size,
+                );
+                (e, Children::Members(vec![key.1, value.1]))
+            }
+            Op::String(l) => {
+                let (len, cap) = (self.word()?, self.word()?);
+                let (e, l, c) = l.account(len, cap);
+                lc = Some((l, c));
+                (e, Children::None)
+            }
+            Op::Vector { layout, elem } => {
+                pointer = Some(self.word()?);
+                let (len, cap) = (self.word()?, self.word()?);
+                lc = Some((len, cap));
+                (layout.exclusive(len, cap), Children::Repeat(*elem, len))
+            }
+            Op::VectorBool { layout, elem } => {
+                pointer = Some(self.word()?);
+                let (len, cap) = (self.word()?, self.word()?);
+                lc = Some((len, cap));
+                (
+                    layout.size + cap.saturating_sub(len),
+                    Children::Repeat(*elem, len),
+                )
+            }
+            Op::Deque { layout, elem } => {
+                pointer = Some(self.word()?);
+                let (len, slots, blocks) = (self.word()?, self.word()?, self.word()?);
+                let (e, cap) = layout.account(len, slots, blocks);
+                lc = Some((len, cap));
+                (e, Children::Repeat(*elem, len))
+            }
+            Op::List { layout, elem } => {
+                pointer = Some(self.word()?);
+                let len = self.word()?;
+                lc = Some((len, len));
+                (layout.exclusive(len), Children::Repeat(*elem, len))
+            }
+            Op::RbTree {
+                layout,
+                elem,
+                is_map,
+            } => {
+                pointer = Some(self.word()?);
+                let len = self.word()?;
+                lc = Some((len, len));
+                (layout.exclusive(len, *is_map), Children::Repeat(*elem, len))
+            }
+            Op::Hashtable {
+                layout,
+                elem,
+                is_map,
+            } => {
+                pointer = Some(self.word()?);
+                let (len, buckets) = (self.word()?, self.word()?);
+                lc = Some((len, len));
+                let key_size = match &plan.nodes[*elem].op {
+                    Op::Entry { key, .. } if *is_map => plan.nodes[key.1].static_size,
+                    _ => layout.value_size,
+                };
+                (
+                    layout.exclusive(len, buckets, key_size),
+                    Children::Repeat(*elem, len),
+                )
+            }
+            Op::Optional { elem, .. } => {
+                let engaged = self.word()? != 0;
+                lc = Some((u64::from(engaged), 1));
+                if engaged {
+                    (
+                        s.saturating_sub(plan.nodes[*elem].static_size),
+                        Children::One(*elem),
+                    )
+                } else {
+                    (s, Children::None)
+                }
+            }
+            Op::Variant { alternatives, .. } => {
+                let index = self.word()?;
+                match alternatives.get(index as usize) {
+                    Some(&alt) => {
+                        lc = Some((1, 1));
+                        (
+                            s.saturating_sub(plan.nodes[alt].static_size),
+                            Children::One(alt),
+                        )
+                    }
+                    None => {
+                        lc = Some((0, 1));
+                        (s, Children::None)
+                    }
+                }
+            }
+            Op::SmartPtr { target, .. }
+            | Op::RefWrap { target, .. }
+            | Op::RawPointer { target } => {
+                let ptr = self.word()?;
+                let descended = self.word()? != 0;
+                pointer = Some(ptr);
+                lc = Some((u64::from(descended), 1));
+                match (descended, target) {
+                    (true, Some(t)) => (s, Children::One(*t)),
+                    _ => (s, Children::None),
+                }
+            }
+        };
+        let has_children = match &children {
+            Children::None => false,
+            Children::Members(m) => !m.is_empty(),
+            Children::Repeat(_, c) => *c > 0,
+            Children::One(_) => true,
+        };
+        let name = match (&data, name) {
+            (Some(d), _) => format!("[{}]", d.label()),
+            (None, Some(nm)) => nm,
+            (None, None) => n.name.clone(),
+        };
+
+        if !printing {
+            // Pass 1: reserve this node's slot before its children's (pre-order).
+            let slot = has_children.then(|| {
+                self.sizes.push(0);
+                self.sizes.len() - 1
+            });
+            let size = exclusive + self.children_size(&children)?;
+            if let Some(i) = slot {
+                self.sizes[i] = size;
+            }
+            return Ok(size);
+        }
+
+        let size = if !n.dynamic {
+            self.static_total(id)
+        } else if has_children {
+            let s = *self.sizes.get(self.cursor).ok_or(ReportError::Truncated)?;
+            self.cursor += 1;
+            s
+        } else {
+            exclusive
+        };
+        self.path.push(name);
+        let out = NodeOut {
+            node: n,
+            name: self.path.last().map(String::as_str).unwrap_or(""),
+            path: &self.path,
+            size,
+            exclusive,
+            pointer,
+            data: data.as_ref(),
+            length_capacity: lc,
+            has_children,
+        };
+        if let Some(sink) = self.sink.as_mut() {
+            sink.begin(&out)?;
+        }
+        self.print_children(&children)?;
+        if let Some(sink) = self.sink.as_mut() {
+            sink.end()?;
+        }
+        self.path.pop();
+        Ok(size)
+    }
+
+    fn children_size(&mut self, c: &Children) -> Result<u64, ReportError> {
+        Ok(match c {
+            Children::None => 0,
+            Children::Members(m) => {
+                let mut t = 0;
+                for &id in m {
+                    t += self.node(id, None)?;
+                }
+                t
+            }
+            Children::Repeat(id, count) => {
+                if !self.plan.nodes[*id].dynamic {
+                    self.static_total(*id).saturating_mul(*count)
+                } else {
+                    let mut t = 0;
+                    for _ in 0..*count {
+                        t += self.node(*id, None)?;
+                    }
+                    t
+                }
+            }
+            Children::One(id) => self.node(*id, None)?,
+        })
+    }
+
+    fn print_children(&mut self, c: &Children) -> Result<(), ReportError> {
+        match c {
+            Children::None => {}
+            Children::Members(m) => {
+                for &id in m {
+                    self.node(id, None)?;
+                }
+            }
+            Children::Repeat(id, count) => {
+                for _ in 0..*count {
+                    self.node(*id, None)?;
+                }
+            }
+            Children::One(id) => {
+                self.node(*id, None)?;
+            }
+        }
+        Ok(())
+    }
+}

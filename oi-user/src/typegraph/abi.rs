@@ -1,0 +1,202 @@
+//! Where each argument is at function entry (and the return value at return), by the System V
+//! x86-64 ABI with the Itanium C++ rules: classes that are not trivially copyable travel by
+//! invisible reference; other aggregates are classified per eightbyte (INTEGER, SSE, MEMORY).
+//! Only integer registers and the stack are captured by the eBPF side, so SSE values are
+//! reported as unavailable rather than guessed.
+
+use super::{Kind, PrimKind, TypeGraph, TypeId, layout};
+
+/// Where an argument's value lives at entry, in terms of the captured registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// The value itself is in these integer registers (0 = rdi … 5 = r9; 6 = rax), low
+    /// eightbyte first.
+    Regs(Vec<usize>),
+    /// The object is in memory at rsp + offset (rsp as captured at entry).
+    Stack(u64),
+    /// Integer register `n` holds the object's address (invisible reference, hidden return
+    /// pointer).
+    Indirect(usize),
+    /// Passed in registers we do not capture (SSE / x87) or not passed at all (empty class).
+    Unavailable(&'static str),
+}
+
+/// Register number of rax in [`Location`].
+pub const RAX: usize = 6;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    None,
+    Integer,
+    Sse,
+    Memory,
+}
+
+fn merge(a: Class, b: Class) -> Class {
+    match (a, b) {
+        (x, y) if x == y => x,
+        (Class::None, x) | (x, Class::None) => x,
+        (Class::Memory, _) | (_, Class::Memory) => Class::Memory,
+        (Class::Integer, _) | (_, Class::Integer) => Class::Integer,
+        _ => Class::Sse,
+    }
+}
+
+/// Classes of the (at most two) eightbytes of a value, or MEMORY.
+fn classify(tg: &TypeGraph, id: TypeId) -> Vec<Class> {
+    let r = tg.resolve(id);
+    let size = tg.size(r);
+    if let Some(st) = tg.as_struct(r)
+        && st.nontrivial_for_calls
+    {
+        return vec![Class::Memory];
+    }
+    if size > 16 {
+        return vec![Class::Memory];
+    }
+    let n = size.div_ceil(8).max(1) as usize;
+    let mut classes = vec![Class::None; n];
+    fill(tg, r, 0, &mut classes, 0);
+    if classes.contains(&Class::Memory) {
+        return vec![Class::Memory];
+    }
+    classes
+}
+
+fn fill(tg: &TypeGraph, id: TypeId, off: u64, classes: &mut [Class], depth: u32) {
+    if depth > 16 {
+        return;
+    }
+    let r = tg.resolve(id);
+    let t = tg.get(r);
+    let slot = (off / 8) as usize;
+    let mut set = |c: Class| {
+        if let Some(s) = classes.get_mut(slot) {
+            *s = merge(*s, c);
+        }
+    };
+    match &t.kind {
+        Kind::Primitive { prim, .. } => set(match prim {
+            PrimKind::Float if t.size > 8 => Class::Memory,
+            PrimKind::Float => Class::Sse,
+            _ => Class::Integer,
+        }),
+        Kind::Enum { .. } | Kind::Pointer { .. } => set(Class::Integer),
+        Kind::Array { elem, count } => {
+            let es = tg.size(*elem);
+            for i in 0..*count {
+                fill(tg, *elem, off + i * es, classes, depth + 1);
+            }
+        }
+        Kind::Struct(st) if st.is_union => {
+            // Approximation: a union is as integer as its storage.
+            for i in 0..t.size.div_ceil(8) {
+                if let Some(s) = classes.get_mut(slot + i as usize) {
+                    *s = merge(*s, Class::Integer);
+                }
+            }
+        }
+        Kind::Struct(_) => {
+            for m in layout::flatten(tg, r) {
+                fill(tg, m.ty, off + m.bit_offset / 8, classes, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Locations of every parameter (in declaration order, `this` included) at entry, given
+/// their types (`None`: unknown, treated as one integer register) and the return type.
+pub fn parameter_locations(
+    tg: &TypeGraph,
+    params: &[Option<TypeId>],
+    ret: Option<TypeId>,
+) -> Vec<Location> {
+    let mut int = 0usize;
+    let mut sse = 0usize;
+    let mut stack = 8u64; // rsp points at the return address at entry
+    if let Some(r) = ret
+        && returns_in_memory(tg, r)
+    {
+        int = 1; // hidden pointer in rdi
+    }
+    let mut out = Vec::new();
+    for p in params {
+        let Some(ty) = *p else {
+            out.push(next_int(&mut int, &mut stack));
+            continue;
+        };
+        let r = tg.resolve(ty);
+        let size = tg.size(r);
+        if let Some(st) = tg.as_struct(r) {
+            if st.nontrivial_for_calls {
+                out.push(match next_int(&mut int, &mut stack) {
+                    Location::Regs(v) => Location::Indirect(v[0]),
+                    other => other,
+                });
+                continue;
+            }
+            if !st.is_union && layout::is_empty_struct(tg, r) {
+                out.push(Location::Unavailable("an empty class is not passed"));
+                continue;
+            }
+        }
+        let classes = classify(tg, r);
+        let n_int = classes.iter().filter(|c| **c == Class::Integer).count();
+        let n_sse = classes.iter().filter(|c| **c == Class::Sse).count();
+        let on_stack = classes.contains(&Class::Memory) || int + n_int > 6 || sse + n_sse > 8;
+        if on_stack {
+            let align = tg.align(r).max(8);
+            stack = stack.div_ceil(align) * align;
+            out.push(Location::Stack(stack));
+            stack += size.div_ceil(8).max(1) * 8;
+            continue;
+        }
+        if n_sse > 0 {
+            sse += n_sse;
+            int += n_int;
+            out.push(Location::Unavailable(
+                "passed in SSE registers, which are not captured",
+            ));
+            continue;
+        }
+        let regs: Vec<usize> = (int..int + n_int).collect();
+        int += n_int;
+        out.push(Location::Regs(regs));
+    }
+    out
+}
+
+fn next_int(int: &mut usize, stack: &mut u64) -> Location {
+    if *int < 6 {
+        *int += 1;
+        Location::Regs(vec![*int - 1])
+    } else {
+        let l = Location::Stack(*stack);
+        *stack += 8;
+        l
+    }
+}
+
+/// Whether a function returning `ty` gets a hidden result pointer (and returns it in rax).
+pub fn returns_in_memory(tg: &TypeGraph, ty: TypeId) -> bool {
+    let r = tg.resolve(ty);
+    matches!(tg.get(r).kind, Kind::Struct(_) | Kind::Array { .. })
+        && classify(tg, r).contains(&Class::Memory)
+}
+
+/// Where the return value is at a return probe.
+pub fn return_location(tg: &TypeGraph, ty: TypeId) -> Location {
+    if returns_in_memory(tg, ty) {
+        return Location::Indirect(RAX);
+    }
+    let classes = classify(tg, ty);
+    match classes.as_slice() {
+        [Class::Integer] => Location::Regs(vec![RAX]),
+        [Class::None] => Location::Unavailable("an empty class is not returned"),
+        [Class::Integer, Class::Integer] => {
+            Location::Unavailable("returned in rax:rdx; only rax is captured at return")
+        }
+        _ => Location::Unavailable("returned in SSE registers, which are not captured"),
+    }
+}
