@@ -264,13 +264,13 @@ impl<'a> DebugInfo<'a> {
             v => match self.dwarf.attr_string(unit, v) {
                 Ok(s) => Attr::Str(s.to_string_lossy().into_owned()),
                 Err(_) => match v {
+                    AttributeValue::Encoding(e) => Attr::Uint(e.0.into()),
+                    AttributeValue::Virtuality(e) => Attr::Uint(e.0.into()),
                     AttributeValue::Language(_)
-                    | AttributeValue::Encoding(_)
                     | AttributeValue::DecimalSign(_)
                     | AttributeValue::Endianity(_)
                     | AttributeValue::Accessibility(_)
-                    | AttributeValue::Visibility(_)
-                    | AttributeValue::Virtuality(_) => Attr::Uint(0),
+                    | AttributeValue::Visibility(_) => Attr::Uint(0),
                     _ => return Ok(None),
                 },
             },

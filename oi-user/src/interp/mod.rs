@@ -9,3 +9,6 @@ pub mod walk;
 
 pub use memory::{LocalReader, MemoryReader, ReadError, RemoteReader};
 pub use walk::{WalkError, Walker, run};
+
+#[cfg(test)]
+pub(crate) mod live_tests;

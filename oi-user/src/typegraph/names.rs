@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Kind, PrimKind, TemplateArg, TypeGraph, TypeId, layout};
+use crate::containers::ContainerKind;
 
 /// Spelling of a DWARF base type (`DW_AT_encoding`, byte size).
 pub fn primitive(encoding: u64, size: u64) -> (String, PrimKind) {
@@ -132,7 +133,9 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
                             let mut s = if full {
                                 spell_depth(tg, *ty, anon, depth + 1)
                             } else {
-                                spell_unmeasured(tg, *ty, anon, depth + 1)
+                                spell_unmeasured(tg, *ty, anon, depth + 1, || {
+                                    value_type(tg, r, kind, anon, depth + 1)
+                                })
                             };
                             if *is_const {
                                 s.push_str(" const");
@@ -155,7 +158,34 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
 
 /// Non-measured template arguments: `std::allocator` / `std::char_traits` respelled, any
 /// other class by its bare DWARF name (`less<int>`), anything else by the normal rules.
-fn spell_unmeasured(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> String {
+/// The value type a container's allocator allocates, spelled (g++ omits the template
+/// parameters of `std::allocator<T>` / `std::char_traits<T>` from DWARF).
+fn value_type(
+    tg: &TypeGraph,
+    id: TypeId,
+    kind: ContainerKind,
+    anon: &AnonNames,
+    depth: u32,
+) -> String {
+    let arg = |i| {
+        tg.type_arg(id, i)
+            .map(|t| spell_depth(tg, t, anon, depth))
+            .unwrap_or_default()
+    };
+    if kind.is_map() {
+        format!("std::pair<{} const, {}>", arg(0), arg(1))
+    } else {
+        arg(0)
+    }
+}
+
+fn spell_unmeasured(
+    tg: &TypeGraph,
+    id: TypeId,
+    anon: &AnonNames,
+    depth: u32,
+    value_type: impl Fn() -> String,
+) -> String {
     let r = tg.resolve(id);
     if let Kind::Struct(st) = &tg.get(r).kind
         && st.container.is_none()
@@ -165,6 +195,9 @@ fn spell_unmeasured(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) ->
             if q.strip_prefix(std_name)
                 .is_some_and(|rest| rest.starts_with('<'))
             {
+                if st.template_args.is_empty() {
+                    return format!("{std_name}<{}>", value_type());
+                }
                 let args: Vec<String> = st
                     .template_args
                     .iter()

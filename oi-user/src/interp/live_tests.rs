@@ -1,0 +1,326 @@
+//! Live tests of the whole footprint pipeline (DWARF → plan → interpreter → report) on C++
+//! fixtures from `tests/fixtures/footprint_*.cpp`, without the eBPF trigger: a tiny ptrace
+//! breakpoint stops the fixture at the probed function's first instruction (or at its return
+//! address), the registers at that point play the part of the eBPF-captured ones, and the
+//! JSON the [`Measurer`] prints is compared with the numbers the fixture computed about itself
+//! (exact equality). Fixture processes are killed by pid when a test ends, pass or fail.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::Pid;
+use oi_common::EntryRegs;
+use serde_json::Value;
+
+use crate::debuginfo::{Binary, find_function};
+use crate::interp::RemoteReader;
+use crate::measure::{Measurer, OutputFormat};
+
+/// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
+pub fn build_fixture(name: &str, flags: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let src = root.join("tests/fixtures").join(format!("{name}.cpp"));
+    let dir = root.join("target/fixtures");
+    std::fs::create_dir_all(&dir).expect("create target/fixtures");
+    let tag = flags.join("").replace(['-', '='], "");
+    let exe = dir.join(format!("{name}{tag}"));
+    let fresh = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    if fresh(&exe).is_none() || fresh(&exe) < fresh(&src) {
+        let out = Command::new("g++")
+            .args(["-g", "-std=c++17"])
+            .args(flags)
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .expect("run g++");
+        assert!(
+            out.status.success(),
+            "g++ failed on {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    exe
+}
+
+#[derive(Debug)]
+struct Probe {
+    is_return: bool,
+    symbol: String,
+    args: Vec<String>,
+    features: Vec<String>,
+    expect: Vec<(String, String, u64)>,
+}
+
+/// A running fixture; killed (by pid) when dropped.
+struct Fixture {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pid_of(f: &Fixture) -> Pid {
+    Pid::from_raw(f.child.id() as i32)
+}
+
+fn start(exe: &Path) -> (Fixture, Vec<Probe>) {
+    let mut child = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start fixture");
+    let stdin = child.stdin.take();
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut f = Fixture {
+        child,
+        stdin,
+        stdout,
+    };
+    let mut probes: Vec<Probe> = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = f.stdout.read_line(&mut line).expect("read fixture");
+        assert!(n > 0, "fixture exited before READY");
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["READY"] => break,
+            ["PROBE", kind, sym, args, feats] => probes.push(Probe {
+                is_return: *kind == "return",
+                symbol: sym.to_string(),
+                args: args.split(',').map(String::from).collect(),
+                features: if *feats == "-" {
+                    vec![]
+                } else {
+                    feats.split(',').map(String::from).collect()
+                },
+                expect: vec![],
+            }),
+            ["E", path, key, value] => probes.last_mut().expect("E before PROBE").expect.push((
+                path.to_string(),
+                key.to_string(),
+                value.parse().expect("number"),
+            )),
+            _ => panic!("unexpected fixture line: {line}"),
+        }
+    }
+    (f, probes)
+}
+
+/// Load bias of `exe` in process `pid`, from its first mapping.
+fn load_bias(pid: Pid, exe: &Path, binary: &Binary) -> u64 {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let canon = exe.canonicalize().expect("canonical exe");
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 6 && Path::new(f[5]) == canon {
+            let start =
+                u64::from_str_radix(f[0].split('-').next().unwrap_or("0"), 16).expect("hex");
+            let off = u64::from_str_radix(f[2], 16).expect("hex");
+            return binary.load_bias(start, off).expect("bias");
+        }
+    }
+    panic!("{} not mapped in {pid}", exe.display());
+}
+
+fn wait_trap(pid: Pid) -> nix::libc::user_regs_struct {
+    loop {
+        match waitpid(pid, None).expect("waitpid") {
+            WaitStatus::Stopped(_, Signal::SIGTRAP) => return ptrace::getregs(pid).expect("regs"),
+            WaitStatus::Stopped(_, sig) => ptrace::cont(pid, sig).expect("cont"),
+            WaitStatus::PtraceEvent(..) => ptrace::cont(pid, None).expect("cont"),
+            other => panic!("fixture did not reach the breakpoint: {other:?}"),
+        }
+    }
+}
+
+/// Runs to the breakpoint at `addr` (int3), then restores the byte and rewinds rip.
+fn run_to(pid: Pid, addr: u64, then: impl FnOnce()) -> nix::libc::user_regs_struct {
+    let orig = ptrace::read(pid, addr as ptrace::AddressType).expect("peek");
+    ptrace::write(pid, addr as ptrace::AddressType, (orig & !0xff) | 0xcc).expect("poke");
+    ptrace::cont(pid, None).expect("cont");
+    then();
+    let mut regs = wait_trap(pid);
+    assert_eq!(regs.rip - 1, addr, "stopped at an unexpected place");
+    ptrace::write(pid, addr as ptrace::AddressType, orig).expect("restore");
+    regs.rip = addr;
+    ptrace::setregs(pid, regs).expect("setregs");
+    regs
+}
+
+fn entry_regs(r: &nix::libc::user_regs_struct) -> EntryRegs {
+    EntryRegs {
+        rdi: r.rdi,
+        rsi: r.rsi,
+        rdx: r.rdx,
+        rcx: r.rcx,
+        r8: r.r8,
+        r9: r.r9,
+        rsp: r.rsp,
+        rip: r.rip,
+        rax: r.rax,
+    }
+}
+
+/// Follows `0/name/[]#2` through the JSON result.
+fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
+    let mut parts = path.split('/');
+    let root: usize = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("root index");
+    let mut cur = &json[root];
+    for part in parts {
+        let (name, nth) = match part.split_once('#') {
+            Some((n, i)) => (n, i.parse::<usize>().expect("index")),
+            None => (part, 0),
+        };
+        let members = cur["members"].as_array().expect("members");
+        cur = members
+            .iter()
+            .filter(|m| m["name"] == name)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {part} in {path}"));
+    }
+    cur
+}
+
+/// Runs every probe of a fixture and checks its expectations; returns the JSON outputs.
+pub fn run_fixture(name: &str, flags: &[&str]) -> Vec<(String, Value)> {
+    let exe = build_fixture(name, flags);
+    let binary = Binary::open(&exe).expect("open fixture");
+    let (mut f, probes) = start(&exe);
+    assert!(!probes.is_empty(), "fixture {name} declared no probes");
+    let pid = pid_of(&f);
+    ptrace::seize(pid, ptrace::Options::empty()).expect("seize");
+    ptrace::interrupt(pid).expect("interrupt");
+    match waitpid(pid, None).expect("waitpid") {
+        WaitStatus::PtraceEvent(..) | WaitStatus::Stopped(..) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    let bias = load_bias(pid, &exe, &binary);
+    let mut outputs = Vec::new();
+    let mut stdin = f.stdin.take();
+    let mut failures = Vec::new();
+    for p in &probes {
+        let syms = find_function(&binary, &p.symbol).expect("symbols");
+        let sym = syms
+            .first()
+            .unwrap_or_else(|| panic!("no symbol {}", p.symbol));
+        let measurer = Measurer::new(&binary, sym, &p.args, &p.features, p.is_return)
+            .unwrap_or_else(|e| panic!("Measurer::new({}): {e}", p.symbol));
+        let mut regs = run_to(pid, bias + sym.address, || {
+            if let Some(mut s) = stdin.take() {
+                s.write_all(b"go\n").expect("write go");
+            }
+        });
+        if p.is_return {
+            let ret = ptrace::read(pid, regs.rsp as ptrace::AddressType).expect("return address");
+            regs = run_to(pid, ret as u64, || {});
+        }
+        let mut out = Vec::new();
+        measurer
+            .measure(
+                &entry_regs(&regs),
+                bias,
+                &RemoteReader::new(pid.as_raw()),
+                OutputFormat::Json,
+                &mut out,
+            )
+            .unwrap_or_else(|e| panic!("measure {}: {e}", p.symbol));
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(
+            text.ends_with("]\n") && text.matches('\n').count() == 1,
+            "one line per sample"
+        );
+        let json: Value = serde_json::from_str(&text).expect("valid JSON");
+        for (path, key, want) in &p.expect {
+            let got = find(&json, path)[key.as_str()].as_u64();
+            if got != Some(*want) {
+                failures.push(format!(
+                    "{} {path} {key}: got {got:?}, fixture says {want}",
+                    p.symbol
+                ));
+            }
+        }
+        outputs.push((text, json));
+    }
+    ptrace::detach(pid, None).expect("detach");
+    let mut line = String::new();
+    let _ = f.stdout.read_line(&mut line);
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+    outputs
+}
+
+#[test]
+fn basic_structs_strings_vectors_and_abi() {
+    let runs = run_fixture("footprint_basic", &["-O1"]);
+    // Key order of a node (SEMANTICS.md §1), checked on the raw text.
+    let text = &runs[0].0;
+    assert!(text.starts_with(r#"[{"size":"#), "{text}");
+    let order = [
+        "\"size\"",
+        "\"name\"",
+        "\"typePath\"",
+        "\"typeNames\"",
+        "\"staticSize\"",
+        "\"exclusiveSize\"",
+        "\"is_primitive\"",
+        "\"members\"",
+    ];
+    let pos: Vec<usize> = order.iter().map(|k| text.find(k).expect("key")).collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "key order in {text}");
+    let counts_text = &text[text.find("\"name\":\"counts\"").expect("counts")..];
+    let order = [
+        "\"exclusiveSize\"",
+        "\"pointer\"",
+        "\"length\"",
+        "\"capacity\"",
+        "\"is_primitive\"",
+    ];
+    let pos: Vec<usize> = order
+        .iter()
+        .map(|k| counts_text.find(k).expect("key"))
+        .collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "container key order");
+    let out: Vec<Value> = runs.into_iter().map(|r| r.1).collect();
+    let root = &out[0][0];
+    assert_eq!(root["name"], "a0");
+    assert_eq!(root["typeNames"], serde_json::json!(["Inventory"]));
+    let counts = find(&out[0], "0/counts");
+    assert_eq!(
+        counts["typeNames"],
+        serde_json::json!(["std::vector<int32_t, std::allocator<int32_t>>"])
+    );
+    assert_eq!(counts["typePath"], serde_json::json!(["a0", "counts"]));
+    let name = find(&out[0], "0/name");
+    assert_eq!(
+        name["typeNames"],
+        serde_json::json!([
+            "string",
+            "std::__cxx11::basic_string<int8_t, std::char_traits<int8_t>, std::allocator<int8_t>>"
+        ])
+    );
+    assert_eq!(
+        find(&out[0], "0/id")["typeNames"],
+        serde_json::json!(["int32_t", "__int32_t", "int32_t"])
+    );
+    assert_eq!(find(&out[0], "0/id")["is_primitive"], false);
+    assert_eq!(find(&out[0], "0/ratio")["is_primitive"], true);
+}
+
+#[test]
+fn basic_at_o0_too() {
+    run_fixture("footprint_basic", &["-O0"]);
+}
