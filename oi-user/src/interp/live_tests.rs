@@ -245,6 +245,9 @@ pub fn run_fixture(name: &str, flags: &[&str]) -> Vec<(String, Value)> {
             "one line per sample"
         );
         let json: Value = serde_json::from_str(&text).expect("valid JSON");
+        if std::env::var_os("OI_DUMP").is_some() {
+            eprintln!("{text}");
+        }
         for (path, key, want) in &p.expect {
             let got = find(&json, path)[key.as_str()].as_u64();
             if got != Some(*want) {
@@ -323,4 +326,32 @@ fn basic_structs_strings_vectors_and_abi() {
 #[test]
 fn basic_at_o0_too() {
     run_fixture("footprint_basic", &["-O0"]);
+}
+
+#[test]
+fn every_container_family_and_nesting() {
+    let runs = run_fixture("footprint_containers", &["-O1"]);
+    let out = &runs[0].1;
+    let name = |p: &str| find(out, p)["typeNames"].clone();
+    assert_eq!(
+        name("0/mp"),
+        serde_json::json!([
+            "std::map<int32_t, double, less<int>, std::allocator<std::pair<int32_t const, double>>>"
+        ])
+    );
+    assert_eq!(
+        name("0/sp"),
+        serde_json::json!(["std::shared_ptr<std::vector<uint64_t, std::allocator<uint64_t>>>"])
+    );
+    assert_eq!(
+        name("0/arr"),
+        serde_json::json!(["std::array<uint64_t, 8>"])
+    );
+    assert_eq!(
+        name("0/opt_full"),
+        serde_json::json!(["std::optional<uint64_t>"])
+    );
+    assert_eq!(name("0/carr2"), serde_json::json!(["int32_t[3][2]"]));
+    assert_eq!(name("0/mp/[]#0"), serde_json::json!([]));
+    assert_eq!(find(out, "0/mp/[]#0")["is_primitive"], true);
 }
