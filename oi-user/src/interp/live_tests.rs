@@ -355,3 +355,64 @@ fn every_container_family_and_nesting() {
     assert_eq!(name("0/mp/[]#0"), serde_json::json!([]));
     assert_eq!(find(out, "0/mp/[]#0")["is_primitive"], true);
 }
+
+#[test]
+fn every_type_kind_and_the_features() {
+    let runs = run_fixture("footprint_types", &["-O1"]);
+    let j = |i: usize| &runs[i].1;
+    let names = |i: usize, p: &str| find(j(i), p)["typeNames"].clone();
+    use serde_json::json;
+    assert_eq!(
+        names(0, "0/td"),
+        json!(["small_t", "int8_t", "__int8_t", "int8_t"])
+    );
+    assert_eq!(find(j(0), "0/td")["is_primitive"], false);
+    assert_eq!(names(0, "0/color"), json!(["ns::Color"]));
+    assert_eq!(names(0, "0/opaque"), json!(["uintptr_t (stubbed)"]));
+    assert_eq!(find(j(0), "0/opaque")["is_primitive"], true);
+    assert_eq!(names(0, "0/fn"), json!(["uintptr_t (stubbed)"]));
+    assert_eq!(names(0, "0/matrix"), json!(["int32_t[3][2]"]));
+    assert_eq!(names(0, "0/matrix/[]#0"), json!(["int32_t[3]"]));
+    assert_eq!(names(0, "0/ld"), json!(["long double"]));
+    // Pre-order numbering: Kinds 0, then 12 typedefs/enums/structs before it.
+    assert_eq!(names(0, "0/anon_member"), json!(["__oi_anon_13"]));
+    assert_eq!(
+        find(j(0), "0/six")["members"].as_array().map(Vec::len),
+        Some(6)
+    );
+    assert!(
+        find(j(0), "0/u")["members"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    );
+    // chase-raw-pointers: typed pointers are spelled, the pointee is `*`.
+    assert_eq!(names(1, "0/ip"), json!(["int32_t*"]));
+    assert_eq!(names(1, "0/vp"), json!(["void*"]));
+    assert_eq!(names(1, "0/ip/*"), json!(["int32_t"]));
+    // Polymorphic class: vptr first, as an ordinary stubbed member.
+    let poly: Vec<String> = find(j(3), "0")["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(poly, ["_vptr.Bv", "i", "v", "j"]);
+    // capture-keys: string keys as text, non-scalar keys as addresses.
+    let by_str = find(j(5), "0/by_str");
+    assert_eq!(by_str["members"][0]["name"], "[abc]");
+    assert_eq!(by_str["members"][0]["data"], "abc");
+    assert_eq!(
+        by_str["members"][0]["typePath"],
+        json!(["a0", "by_str", "[abc]"])
+    );
+    let by_pair = &find(j(5), "0/by_pair")["members"][0];
+    assert!(
+        by_pair["data"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("0x")),
+        "{by_pair}"
+    );
+    // Anonymous numbering per root: a member struct is 1; typedef 1, its struct 2.
+    assert_eq!(names(6, "0/s"), json!(["__oi_anon_1"]));
+    assert_eq!(names(6, "1/t"), json!(["AnonTd", "__oi_anon_2"]));
+}
