@@ -62,6 +62,8 @@ struct Fixture {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// The fixture's own walk time, when it reports one.
+    native_ns: Option<u64>,
 }
 
 impl Drop for Fixture {
@@ -87,6 +89,7 @@ fn start(exe: &Path) -> (Fixture, Vec<Probe>) {
         child,
         stdin,
         stdout,
+        native_ns: None,
     };
     let mut probes: Vec<Probe> = Vec::new();
     loop {
@@ -96,6 +99,7 @@ fn start(exe: &Path) -> (Fixture, Vec<Probe>) {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
             ["READY"] => break,
+            ["NATIVE_NS", _] => f.native_ns = w[1].parse().ok(),
             ["PROBE", kind, sym, args, feats] => probes.push(Probe {
                 is_return: *kind == "return",
                 symbol: sym.to_string(),
@@ -196,8 +200,17 @@ fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
     cur
 }
 
-/// Runs every probe of a fixture and checks its expectations; returns the JSON outputs.
-pub fn run_fixture(name: &str, flags: &[&str]) -> Vec<(String, Value)> {
+/// A fixture stopped under ptrace, its probes read, ready to run to them.
+struct Session {
+    f: Fixture,
+    probes: Vec<Probe>,
+    pid: Pid,
+    bias: u64,
+    binary: Binary,
+    stdin: Option<ChildStdin>,
+}
+
+fn attach(name: &str, flags: &[&str]) -> Session {
     let exe = build_fixture(name, flags);
     let binary = Binary::open(&exe).expect("open fixture");
     let (mut f, probes) = start(&exe);
@@ -210,31 +223,63 @@ pub fn run_fixture(name: &str, flags: &[&str]) -> Vec<(String, Value)> {
         other => panic!("unexpected {other:?}"),
     }
     let bias = load_bias(pid, &exe, &binary);
-    let mut outputs = Vec::new();
-    let mut stdin = f.stdin.take();
-    let mut failures = Vec::new();
-    for p in &probes {
-        let syms = find_function(&binary, &p.symbol).expect("symbols");
+    let stdin = f.stdin.take();
+    Session {
+        f,
+        probes,
+        pid,
+        bias,
+        binary,
+        stdin,
+    }
+}
+
+impl Session {
+    /// Builds the measurer of probe `i` and runs the fixture to that probe's hit.
+    fn hit(&mut self, i: usize) -> (Measurer, EntryRegs) {
+        let p = &self.probes[i];
+        let syms = find_function(&self.binary, &p.symbol).expect("symbols");
         let sym = syms
             .first()
             .unwrap_or_else(|| panic!("no symbol {}", p.symbol));
-        let measurer = Measurer::new(&binary, sym, &p.args, &p.features, p.is_return)
+        let measurer = Measurer::new(&self.binary, sym, &p.args, &p.features, p.is_return)
             .unwrap_or_else(|e| panic!("Measurer::new({}): {e}", p.symbol));
-        let mut regs = run_to(pid, bias + sym.address, || {
+        let stdin = &mut self.stdin;
+        let mut regs = run_to(self.pid, self.bias + sym.address, || {
             if let Some(mut s) = stdin.take() {
                 s.write_all(b"go\n").expect("write go");
             }
         });
         if p.is_return {
-            let ret = ptrace::read(pid, regs.rsp as ptrace::AddressType).expect("return address");
-            regs = run_to(pid, ret as u64, || {});
+            let ret =
+                ptrace::read(self.pid, regs.rsp as ptrace::AddressType).expect("return address");
+            regs = run_to(self.pid, ret as u64, || {});
         }
+        (measurer, entry_regs(&regs))
+    }
+
+    fn finish(mut self) {
+        ptrace::detach(self.pid, None).expect("detach");
+        let mut line = String::new();
+        let _ = self.f.stdout.read_line(&mut line);
+    }
+}
+
+/// Runs every probe of a fixture and checks its expectations; returns the raw and parsed
+/// JSON outputs.
+pub fn run_fixture(name: &str, flags: &[&str]) -> Vec<(String, Value)> {
+    let mut s = attach(name, flags);
+    let mut outputs = Vec::new();
+    let mut failures = Vec::new();
+    for i in 0..s.probes.len() {
+        let (measurer, regs) = s.hit(i);
+        let p = &s.probes[i];
         let mut out = Vec::new();
         measurer
             .measure(
-                &entry_regs(&regs),
-                bias,
-                &RemoteReader::new(pid.as_raw()),
+                &regs,
+                s.bias,
+                &RemoteReader::new(s.pid.as_raw()),
                 OutputFormat::Json,
                 &mut out,
             )
@@ -259,11 +304,66 @@ pub fn run_fixture(name: &str, flags: &[&str]) -> Vec<(String, Value)> {
         }
         outputs.push((text, json));
     }
-    ptrace::detach(pid, None).expect("detach");
-    let mut line = String::new();
-    let _ = f.stdout.read_line(&mut line);
+    s.finish();
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
     outputs
+}
+
+/// Counts bytes and newlines without keeping them.
+#[derive(Default)]
+struct Counter {
+    bytes: u64,
+    lines: u64,
+}
+
+impl Write for Counter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.bytes += b.len() as u64;
+        self.lines += b.iter().filter(|c| **c == b'\n').count() as u64;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Benchmark (run with `cargo test -p oi-user --release -- --ignored bench_`): remote walk
+/// of a 1,000,000-element vector<string> against the fixture's own native walk; the total
+/// must still be exact.
+#[test]
+#[ignore = "benchmark"]
+fn bench_million_strings() {
+    let mut s = attach("footprint_bigvec", &["-O2"]);
+    let (measurer, regs) = s.hit(0);
+    let mem = RemoteReader::new(s.pid.as_raw());
+    let t0 = std::time::Instant::now();
+    let streams = measurer.walk_arg_streams(&regs, &mem).expect("walk");
+    let walk = t0.elapsed();
+    let (root, stream) = &streams[0];
+    let total = crate::report::total_size(measurer.plan(), *root, stream).expect("decode");
+    let t1 = std::time::Instant::now();
+    let mut sink = Counter::default();
+    measurer
+        .measure(&regs, s.bias, &mem, OutputFormat::Json, &mut sink)
+        .expect("measure");
+    let full = t1.elapsed();
+    let native = s.f.native_ns.expect("fixture reports its native time");
+    let want = s.probes[0]
+        .expect
+        .iter()
+        .find(|e| e.1 == "size")
+        .map(|e| e.2);
+    assert_eq!(Some(total), want);
+    assert_eq!(sink.lines, 1);
+    eprintln!(
+        "1M vector<string>: native {:.2} ms, remote walk {:.2} ms ({:.1}x), walk+decode+JSON {:.2} ms, {} MB of JSON",
+        native as f64 / 1e6,
+        walk.as_secs_f64() * 1e3,
+        walk.as_nanos() as f64 / native as f64,
+        full.as_secs_f64() * 1e3,
+        sink.bytes / 1_000_000
+    );
+    s.finish();
 }
 
 #[test]

@@ -133,6 +133,18 @@ impl Walker<'_> {
             let n = per_chunk.min(count - i);
             let base = addr + i * stride;
             let bytes = self.read(base, n * stride)?;
+            // Hot path (vector<string> and friends): no per-element dispatch.
+            if let Op::String(l) = &self.plan.nodes[elem].op {
+                self.out.reserve(2 * n as usize);
+                for (j, e) in bytes.chunks_exact(stride as usize).enumerate() {
+                    let at = base + j as u64 * stride;
+                    let (len, cap) = l.words(at, e).ok_or_else(|| corrupt(at, "string"))?;
+                    self.out.push(len);
+                    self.out.push(cap);
+                }
+                i += n;
+                continue;
+            }
             for j in 0..n {
                 let e = sub(&bytes, j * stride, stride, base)?;
                 self.walk(elem, base + j * stride, e)?;
