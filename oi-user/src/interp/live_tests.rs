@@ -516,3 +516,61 @@ fn every_type_kind_and_the_features() {
     assert_eq!(names(6, "0/s"), json!(["__oi_anon_1"]));
     assert_eq!(names(6, "1/t"), json!(["AnonTd", "__oi_anon_2"]));
 }
+
+/// A scratch directory under `target/fixtures`, emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn objcopy(args: &[&std::ffi::OsStr]) {
+    let st = Command::new("objcopy").args(args).status().expect("run objcopy");
+    assert!(st.success(), "objcopy {args:?} failed");
+}
+
+fn plan_of(exe: &Path, symbol: &str, args: &[&str]) -> Result<String, crate::measure::MeasureError> {
+    let binary = Binary::open(exe).expect("open");
+    let sym = find_function(&binary, symbol).expect("symbols").into_iter().next().expect("symbol");
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    Measurer::new(&binary, &sym, &args, &[], false).map(|m| format!("{:?}", m.plan()))
+}
+
+#[test]
+fn separate_and_compressed_debug_info() {
+    let exe = build_fixture("footprint_basic", &["-O1"]);
+    let dir = scratch("debuglink");
+    let sym = "_Z8take_refRK9Inventory";
+    let want = plan_of(&exe, sym, &["arg0"]).expect("plan from the original");
+    // Compressed debug sections (zlib).
+    let z = dir.join("compressed");
+    objcopy(&["--compress-debug-sections=zlib".as_ref(), exe.as_os_str(), z.as_os_str()]);
+    assert_eq!(plan_of(&z, sym, &["arg0"]).expect("compressed"), want);
+    // Stripped binary + .gnu_debuglink to a debug file beside it.
+    let debug = dir.join("app.debug");
+    let stripped = dir.join("app");
+    objcopy(&["--only-keep-debug".as_ref(), exe.as_os_str(), debug.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    objcopy(&["--strip-debug".as_ref(), link.as_ref(), exe.as_os_str(), stripped.as_os_str()]);
+    assert_eq!(plan_of(&stripped, sym, &["arg0"]).expect("via debuglink"), want);
+    // Without the debug file: a clear bad-input error.
+    std::fs::remove_file(&debug).expect("rm");
+    let err = plan_of(&stripped, sym, &["arg0"]).expect_err("no debug info");
+    assert!(err.is_bad_input());
+    assert!(err.to_string().contains("no debug information"), "{err}");
+}
+
+#[test]
+fn argument_errors_are_bad_input_with_clear_messages() {
+    let exe = build_fixture("footprint_basic", &["-O1"]);
+    let err = plan_of(&exe, "_Z8take_intil", &["arg7"]).expect_err("arg7");
+    assert!(err.is_bad_input());
+    assert_eq!(err.to_string(), "no such argument `arg7`: take_int(int, long) has 2 parameter(s) (arg0..arg1)");
+    let err = plan_of(&exe, "_Z8take_intil", &["this"]).expect_err("this");
+    assert!(err.to_string().contains("not a non-static member function"), "{err}");
+    let err = plan_of(&exe, "_Z8take_intil", &["retval"]).expect_err("retval");
+    assert!(err.to_string().contains("--uretprobe"), "{err}");
+    let err = plan_of(&exe, "_Z8take_intil", &["bogus"]).expect_err("bogus");
+    assert!(err.is_bad_input());
+}
