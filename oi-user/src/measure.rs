@@ -5,21 +5,23 @@
 //!
 //! Never writes to the target; reads go through the given [`MemoryReader`].
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use oi_common::EntryRegs;
 
 use crate::debuginfo::dwarf::{self, DwarfError};
+use crate::debuginfo::vtables;
 use crate::debuginfo::{Binary, FunctionSymbol};
 use crate::interp::memory::{LocalReader, Overlay};
 use crate::interp::{MemoryReader, WalkError};
-use crate::plan::build::Options;
+use crate::plan::build::{DerivedClasses, Options};
 use crate::plan::{NodeId, Plan, PlanBuilder, PlanError};
 use crate::report::json::JsonSink;
 use crate::report::tree::TreeSink;
 use crate::report::{self, ReportError};
 use crate::typegraph::abi::{self, Location};
-use crate::typegraph::{BuildError, Builder, Kind};
+use crate::typegraph::{BuildError, Builder, Kind, TypeId};
 
 pub use crate::interp::{LocalReader as LocalMemory, RemoteReader};
 
@@ -121,13 +123,17 @@ impl Measurer {
             match f.as_str() {
                 "chase-raw-pointers" => opts.chase_raw_pointers = true,
                 "capture-keys" => opts.capture_keys = true,
-                // Accepted; measured as the declared type (see the report).
-                "polymorphic-inheritance" => {}
+                "polymorphic-inheritance" => opts.polymorphic = true,
                 other => return Err(MeasureError::UnknownFeature(other.to_string())),
             }
         }
+        let vtables = if opts.polymorphic {
+            vtables::vtable_ranges(binary)
+        } else {
+            HashMap::new()
+        };
         dwarf::with_debug_info(binary, |di| {
-            Self::build(di, function, args, opts, is_return)
+            Self::build(di, function, args, opts, is_return, &vtables)
         })?
     }
 
@@ -137,6 +143,7 @@ impl Measurer {
         args: &[String],
         opts: Options,
         is_return: bool,
+        vtables: &HashMap<String, (u64, u64)>,
     ) -> Result<Self, MeasureError> {
         let fname = function.demangled.clone();
         let types_err = |source| MeasureError::Types {
@@ -157,13 +164,18 @@ impl Measurer {
             Some(t) => Some(b.type_of(Some(t)).map_err(types_err)?),
             None => None,
         };
+        let poly = if opts.polymorphic {
+            Self::derived_candidates(di, &mut b, vtables).map_err(types_err)?
+        } else {
+            HashMap::new()
+        };
         let tg = b.graph;
         let locations = abi::parameter_locations(&tg, &param_types, ret);
         let explicit: Vec<usize> = (0..info.params.len())
             .filter(|&i| !info.params[i].artificial)
             .collect();
 
-        let mut pb = PlanBuilder::new(&tg, opts);
+        let mut pb = PlanBuilder::new(&tg, opts).with_polymorphism(poly);
         let mut plans = Vec::new();
         for arg in args {
             let (ty, location) = if arg == "retval" {
@@ -244,6 +256,47 @@ impl Measurer {
         })
     }
 
+    /// For every dynamic class built so far: its own vtable range and those of every class
+    /// deriving from it that has a vtable in this binary.
+    fn derived_candidates(
+        di: &dwarf::DebugInfo<'_>,
+        b: &mut Builder<'_, '_>,
+        vtables: &HashMap<String, (u64, u64)>,
+    ) -> Result<DerivedClasses, BuildError> {
+        let dynamic: Vec<(TypeId, String)> = (0..b.graph.types.len())
+            .filter_map(|id| match &b.graph.types[id].kind {
+                Kind::Struct(st) if st.dynamic && st.container.is_none() => {
+                    st.name.clone().map(|n| (id, n))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut out = HashMap::new();
+        if dynamic.is_empty() {
+            return Ok(out);
+        }
+        let index = di.inheritance_index()?;
+        for (id, name) in dynamic {
+            let mut cands = Vec::new();
+            if let Some(&(s, e)) = vtables.get(&name) {
+                cands.push((s, e, id));
+            }
+            for die in vtables::derived_classes(&index, &name) {
+                let Some(dname) = di.qualified_name(die)? else {
+                    continue;
+                };
+                if let Some(&(s, e)) = vtables.get(&dname) {
+                    let d = b.type_of(Some(die))?;
+                    cands.push((s, e, d));
+                }
+            }
+            if !cands.is_empty() {
+                out.insert(id, cands);
+            }
+        }
+        Ok(out)
+    }
+
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
@@ -258,11 +311,10 @@ impl Measurer {
         out: &mut dyn Write,
     ) -> Result<(), MeasureError> {
         // Addresses in registers are runtime addresses already; the bias only matters for
-        // ELF addresses (vtable symbols), which this walk does not use yet.
-        let _ = load_bias;
+        // ELF addresses (vtable symbols, polymorphic-inheritance).
         let mut streams = Vec::with_capacity(self.args.len());
         for a in &self.args {
-            streams.push(self.walk_arg(a, regs, mem)?);
+            streams.push(self.walk_arg(a, regs, load_bias, mem)?);
         }
         match format {
             OutputFormat::Json | OutputFormat::JsonPretty => {
@@ -288,11 +340,12 @@ impl Measurer {
     pub fn walk_arg_streams(
         &self,
         regs: &EntryRegs,
+        load_bias: u64,
         mem: &dyn MemoryReader,
     ) -> Result<Vec<(NodeId, Vec<u64>)>, MeasureError> {
         self.args
             .iter()
-            .map(|a| Ok((a.root, self.walk_arg(a, regs, mem)?)))
+            .map(|a| Ok((a.root, self.walk_arg(a, regs, load_bias, mem)?)))
             .collect()
     }
 
@@ -300,6 +353,7 @@ impl Measurer {
         &self,
         a: &ArgPlan,
         regs: &EntryRegs,
+        bias: u64,
         mem: &dyn MemoryReader,
     ) -> Result<Vec<u64>, MeasureError> {
         let walk_err = |source| MeasureError::Walk {
@@ -335,9 +389,9 @@ impl Measurer {
                     local: LocalReader::new(addr, b),
                     inner: mem,
                 };
-                crate::interp::run(&self.plan, a.root, addr, &overlay, false)
+                crate::interp::run(&self.plan, a.root, addr, &overlay, false, bias)
             }
-            None => crate::interp::run(&self.plan, a.root, addr, mem, true),
+            None => crate::interp::run(&self.plan, a.root, addr, mem, true, bias),
         };
         stream.map_err(walk_err)
     }

@@ -426,27 +426,35 @@ impl<'a> DebugInfo<'a> {
         Ok(Some(parts.join("::")))
     }
 
+    /// Every named class/struct/union definition (not declarations), in all units.
+    pub fn class_definitions(&self) -> Result<Vec<DieRef>, DwarfError> {
+        let mut out = Vec::new();
+        for (ui, unit) in self.units.iter().enumerate() {
+            let mut cursor = unit.entries();
+            while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
+                if matches!(
+                    entry.tag(),
+                    dw::DW_TAG_structure_type | dw::DW_TAG_class_type | dw::DW_TAG_union_type
+                ) && entry.attr(dw::DW_AT_declaration).is_none()
+                    && entry.attr(dw::DW_AT_name).is_some()
+                {
+                    out.push(DieRef {
+                        unit: ui,
+                        offset: entry.offset(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The complete definition of a declared (incomplete) class, searched by qualified name in
     /// every unit; built once on first use.
     pub fn find_definition(&self, qualified: &str) -> Result<Option<DieRef>, DwarfError> {
         if self.definitions.borrow().is_none() {
             let mut defs = HashMap::new();
-            for (ui, unit) in self.units.iter().enumerate() {
-                let mut cursor = unit.entries();
-                let mut todo = Vec::new();
-                while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
-                    if matches!(
-                        entry.tag(),
-                        dw::DW_TAG_structure_type | dw::DW_TAG_class_type | dw::DW_TAG_union_type
-                    ) && entry.attr(dw::DW_AT_declaration).is_none()
-                        && entry.attr(dw::DW_AT_name).is_some()
-                    {
-                        todo.push(DieRef {
-                            unit: ui,
-                            offset: entry.offset(),
-                        });
-                    }
-                }
+            {
+                let todo = self.class_definitions()?;
                 for d in todo {
                     if let Some(q) = self.qualified_name(d)? {
                         defs.entry(q).or_insert(d);

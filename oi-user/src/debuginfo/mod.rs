@@ -5,6 +5,7 @@
 pub mod dwarf;
 pub mod elf;
 pub mod symbols;
+pub mod vtables;
 
 pub use elf::{Binary, ElfError};
 pub use symbols::{FunctionSymbol, SymbolError, find_function};

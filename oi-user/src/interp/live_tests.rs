@@ -337,7 +337,9 @@ fn bench_million_strings() {
     let (measurer, regs) = s.hit(0);
     let mem = RemoteReader::new(s.pid.as_raw());
     let t0 = std::time::Instant::now();
-    let streams = measurer.walk_arg_streams(&regs, &mem).expect("walk");
+    let streams = measurer
+        .walk_arg_streams(&regs, s.bias, &mem)
+        .expect("walk");
     let walk = t0.elapsed();
     let (root, stream) = &streams[0];
     let total = crate::report::total_size(measurer.plan(), *root, stream).expect("decode");
@@ -519,20 +521,33 @@ fn every_type_kind_and_the_features() {
 
 /// A scratch directory under `target/fixtures`, emptied first.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures").join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/fixtures")
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
 
 fn objcopy(args: &[&std::ffi::OsStr]) {
-    let st = Command::new("objcopy").args(args).status().expect("run objcopy");
+    let st = Command::new("objcopy")
+        .args(args)
+        .status()
+        .expect("run objcopy");
     assert!(st.success(), "objcopy {args:?} failed");
 }
 
-fn plan_of(exe: &Path, symbol: &str, args: &[&str]) -> Result<String, crate::measure::MeasureError> {
+fn plan_of(
+    exe: &Path,
+    symbol: &str,
+    args: &[&str],
+) -> Result<String, crate::measure::MeasureError> {
     let binary = Binary::open(exe).expect("open");
-    let sym = find_function(&binary, symbol).expect("symbols").into_iter().next().expect("symbol");
+    let sym = find_function(&binary, symbol)
+        .expect("symbols")
+        .into_iter()
+        .next()
+        .expect("symbol");
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     Measurer::new(&binary, &sym, &args, &[], false).map(|m| format!("{:?}", m.plan()))
 }
@@ -545,15 +560,31 @@ fn separate_and_compressed_debug_info() {
     let want = plan_of(&exe, sym, &["arg0"]).expect("plan from the original");
     // Compressed debug sections (zlib).
     let z = dir.join("compressed");
-    objcopy(&["--compress-debug-sections=zlib".as_ref(), exe.as_os_str(), z.as_os_str()]);
+    objcopy(&[
+        "--compress-debug-sections=zlib".as_ref(),
+        exe.as_os_str(),
+        z.as_os_str(),
+    ]);
     assert_eq!(plan_of(&z, sym, &["arg0"]).expect("compressed"), want);
     // Stripped binary + .gnu_debuglink to a debug file beside it.
     let debug = dir.join("app.debug");
     let stripped = dir.join("app");
-    objcopy(&["--only-keep-debug".as_ref(), exe.as_os_str(), debug.as_os_str()]);
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        exe.as_os_str(),
+        debug.as_os_str(),
+    ]);
     let link = format!("--add-gnu-debuglink={}", debug.display());
-    objcopy(&["--strip-debug".as_ref(), link.as_ref(), exe.as_os_str(), stripped.as_os_str()]);
-    assert_eq!(plan_of(&stripped, sym, &["arg0"]).expect("via debuglink"), want);
+    objcopy(&[
+        "--strip-debug".as_ref(),
+        link.as_ref(),
+        exe.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    assert_eq!(
+        plan_of(&stripped, sym, &["arg0"]).expect("via debuglink"),
+        want
+    );
     // Without the debug file: a clear bad-input error.
     std::fs::remove_file(&debug).expect("rm");
     let err = plan_of(&stripped, sym, &["arg0"]).expect_err("no debug info");
@@ -566,11 +597,34 @@ fn argument_errors_are_bad_input_with_clear_messages() {
     let exe = build_fixture("footprint_basic", &["-O1"]);
     let err = plan_of(&exe, "_Z8take_intil", &["arg7"]).expect_err("arg7");
     assert!(err.is_bad_input());
-    assert_eq!(err.to_string(), "no such argument `arg7`: take_int(int, long) has 2 parameter(s) (arg0..arg1)");
+    assert_eq!(
+        err.to_string(),
+        "no such argument `arg7`: take_int(int, long) has 2 parameter(s) (arg0..arg1)"
+    );
     let err = plan_of(&exe, "_Z8take_intil", &["this"]).expect_err("this");
-    assert!(err.to_string().contains("not a non-static member function"), "{err}");
+    assert!(
+        err.to_string().contains("not a non-static member function"),
+        "{err}"
+    );
     let err = plan_of(&exe, "_Z8take_intil", &["retval"]).expect_err("retval");
     assert!(err.to_string().contains("--uretprobe"), "{err}");
     let err = plan_of(&exe, "_Z8take_intil", &["bogus"]).expect_err("bogus");
     assert!(err.is_bad_input());
+}
+
+#[test]
+fn polymorphic_inheritance_measures_the_dynamic_type() {
+    let runs = run_fixture("footprint_poly", &["-O1"]);
+    assert_eq!(
+        find(&runs[0].1, "0")["typeNames"],
+        serde_json::json!(["Poly"])
+    );
+    assert_eq!(
+        find(&runs[1].1, "0")["typeNames"],
+        serde_json::json!(["Shape"])
+    );
+    assert_eq!(
+        find(&runs[2].1, "0/shape/ptr_val")["typeNames"],
+        serde_json::json!(["Labelled"])
+    );
 }

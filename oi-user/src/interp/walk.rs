@@ -32,6 +32,8 @@ pub struct Walker<'a> {
     mem: &'a dyn MemoryReader,
     pub out: Vec<u64>,
     visited: HashSet<u64>,
+    /// Runtime minus ELF addresses of the probed binary (to match vtables).
+    bias: u64,
 }
 
 /// Walks `root` (whose object is at `addr`) and returns the stream. `seed` puts the root's
@@ -42,12 +44,14 @@ pub fn run(
     addr: u64,
     mem: &dyn MemoryReader,
     seed: bool,
+    bias: u64,
 ) -> Result<Vec<u64>, WalkError> {
     let mut w = Walker {
         plan,
         mem,
         out: Vec::new(),
         visited: HashSet::new(),
+        bias,
     };
     if seed {
         w.visited.insert(addr);
@@ -327,6 +331,26 @@ impl Walker<'_> {
                 self.emit(u64::from(descend));
                 if let (true, Some(t)) = (descend, target) {
                     self.walk_at(*t, ptr)?;
+                }
+            }
+            Op::Poly {
+                candidates,
+                fallback,
+            } => {
+                let vptr = word(obj, 0, addr)?;
+                let elf = vptr.wrapping_sub(self.bias);
+                match candidates.iter().position(|c| c.0 <= elf && elf < c.1) {
+                    Some(i) => {
+                        self.emit(i as u64);
+                        // offset-to-top sits two words before the address point.
+                        let top = self.read(vptr.wrapping_sub(16), 8)?;
+                        let top = containers::word(&top, 0).unwrap_or(0);
+                        self.walk_at(candidates[i].2, addr.wrapping_add(top))?;
+                    }
+                    None => {
+                        self.emit(u64::MAX);
+                        self.walk(*fallback, addr, obj)?;
+                    }
                 }
             }
             Op::RawPointer { target } => {

@@ -25,9 +25,15 @@ pub struct Options {
     pub chase_raw_pointers: bool,
     /// Record the keys of every std::map / std::unordered_map as `data`.
     pub capture_keys: bool,
+    /// Measure dynamic classes as their most-derived class (needs vtable ranges).
+    pub polymorphic: bool,
 }
 
 type MemoKey = (TypeId, &'static str);
+
+/// polymorphic-inheritance: per dynamic class, (vtable start, vtable end, derived class),
+/// vtable addresses as in the ELF file.
+pub type DerivedClasses = HashMap<TypeId, Vec<(u64, u64, TypeId)>>;
 
 pub struct PlanBuilder<'t> {
     tg: &'t TypeGraph,
@@ -37,6 +43,8 @@ pub struct PlanBuilder<'t> {
     /// Child nodes (single resolved typeName) are shared per (type, child name): this is
     /// what closes cycles through pointers and containers.
     memo: HashMap<MemoKey, NodeId>,
+    /// polymorphic-inheritance: per dynamic class, (vtable start, end, derived class).
+    poly: DerivedClasses,
 }
 
 const STUBBED: &str = "uintptr_t (stubbed)";
@@ -49,7 +57,41 @@ impl<'t> PlanBuilder<'t> {
             opts,
             anon: names::AnonNames::default(),
             memo: HashMap::new(),
+            poly: HashMap::new(),
         }
+    }
+
+    /// Enables polymorphic-inheritance for the given dynamic classes.
+    pub fn with_polymorphism(mut self, poly: DerivedClasses) -> Self {
+        self.poly = poly;
+        self
+    }
+
+    /// A node that picks the most-derived class at runtime, or None if `r` is not a dynamic
+    /// class with known derived classes.
+    fn poly_node(
+        &mut self,
+        r: TypeId,
+        name: &str,
+        fallback: NodeId,
+    ) -> Result<Option<NodeId>, PlanError> {
+        let Some(cands) = self.poly.get(&r).cloned() else {
+            return Ok(None);
+        };
+        let fb = &self.plan.nodes[fallback];
+        let (size, prim) = (fb.static_size, fb.is_primitive);
+        let id = self.reserve(name.into(), Vec::new(), size, prim);
+        let mut candidates = Vec::new();
+        for (start, end, derived) in cands {
+            let names = vec![names::spell(self.tg, derived, &self.anon)];
+            let node = self.build_node(derived, name.into(), names, false)?;
+            candidates.push((start, end, node));
+        }
+        self.plan.nodes[id].op = Op::Poly {
+            candidates,
+            fallback,
+        };
+        Ok(Some(id))
     }
 
     /// Adds the root node of one argument whose (already dereferenced) type is `ty`.
@@ -68,7 +110,8 @@ impl<'t> PlanBuilder<'t> {
             *last = STUBBED.into();
         }
         let is_primitive = tg.is_fundamental(ty);
-        self.build_node(ty, "a0".into(), type_names, is_primitive)
+        let node = self.build_node(ty, "a0".into(), type_names, is_primitive)?;
+        Ok(self.poly_node(tg.resolve(ty), "a0", node)?.unwrap_or(node))
     }
 
     pub fn finish(mut self) -> Plan {
@@ -105,6 +148,16 @@ impl<'t> PlanBuilder<'t> {
         }];
         let is_primitive = self.tg.is_fundamental(r);
         let id = self.reserve(name.into(), type_names, self.tg.size(r), is_primitive);
+        if self.poly.contains_key(&r) && matches!(name, "*" | "ptr_val" | "ref_val") {
+            // The memo points at the dynamic node (reserved first) so that cycles reach it.
+            let poly = self.reserve(name.into(), Vec::new(), self.tg.size(r), is_primitive);
+            self.memo.insert((r, name), poly);
+            self.plan.nodes[id].op = self.op(r, id)?;
+            let built = self.poly_node(r, name, id)?.unwrap_or(id);
+            let node = self.plan.nodes[built].clone();
+            self.plan.nodes[poly] = node;
+            return Ok(poly);
+        }
         self.memo.insert((r, name), id);
         self.plan.nodes[id].op = self.op(r, id)?;
         Ok(id)

@@ -18,6 +18,8 @@
 //! - `Optional`: `engaged`, then the value if engaged. `Variant`: `index` (u64::MAX when
 //!   valueless), then the active alternative.
 //! - `SmartPtr`, `RefWrap`, `RawPointer`: `pointer, descended`, then the target if descended.
+//! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
+//!   chosen node's words.
 //! - `Entry` (map element): the captured key (`Capture`), then key and value.
 //!   Captured keys: scalar → 1 word; string → `len` then the bytes padded to words; other →
 //!   the key's address.
@@ -142,6 +144,13 @@ pub enum Op {
     RawPointer {
         target: Option<NodeId>,
     },
+    /// polymorphic-inheritance: a dynamic class measured as its most-derived class. The
+    /// vptr (offset 0) is looked up in `candidates` (vtable ELF address ranges); the chosen
+    /// node replaces this one in the output, at the object's address + offset-to-top.
+    Poly {
+        candidates: Vec<(u64, u64, NodeId)>,
+        fallback: NodeId,
+    },
 }
 
 impl Plan {
@@ -193,7 +202,8 @@ impl Plan {
             | Op::Variant { .. }
             | Op::SmartPtr { .. }
             | Op::RefWrap { .. }
-            | Op::RawPointer { .. } => Vec::new(),
+            | Op::RawPointer { .. }
+            | Op::Poly { .. } => Vec::new(),
         };
         let own = !matches!(
             self.nodes[id].op,
@@ -227,6 +237,14 @@ impl Plan {
             | Op::Hashtable { elem, .. }
             | Op::Optional { elem, .. } => vec![*elem],
             Op::Variant { alternatives, .. } => alternatives.clone(),
+            Op::Poly {
+                candidates,
+                fallback,
+            } => candidates
+                .iter()
+                .map(|c| c.2)
+                .chain(std::iter::once(*fallback))
+                .collect(),
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
             | Op::RawPointer { target } => target.iter().copied().collect(),

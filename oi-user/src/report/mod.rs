@@ -198,6 +198,16 @@ impl Decoder<'_, '_> {
         if !n.dynamic && !printing {
             return Ok(self.static_total(id));
         }
+        if let Op::Poly {
+            candidates,
+            fallback,
+        } = &n.op
+        {
+            // Transparent: the chosen class stands in this node's place.
+            let i = self.word()?;
+            let chosen = candidates.get(i as usize).map_or(*fallback, |c| c.2);
+            return self.node(chosen, name);
+        }
         let s = n.static_size;
         let mut pointer = None;
         let mut lc = None;
@@ -326,6 +336,8 @@ impl Decoder<'_, '_> {
                     }
                 }
             }
+            // Handled above.
+            Op::Poly { fallback, .. } => (s, Children::One(*fallback)),
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
             | Op::RawPointer { target } => {

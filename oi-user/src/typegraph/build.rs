@@ -24,6 +24,7 @@ pub struct Builder<'d, 'a> {
     di: &'d DebugInfo<'a>,
     pub graph: TypeGraph,
     memo: HashMap<DieRef, TypeId>,
+    dies: HashMap<TypeId, DieRef>,
     void: Option<TypeId>,
 }
 
@@ -39,8 +40,14 @@ impl<'d, 'a> Builder<'d, 'a> {
             di,
             graph: TypeGraph::default(),
             memo: HashMap::new(),
+            dies: HashMap::new(),
             void: None,
         }
+    }
+
+    /// The DWARF DIE a type was built from (declarations: the DIE first met).
+    pub fn die_of(&self, id: TypeId) -> Option<DieRef> {
+        self.dies.get(&id).copied()
     }
 
     pub fn void(&mut self) -> TypeId {
@@ -99,6 +106,7 @@ impl<'d, 'a> Builder<'d, 'a> {
             kind: Kind::Void,
         });
         self.memo.insert(die, id);
+        self.dies.insert(id, die);
         let t = self.build(die)?;
         self.graph.types[id] = t;
         Ok(id)
