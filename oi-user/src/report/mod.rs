@@ -453,3 +453,132 @@ impl Decoder<'_, '_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Plan → interpreter (over a local buffer) → report, without DWARF or a process.
+    use super::*;
+    use crate::containers::string::StringLayout;
+    use crate::containers::vector::VectorLayout;
+    use crate::interp::{LocalReader, run};
+    use crate::plan::Node;
+
+    fn node(name: &str, ty: &str, size: u64, op: Op) -> Node {
+        Node {
+            name: name.into(),
+            type_names: vec![ty.into()],
+            static_size: size,
+            is_primitive: false,
+            op,
+            dynamic: false,
+        }
+    }
+
+    /// struct { vector<int> v; string s; } at 0x1000 with v = 3 ints of capacity 10 at 0x2000
+    /// and s a 35-char heap string at 0x3000.
+    fn fixture() -> (Plan, LocalReader) {
+        let mut plan = Plan::default();
+        plan.nodes.push(node("a0", "S", 56, Op::Leaf));
+        plan.nodes.push(node("[]", "int32_t", 4, Op::Leaf));
+        plan.nodes.push(node(
+            "v",
+            "std::vector<int32_t>",
+            24,
+            Op::Vector {
+                layout: VectorLayout {
+                    start_off: 0,
+                    finish_off: 8,
+                    eos_off: 16,
+                    elem_size: 4,
+                    size: 24,
+                },
+                elem: 1,
+            },
+        ));
+        plan.nodes.push(node(
+            "s",
+            "string",
+            32,
+            Op::String(StringLayout {
+                ptr_off: 0,
+                len_off: 8,
+                cap_off: 16,
+                char_size: 1,
+                size: 32,
+            }),
+        ));
+        plan.nodes[0].op = Op::Struct {
+            members: vec![(0, 2), (24, 3)],
+            padding: 0,
+        };
+        plan.compute_dynamic();
+        let mut mem = vec![0u8; 0x3000];
+        let mut put = |at: usize, w: u64| mem[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        put(0, 0x2000);
+        put(8, 0x200c);
+        put(16, 0x2028);
+        put(24, 0x3000);
+        put(32, 35);
+        put(40, 35);
+        (plan, LocalReader::new(0x1000, mem))
+    }
+
+    #[test]
+    fn json_sizes_and_keys() {
+        let (plan, mem) = fixture();
+        let stream = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
+        assert_eq!(stream, vec![0x1000, 3, 10, 35, 35]);
+        assert_eq!(total_size(&plan, 0, &stream).expect("size"), 64 + 67);
+        let mut out = Vec::new();
+        {
+            let mut sink = json::JsonSink::new(&mut out, false);
+            sink.start_sample().expect("start");
+            decode(&plan, 0, &stream, &mut sink).expect("decode");
+            sink.end_sample().expect("end");
+        }
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(text.starts_with(r#"[{"size":131,"name":"a0","typePath":["a0"],"typeNames":["S"],"staticSize":56,"exclusiveSize":0,"is_primitive":false,"members":[{"size":64,"name":"v","typePath":["a0","v"],"typeNames":["std::vector<int32_t>"],"staticSize":24,"exclusiveSize":52,"pointer":4096,"length":3,"capacity":10,"#), "{text}");
+        assert!(text.contains(r#"{"size":67,"name":"s","typePath":["a0","s"],"typeNames":["string"],"staticSize":32,"exclusiveSize":67,"length":35,"capacity":35,"is_primitive":false,"members":[]}"#), "{text}");
+        assert!(text.ends_with("]}]}]\n"));
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(
+            v[0]["members"][0]["members"].as_array().map(Vec::len),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn truncated_stream_is_an_error() {
+        let (plan, _) = fixture();
+        assert!(matches!(
+            total_size(&plan, 0, &[0x1000, 3]),
+            Err(ReportError::Truncated)
+        ));
+    }
+
+    #[test]
+    fn tree_shows_largest_first_and_summarises() {
+        let (mut plan, mut mem) = fixture();
+        // 100 ints, capacity 100.
+        mem.bytes[8..16].copy_from_slice(&(0x2000u64 + 400).to_le_bytes());
+        mem.bytes[16..24].copy_from_slice(&(0x2000u64 + 400).to_le_bytes());
+        plan.nodes[1].is_primitive = true;
+        let stream = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
+        let mut sink = tree::TreeSink::new();
+        decode(&plan, 0, &stream, &mut sink).expect("decode");
+        let mut out = Vec::new();
+        sink.write(&mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "a0: S  491 B (100.0%)");
+        assert_eq!(
+            lines[1],
+            "  v: std::vector<int32_t> [len 100, cap 100]  424 B (86.4%)"
+        );
+        assert!(text.contains("    … 90 more elements (360 B)"), "{text}");
+        assert_eq!(
+            lines.last().copied(),
+            Some("  s: string [len 35, cap 35]  67 B (13.6%)")
+        );
+    }
+}
