@@ -368,8 +368,12 @@ impl Walker<'_> {
 
     fn capture(&mut self, c: Capture, key_addr: u64, key: &[u8]) -> Result<(), WalkError> {
         match c {
-            Capture::Scalar { size } => {
-                let v = containers::uint(key, 0, size).ok_or_else(|| corrupt(key_addr, "key"))?;
+            Capture::Scalar { size, signed } => {
+                let mut v =
+                    containers::uint(key, 0, size).ok_or_else(|| corrupt(key_addr, "key"))?;
+                if signed && (1..8).contains(&size) && v >> (size * 8 - 1) & 1 == 1 {
+                    v |= u64::MAX << (size * 8);
+                }
                 self.emit(v);
             }
             Capture::Address => self.emit(key_addr),

@@ -442,9 +442,16 @@ impl<'t> PlanBuilder<'t> {
         let tg = self.tg;
         let r = tg.resolve(key);
         Ok(match &tg.get(r).kind {
-            Kind::Primitive { .. } | Kind::Enum { .. } | Kind::Pointer { .. } => {
-                Capture::Scalar { size: tg.size(r) }
-            }
+            Kind::Primitive { .. } | Kind::Enum { .. } | Kind::Pointer { .. } => Capture::Scalar {
+                size: tg.size(r),
+                signed: matches!(
+                    tg.get(r).kind,
+                    Kind::Primitive {
+                        prim: PrimKind::Signed,
+                        ..
+                    }
+                ),
+            },
             Kind::Struct(st) if st.container == Some(ContainerKind::String) => {
                 Capture::String(string::layout(tg, r)?)
             }

@@ -58,7 +58,8 @@ pub struct Node {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capture {
     /// Integral / enum / other scalar key of this byte size, as an unsigned number.
-    Scalar { size: u64 },
+    /// `signed` keys are sign-extended, as a C++ cast to `uint64_t` would.
+    Scalar { size: u64, signed: bool },
     /// A `std::string` key: its characters.
     String(StringLayout),
     /// Any other key: its address.
