@@ -1,0 +1,226 @@
+//! Helpers for the footprint journeys: build a `tests/fixtures/footprint_*.cpp` fixture, read
+//! the expectations it prints about itself, run `oi-trace --mode remote` on it for one probe,
+//! and compare the JSON sample with the fixture's numbers (exact equality).
+//!
+//! Fixture protocol (see `tests/fixtures/footprint_basic.cpp`): lines
+//! `PROBE <entry|return> <symbol> <args> <features|->`, each followed by `E <path> <key>
+//! <value>` lines, then `READY`; the fixture then waits for a line on stdin and calls the
+//! probed functions once each, in PROBE order.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub struct Probe {
+    pub is_return: bool,
+    pub symbol: String,
+    pub args: String,
+    pub features: Vec<String>,
+    pub expect: Vec<(String, String, u64)>,
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
+pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
+    let src = workspace()
+        .join("tests/fixtures")
+        .join(format!("{name}.cpp"));
+    let dir = workspace().join("target/fixtures");
+    std::fs::create_dir_all(&dir).expect("create target/fixtures");
+    let exe = dir.join(format!("{name}{}", opt.trim_start_matches('-')));
+    let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    if mtime(&exe).is_none() || mtime(&exe) < mtime(&src) {
+        let out = Command::new("g++")
+            .args(["-g", "-std=c++17", opt])
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .expect("run g++");
+        assert!(
+            out.status.success(),
+            "g++: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    exe
+}
+
+/// The oi-trace binary under test: `$OI_TRACE`, else `target/debug/oi-trace`. Missing is a
+/// failure, never a skip.
+pub fn oi_trace() -> PathBuf {
+    let p = std::env::var_os("OI_TRACE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/debug/oi-trace"));
+    assert!(
+        p.is_file(),
+        "{} not built (cargo build -p oi-user)",
+        p.display()
+    );
+    p
+}
+
+/// A process killed by pid when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the fixture and reads its probes up to READY.
+pub fn start_fixture(exe: &Path) -> (Killed, BufReader<std::process::ChildStdout>, Vec<Probe>) {
+    let mut child = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start fixture");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut probes: Vec<Probe> = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).expect("read") > 0,
+            "fixture exited before READY"
+        );
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["READY"] => break,
+            ["NATIVE_NS", _] => {}
+            ["PROBE", kind, sym, args, feats] => probes.push(Probe {
+                is_return: *kind == "return",
+                symbol: sym.to_string(),
+                args: args.to_string(),
+                features: if *feats == "-" {
+                    vec![]
+                } else {
+                    feats.split(',').map(String::from).collect()
+                },
+                expect: vec![],
+            }),
+            ["E", path, key, value] => probes.last_mut().expect("E before PROBE").expect.push((
+                path.to_string(),
+                key.to_string(),
+                value.parse().expect("number"),
+            )),
+            _ => panic!("unexpected fixture line: {line}"),
+        }
+    }
+    (Killed(child), out, probes)
+}
+
+/// Follows `0/name/[]#2` through a JSON sample.
+pub fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
+    let mut parts = path.split('/');
+    let root: usize = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("root index");
+    let mut cur = &json[root];
+    for part in parts {
+        let (name, nth) = match part.split_once('#') {
+            Some((n, i)) => (n, i.parse::<usize>().expect("index")),
+            None => (part, 0),
+        };
+        cur = cur["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .filter(|m| m["name"] == name)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {part} in {path}"));
+    }
+    cur
+}
+
+/// Runs `oi-trace --mode remote --count 1 --format json` for probe `index` of the fixture
+/// and returns the mismatches between its sample and the fixture's expectations.
+pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
+    let exe = build_fixture(name, opt);
+    let (mut fixture, _out, probes) = start_fixture(&exe);
+    let p = &probes[index];
+    let mut cmd = Command::new(oi_trace());
+    cmd.arg("--pid")
+        .arg(fixture.0.id().to_string())
+        .arg(if p.is_return {
+            "--uretprobe"
+        } else {
+            "--uprobe"
+        })
+        .arg(&p.symbol)
+        .args([
+            "--arg", &p.args, "--mode", "remote", "--count", "1", "--format", "json",
+        ]);
+    for f in &p.features {
+        cmd.args(["--feature", f]);
+    }
+    let mut tracer = Killed(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start oi-trace"),
+    );
+    // Wait until the probes are armed, then let the fixture run.
+    let mut err = BufReader::new(tracer.0.stderr.take().expect("stderr"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).expect("stderr") > 0,
+            "oi-trace exited: {line}"
+        );
+        if line.contains("attached") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "oi-trace did not attach");
+    }
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+    });
+    fixture
+        .0
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
+    let mut text = String::new();
+    BufReader::new(tracer.0.stdout.take().expect("stdout"))
+        .read_line(&mut text)
+        .expect("sample");
+    let status = tracer.0.wait().expect("wait oi-trace");
+    assert!(status.success(), "oi-trace failed: {status}");
+    let json: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+    p.expect
+        .iter()
+        .filter_map(|(path, key, want)| {
+            let got = find(&json, path)[key.as_str()].as_u64();
+            (got != Some(*want)).then(|| {
+                format!(
+                    "{} {path} {key}: got {got:?}, fixture says {want}",
+                    p.symbol
+                )
+            })
+        })
+        .collect()
+}
+
+/// Checks every probe of a fixture, one oi-trace run each.
+pub fn check_fixture(name: &str, opt: &str) {
+    let exe = build_fixture(name, opt);
+    let count = start_fixture(&exe).2.len();
+    let failures: Vec<String> = (0..count).flat_map(|i| check_probe(name, opt, i)).collect();
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+}
