@@ -481,17 +481,29 @@ impl<'a> DebugInfo<'a> {
                 if entry.tag() != dw::DW_TAG_subprogram {
                     continue;
                 }
-                let Some(low) = entry.attr_value(dw::DW_AT_low_pc) else {
-                    continue;
-                };
                 let die = DieRef {
                     unit: ui,
                     offset: entry.offset(),
                 };
-                if let Ok(Some(addr)) = self.dwarf.attr_address(unit, low)
-                    && addr == function.address
-                {
-                    return Ok(die);
+                // Code in one piece (low_pc) or split hot/cold (DW_AT_ranges).
+                if let Some(low) = entry.attr_value(dw::DW_AT_low_pc) {
+                    if let Ok(Some(addr)) = self.dwarf.attr_address(unit, low)
+                        && addr == function.address
+                    {
+                        return Ok(die);
+                    }
+                } else if entry.attr(dw::DW_AT_ranges).is_some() {
+                    let mut ranges = self
+                        .dwarf
+                        .die_ranges(unit, entry)
+                        .map_err(|e| self.corrupt(e))?;
+                    while let Some(r) = ranges.next().map_err(|e| self.corrupt(e))? {
+                        if r.begin == function.address {
+                            return Ok(die);
+                        }
+                    }
+                } else {
+                    continue;
                 }
                 if by_name.is_none()
                     && let Some(v) = entry.attr_value(dw::DW_AT_linkage_name)
@@ -521,7 +533,10 @@ impl<'a> DebugInfo<'a> {
             let mut cursor = unit.entries();
             let mut candidates = Vec::new();
             while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
-                if entry.tag() == dw::DW_TAG_subprogram && entry.attr(dw::DW_AT_low_pc).is_some() {
+                if entry.tag() == dw::DW_TAG_subprogram
+                    && (entry.attr(dw::DW_AT_low_pc).is_some()
+                        || entry.attr(dw::DW_AT_ranges).is_some())
+                {
                     candidates.push(DieRef {
                         unit: ui,
                         offset: entry.offset(),

@@ -628,3 +628,19 @@ fn polymorphic_inheritance_measures_the_dynamic_type() {
         serde_json::json!(["Labelled"])
     );
 }
+
+#[test]
+fn types_with_dwarf4_bitfield_encoding() {
+    // DWARF 4 describes bitfields with DW_AT_bit_offset (from the storage unit's MSB).
+    run_fixture("footprint_types", &["-O1", "-gdwarf-4"]);
+}
+
+#[test]
+fn basic_at_o2() {
+    run_fixture("footprint_basic", &["-O2"]);
+}
+
+#[test]
+fn containers_at_o0() {
+    run_fixture("footprint_containers", &["-O0"]);
+}
