@@ -200,3 +200,104 @@ pub fn return_location(tg: &TypeGraph, ty: TypeId) -> Location {
         _ => Location::Unavailable("returned in SSE registers, which are not captured"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::typegraph::{Member, StructType, Type};
+
+    fn prim(tg: &mut TypeGraph, size: u64, prim: PrimKind) -> TypeId {
+        tg.add(Type {
+            size,
+            align: size,
+            kind: Kind::Primitive {
+                name: String::new(),
+                prim,
+            },
+        })
+    }
+
+    fn strukt(
+        tg: &mut TypeGraph,
+        members: &[(TypeId, u64)],
+        size: u64,
+        nontrivial: bool,
+    ) -> TypeId {
+        tg.add(Type {
+            size,
+            align: 8,
+            kind: Kind::Struct(Box::new(StructType {
+                name: Some("S".into()),
+                bare_name: Some("S".into()),
+                is_union: false,
+                members: members
+                    .iter()
+                    .map(|&(ty, off)| Member {
+                        name: Some("m".into()),
+                        ty,
+                        bit_offset: off * 8,
+                        bit_size: None,
+                    })
+                    .collect(),
+                bases: vec![],
+                template_args: vec![],
+                container: None,
+                dynamic: false,
+                nontrivial_for_calls: nontrivial,
+            })),
+        })
+    }
+
+    #[test]
+    fn classification_of_the_usual_arguments() {
+        let mut tg = TypeGraph::default();
+        let long = prim(&mut tg, 8, PrimKind::Signed);
+        let int = prim(&mut tg, 4, PrimKind::Signed);
+        let dbl = prim(&mut tg, 8, PrimKind::Float);
+        let ptr = tg.add(Type {
+            size: 8,
+            align: 8,
+            kind: Kind::Pointer { target: Some(long) },
+        });
+        let big = strukt(
+            &mut tg,
+            &[(long, 0), (long, 8), (long, 16), (int, 24)],
+            32,
+            false,
+        );
+        let small = strukt(&mut tg, &[(long, 0), (int, 8)], 16, false);
+        let owning = strukt(&mut tg, &[(ptr, 0)], 8, true);
+        let locs = parameter_locations(
+            &tg,
+            &[
+                Some(int),
+                Some(big),
+                Some(small),
+                Some(dbl),
+                Some(owning),
+                Some(ptr),
+            ],
+            None,
+        );
+        assert_eq!(
+            locs,
+            vec![
+                Location::Regs(vec![0]),
+                Location::Stack(8),
+                Location::Regs(vec![1, 2]),
+                Location::Unavailable("passed in SSE registers, which are not captured"),
+                Location::Indirect(3),
+                Location::Regs(vec![4]),
+            ]
+        );
+        // A class returned in memory takes rdi for its hidden pointer; rax holds it at return.
+        let locs = parameter_locations(&tg, &[Some(int)], Some(owning));
+        assert_eq!(locs, vec![Location::Regs(vec![1])]);
+        assert_eq!(return_location(&tg, owning), Location::Indirect(RAX));
+        assert_eq!(return_location(&tg, long), Location::Regs(vec![RAX]));
+        // Integer registers run out: the seventh integer goes on the stack.
+        let locs = parameter_locations(&tg, &[Some(long); 8], None);
+        assert_eq!(locs[6], Location::Stack(8));
+        assert_eq!(locs[7], Location::Stack(16));
+    }
+}
