@@ -20,8 +20,11 @@ pub enum WalkError {
 
 /// Most addresses remembered for sharing / cycle detection (SEMANTICS.md §7).
 pub const VISITED_CAPACITY: usize = 131_072;
-/// Largest single element array we agree to read (a bigger one means a corrupt length).
-const MAX_ARRAY_BYTES: u64 = 4 << 30;
+/// Largest single read we agree to make (a bigger one means a corrupt length).
+const MAX_ARRAY_BYTES: u64 = 1 << 30;
+/// Most elements one container may report (a larger count means a corrupt object; it would
+/// also mean hundreds of millions of result nodes).
+pub const MAX_ELEMENTS: u64 = 1 << 28;
 /// Elements read per chunk of a large array.
 const CHUNK_BYTES: u64 = 32 << 20;
 /// Longest captured string key.
@@ -83,6 +86,15 @@ fn word(obj: &[u8], off: u64, addr: u64) -> Result<u64, WalkError> {
 impl Walker<'_> {
     fn emit(&mut self, w: u64) {
         self.out.push(w);
+    }
+
+    /// Emits a container's element count after checking it is plausible.
+    fn emit_len(&mut self, len: u64, addr: u64) -> Result<(), WalkError> {
+        if len > MAX_ELEMENTS {
+            return Err(corrupt(addr, format!("implausible element count {len}")));
+        }
+        self.emit(len);
+        Ok(())
     }
 
     fn read(&self, addr: u64, len: u64) -> Result<Vec<u8>, WalkError> {
@@ -226,8 +238,8 @@ impl Walker<'_> {
                     .read(obj)
                     .ok_or_else(|| corrupt(addr, "vector pointers out of order"))?;
                 self.emit(addr);
-                self.emit(len);
-                self.emit(cap);
+                self.emit_len(len, addr)?;
+                self.emit_len(cap, addr)?;
                 self.walk_array(*elem, start, len, layout.elem_size)?;
             }
             Op::VectorBool { layout, .. } => {
@@ -235,16 +247,20 @@ impl Walker<'_> {
                     .read(obj)
                     .ok_or_else(|| corrupt(addr, "vector<bool> pointers out of order"))?;
                 self.emit(addr);
-                self.emit(len);
-                self.emit(cap);
+                self.emit_len(len, addr)?;
+                self.emit_len(cap, addr)?;
             }
             Op::Deque { layout, elem } => {
                 let st = layout
                     .read(obj)
                     .ok_or_else(|| corrupt(addr, "deque iterators out of order"))?;
-                for w in [addr, st.len, st.map_slots, st.blocks] {
-                    self.emit(w);
+                if st.blocks > st.map_slots.max(1) || st.map_slots > MAX_ELEMENTS {
+                    return Err(corrupt(addr, "deque map smaller than its blocks"));
                 }
+                self.emit(addr);
+                self.emit_len(st.len, addr)?;
+                self.emit(st.map_slots);
+                self.emit(st.blocks);
                 if self.dynamic(*elem) && st.len > 0 {
                     self.deque_elements(*elem, layout, &st, addr)?;
                 }
@@ -252,7 +268,7 @@ impl Walker<'_> {
             Op::List { layout, elem } => {
                 let len = word(obj, layout.size_off, addr)?;
                 self.emit(addr);
-                self.emit(len);
+                self.emit_len(len, addr)?;
                 if self.dynamic(*elem) {
                     let head = addr + layout.head_off;
                     let mut cur = word(obj, layout.head_off, addr)?;
@@ -270,7 +286,7 @@ impl Walker<'_> {
             Op::RbTree { layout, elem, .. } => {
                 let len = word(obj, layout.count_off, addr)?;
                 self.emit(addr);
-                self.emit(len);
+                self.emit_len(len, addr)?;
                 if self.dynamic(*elem) {
                     let root = word(obj, layout.header_off + rbtree::PARENT, addr)?;
                     self.rb_elements(*elem, layout, root, len, addr)?;
@@ -280,7 +296,7 @@ impl Walker<'_> {
                 let len = word(obj, layout.count_off, addr)?;
                 let buckets = word(obj, layout.bucket_count_off, addr)?;
                 self.emit(addr);
-                self.emit(len);
+                self.emit_len(len, addr)?;
                 self.emit(buckets);
                 if self.dynamic(*elem) {
                     let mut cur = word(obj, layout.before_begin_off, addr)?;
