@@ -644,3 +644,31 @@ fn basic_at_o2() {
 fn containers_at_o0() {
     run_fixture("footprint_containers", &["-O0"]);
 }
+
+#[test]
+fn custom_allocators_comparators_and_adapters() {
+    let runs = run_fixture("footprint_containers", &["-O1"]);
+    let out = &runs[0].1;
+    let names = |p: &str| find(out, p)["typeNames"].clone();
+    use serde_json::json;
+    assert_eq!(
+        names("0/big_cmp"),
+        json!([
+            "std::map<int32_t, int32_t, BigLess, std::allocator<std::pair<int32_t const, int32_t>>>"
+        ])
+    );
+    assert_eq!(
+        names("0/alloc_vec"),
+        json!(["std::vector<int32_t, MyAlloc<int>>"])
+    );
+    // priority_queue is an ordinary class: member `c`, then the empty comparator `comp`.
+    let pq: Vec<&str> = find(out, "0/pq")["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(pq, ["c", "comp"]);
+    assert_eq!(find(out, "0/pq/comp")["exclusiveSize"], 1);
+    assert_eq!(find(out, "0/pq")["exclusiveSize"], 7);
+}
