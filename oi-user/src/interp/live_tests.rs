@@ -500,14 +500,14 @@ fn every_type_kind_and_the_features() {
         .collect();
     assert_eq!(poly, ["_vptr.Bv", "i", "v", "j"]);
     // capture-keys: string keys as text, non-scalar keys as addresses.
-    let by_str = find(j(5), "0/by_str");
+    let by_str = find(j(6), "0/by_str");
     assert_eq!(by_str["members"][0]["name"], "[abc]");
     assert_eq!(by_str["members"][0]["data"], "abc");
     assert_eq!(
         by_str["members"][0]["typePath"],
         json!(["a0", "by_str", "[abc]"])
     );
-    let by_pair = &find(j(5), "0/by_pair")["members"][0];
+    let by_pair = &find(j(6), "0/by_pair")["members"][0];
     assert!(
         by_pair["data"]
             .as_str()
@@ -515,8 +515,8 @@ fn every_type_kind_and_the_features() {
         "{by_pair}"
     );
     // Anonymous numbering per root: a member struct is 1; typedef 1, its struct 2.
-    assert_eq!(names(6, "0/s"), json!(["__oi_anon_1"]));
-    assert_eq!(names(6, "1/t"), json!(["AnonTd", "__oi_anon_2"]));
+    assert_eq!(names(7, "0/s"), json!(["__oi_anon_1"]));
+    assert_eq!(names(7, "1/t"), json!(["AnonTd", "__oi_anon_2"]));
 }
 
 /// A scratch directory under `target/fixtures`, emptied first.

@@ -227,7 +227,9 @@ impl<'t> PlanBuilder<'t> {
             let name = m.name.clone().unwrap_or_else(|| format!("__oi_anon_{idx}"));
             let mut type_names = names::type_names_with_typedefs(tg, m.ty, &self.anon);
             let declared = &tg.get(m.ty).kind;
-            let stubbed = self.is_stubbed(m.ty);
+            // GCC's vptr is never chased, whatever the options (SEMANTICS.md §4).
+            let is_vptr = m.name.as_deref().is_some_and(|n| n.starts_with("_vptr."));
+            let stubbed = is_vptr || self.is_stubbed(m.ty);
             if stubbed && let Some(last) = type_names.last_mut() {
                 *last = STUBBED.into();
             }
@@ -237,6 +239,8 @@ impl<'t> PlanBuilder<'t> {
                 let id = self.reserve(name, type_names, 0, is_primitive);
                 self.plan.nodes[id].op = Op::Bitfield;
                 id
+            } else if is_vptr {
+                self.reserve(name, type_names, 8, is_primitive)
             } else {
                 self.build_node(m.ty, name, type_names, is_primitive)?
             };
