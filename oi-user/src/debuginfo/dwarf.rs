@@ -72,6 +72,16 @@ pub fn with_debug_info<T>(
     binary: &Binary,
     f: impl FnOnce(&DebugInfo<'_>) -> T,
 ) -> Result<T, DwarfError> {
+    with_debug_info_in(binary, &proc_root_of(binary.path()), f)
+}
+
+/// [`with_debug_info`], looking for separate debug files below `root` (the target's root
+/// directory: `/`, or `/proc/PID/root` for a process in another mount namespace).
+pub fn with_debug_info_in<T>(
+    binary: &Binary,
+    root: &Path,
+    f: impl FnOnce(&DebugInfo<'_>) -> T,
+) -> Result<T, DwarfError> {
     let path = binary.path().to_path_buf();
     let corrupt = |reason: String| DwarfError::Corrupt {
         path: path.clone(),
@@ -82,7 +92,7 @@ pub fn with_debug_info<T>(
         let di = DebugInfo::load(&obj, &path)?;
         return Ok(f(&di));
     }
-    let Some(debug_path) = separate_debug_file(&obj, &path) else {
+    let Some(debug_path) = separate_debug_file(&obj, &path, root) else {
         return Err(DwarfError::NoDebugInfo { path });
     };
     let debug = Binary::open(&debug_path).map_err(|e| corrupt(e.to_string()))?;
@@ -97,8 +107,7 @@ pub fn with_debug_info<T>(
 /// Where a stripped binary's debug info lives: `/usr/lib/debug/.build-id/xx/rest.debug`, then
 /// the `.gnu_debuglink` name beside the binary, in its `.debug/` and under `/usr/lib/debug`.
 /// Paths are resolved relative to the binary's own root (it may be `/proc/PID/root/...`).
-fn separate_debug_file(obj: &object::File<'_>, path: &Path) -> Option<PathBuf> {
-    let root = proc_root_of(path);
+fn separate_debug_file(obj: &object::File<'_>, path: &Path, root: &Path) -> Option<PathBuf> {
     if let Ok(Some(id)) = obj.build_id()
         && id.len() > 1
     {
@@ -115,7 +124,7 @@ fn separate_debug_file(obj: &object::File<'_>, path: &Path) -> Option<PathBuf> {
     if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
         let name = String::from_utf8_lossy(name).into_owned();
         let dir = path.parent().unwrap_or(Path::new("/"));
-        let dir_in_target = dir.strip_prefix(&root).unwrap_or(dir).to_path_buf();
+        let dir_in_target = dir.strip_prefix(root).unwrap_or(dir).to_path_buf();
         let candidates = [
             dir.join(&name),
             dir.join(".debug").join(&name),

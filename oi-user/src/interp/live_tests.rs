@@ -672,3 +672,43 @@ fn custom_allocators_comparators_and_adapters() {
     assert_eq!(find(out, "0/pq/comp")["exclusiveSize"], 1);
     assert_eq!(find(out, "0/pq")["exclusiveSize"], 7);
 }
+
+#[test]
+fn debug_file_found_by_build_id() {
+    let exe = build_fixture("footprint_basic", &["-O1", "-Wl,--build-id"]);
+    let binary = Binary::open(&exe).expect("open");
+    let id: String = {
+        use object::Object as _;
+        let obj = binary.object().expect("parse");
+        let id = obj.build_id().expect("notes").expect("a build id");
+        id.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let root = scratch("buildid-root");
+    let dir = root.join("usr/lib/debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let debug = dir.join(format!("{}.debug", &id[2..]));
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        exe.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    let stripped = root.join("app");
+    objcopy(&[
+        "--strip-debug".as_ref(),
+        exe.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    let stripped = Binary::open(&stripped).expect("open stripped");
+    let sym = find_function(&stripped, "_Z8take_refRK9Inventory").expect("symbols")[0].clone();
+    let found = crate::debuginfo::dwarf::with_debug_info_in(&stripped, &root, |di| {
+        di.find_function(&sym).is_ok()
+    });
+    assert!(matches!(found, Ok(true)), "debug file not used");
+    // Outside that root the stripped binary has no debug information.
+    let err =
+        crate::debuginfo::dwarf::with_debug_info_in(&stripped, Path::new("/nonexistent"), |_| ());
+    assert!(matches!(
+        err,
+        Err(crate::debuginfo::dwarf::DwarfError::NoDebugInfo { .. })
+    ));
+}
