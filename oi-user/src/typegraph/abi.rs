@@ -194,9 +194,8 @@ pub fn return_location(tg: &TypeGraph, ty: TypeId) -> Location {
     match classes.as_slice() {
         [Class::Integer] => Location::Regs(vec![RAX]),
         [Class::None] => Location::Unavailable("an empty class is not returned"),
-        [Class::Integer, Class::Integer] => {
-            Location::Unavailable("returned in rax:rdx; only rax is captured at return")
-        }
+        // rdx is register 2 of the argument order.
+        [Class::Integer, Class::Integer] => Location::Regs(vec![RAX, 2]),
         _ => Location::Unavailable("returned in SSE registers, which are not captured"),
     }
 }
