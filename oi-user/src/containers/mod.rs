@@ -139,16 +139,26 @@ pub(crate) fn field(
 /// Like [`field`], but finds the first flattened member (searching nested structs
 /// depth-first) whose resolved type is a pointer; for fields named differently across
 /// versions (`unique_ptr`'s stored pointer inside its tuple).
-pub(crate) fn first_pointer(tg: &TypeGraph, id: TypeId, depth: u32) -> Option<(u64, TypeId)> {
+/// `want` restricts the search to pointers to that (resolved) type.
+pub(crate) fn first_pointer(
+    tg: &TypeGraph,
+    id: TypeId,
+    want: Option<TypeId>,
+    depth: u32,
+) -> Option<(u64, TypeId)> {
     if depth > 8 {
         return None;
     }
     for m in layout::flatten(tg, id) {
         let r = tg.resolve(m.ty);
         match &tg.get(r).kind {
-            Kind::Pointer { .. } => return Some((m.bit_offset / 8, m.ty)),
+            Kind::Pointer { target } => {
+                if want.is_none() || target.map(|t| tg.resolve(t)) == want {
+                    return Some((m.bit_offset / 8, m.ty));
+                }
+            }
             Kind::Struct(_) => {
-                if let Some((o, t)) = first_pointer(tg, r, depth + 1) {
+                if let Some((o, t)) = first_pointer(tg, r, want, depth + 1) {
                     return Some((m.bit_offset / 8 + o, t));
                 }
             }
