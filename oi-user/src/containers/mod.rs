@@ -152,10 +152,8 @@ pub(crate) fn first_pointer(
     for m in layout::flatten(tg, id) {
         let r = tg.resolve(m.ty);
         match &tg.get(r).kind {
-            Kind::Pointer { target } => {
-                if want.is_none() || target.map(|t| tg.resolve(t)) == want {
-                    return Some((m.bit_offset / 8, m.ty));
-                }
+            Kind::Pointer { target } if want.is_none() || target.map(|t| tg.resolve(t)) == want => {
+                return Some((m.bit_offset / 8, m.ty));
             }
             Kind::Struct(_) => {
                 if let Some((o, t)) = first_pointer(tg, r, want, depth + 1) {
