@@ -712,3 +712,34 @@ fn debug_file_found_by_build_id() {
         Err(crate::debuginfo::dwarf::DwarfError::NoDebugInfo { .. })
     ));
 }
+
+/// Benchmark: node-based containers (one read per node without a cache).
+#[test]
+#[ignore = "benchmark"]
+fn bench_node_containers() {
+    let mut s = attach("footprint_bigmap", &["-O2"]);
+    let (measurer, regs) = s.hit(0);
+    let mem = RemoteReader::new(s.pid.as_raw());
+    let t0 = std::time::Instant::now();
+    let streams = measurer
+        .walk_arg_streams(&regs, s.bias, &mem)
+        .expect("walk");
+    let walk = t0.elapsed();
+    for (i, (root, stream)) in streams.iter().enumerate() {
+        let total = crate::report::total_size(measurer.plan(), *root, stream).expect("decode");
+        let want = s.probes[0]
+            .expect
+            .iter()
+            .find(|e| e.0 == i.to_string())
+            .map(|e| e.2);
+        assert_eq!(Some(total), want, "root {i}");
+    }
+    let native = s.f.native_ns.expect("native time");
+    eprintln!(
+        "200k map + 200k unordered_map of strings: native {:.2} ms, remote walk {:.2} ms ({:.1}x)",
+        native as f64 / 1e6,
+        walk.as_secs_f64() * 1e3,
+        walk.as_nanos() as f64 / native as f64
+    );
+    s.finish();
+}

@@ -49,9 +49,11 @@ pub fn run(
     seed: bool,
     bias: u64,
 ) -> Result<Vec<u64>, WalkError> {
+    // Node-based containers read node by node: serve them from cached blocks.
+    let cached = super::memory::CachedReader::new(mem);
     let mut w = Walker {
         plan,
-        mem,
+        mem: &cached,
         out: Vec::new(),
         visited: HashSet::new(),
         bias,
