@@ -12,7 +12,10 @@ fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let ebpf_dir = manifest_dir.join("../oi-ebpf");
     println!("cargo:rerun-if-changed={}", ebpf_dir.display());
-    println!("cargo:rerun-if-changed={}", manifest_dir.join("../oi-common").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join("../oi-common").display()
+    );
     println!("cargo:rerun-if-env-changed=OI_SKIP_EBPF");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     let object = out_dir.join("oi-ebpf");
@@ -31,21 +34,44 @@ fn main() -> anyhow::Result<()> {
     ]
     .join("\x1f");
     let mut cmd = Command::new("rustup");
-    cmd.args(["run", "nightly", "cargo", "build", "--package", "oi-ebpf", "--bin", "oi-ebpf"])
-        .args(["--release", "--target", "bpfel-unknown-none", "-Z", "build-std=core"])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env("CARGO_ENCODED_RUSTFLAGS", flags)
-        .current_dir(&ebpf_dir);
+    cmd.args([
+        "run",
+        "nightly",
+        "cargo",
+        "build",
+        "--package",
+        "oi-ebpf",
+        "--bin",
+        "oi-ebpf",
+    ])
+    .args([
+        "--release",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+    ])
+    .arg("--target-dir")
+    .arg(&target_dir)
+    .env("CARGO_ENCODED_RUSTFLAGS", flags)
+    .current_dir(&ebpf_dir);
     // The outer build's toolchain must not leak into the nightly one.
-    for key in ["RUSTC", "RUSTC_WORKSPACE_WRAPPER", "RUSTC_WRAPPER", "CARGO_TARGET_DIR", "RUSTFLAGS"] {
+    for key in [
+        "RUSTC",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "RUSTFLAGS",
+    ] {
         cmd.env_remove(key);
     }
     let status = cmd.status().context(
         "running `rustup run nightly cargo build` for oi-ebpf (run `cargo xtask setup` first)",
     )?;
     if !status.success() {
-        bail!("building the eBPF object failed ({status}); `cargo xtask setup` installs what it needs");
+        bail!(
+            "building the eBPF object failed ({status}); `cargo xtask setup` installs what it needs"
+        );
     }
     let built = target_dir.join("bpfel-unknown-none/release/oi-ebpf");
     std::fs::copy(&built, &object).with_context(|| format!("copying {}", built.display()))?;

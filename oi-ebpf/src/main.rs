@@ -72,7 +72,7 @@ pub fn oi_return(ctx: RetProbeContext) -> u32 {
 fn bump(counter: *mut u64) -> u64 {
     // SAFETY: `counter` points into an array map value, which lives as long as the map and is
     // 8-byte aligned; all concurrent accesses go through atomics.
-    let before = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, 1) };
+    let before = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1) };
     before + 1
 }
 

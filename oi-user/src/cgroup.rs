@@ -30,7 +30,8 @@ pub fn cgroup2_mounts() -> Vec<PathBuf> {
             // Fields: id parent maj:min root mountpoint opts... - fstype source superopts
             let (left, right) = line.split_once(" - ")?;
             let mountpoint = left.split_whitespace().nth(4)?;
-            (right.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(unescape(mountpoint)))
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| PathBuf::from(unescape(mountpoint)))
         })
         .collect()
 }
@@ -49,7 +50,9 @@ impl Cgroup {
     pub fn resolve(user_path: &Path) -> Result<Self> {
         let mounts = cgroup2_mounts();
         if mounts.is_empty() {
-            return Err(Error::input("no cgroup2 filesystem is mounted on this machine"));
+            return Err(Error::input(
+                "no cgroup2 filesystem is mounted on this machine",
+            ));
         }
         let candidates: Vec<PathBuf> = if user_path.is_absolute() {
             vec![user_path.to_path_buf()]
@@ -57,21 +60,39 @@ impl Cgroup {
             mounts.iter().map(|m| m.join(user_path)).collect()
         };
         for path in &candidates {
-            let Ok(path) = path.canonicalize() else { continue };
-            let Some(mount) = mounts.iter().filter(|m| path.starts_with(m)).max_by_key(|m| m.as_os_str().len()) else {
+            let Ok(path) = path.canonicalize() else {
+                continue;
+            };
+            let Some(mount) = mounts
+                .iter()
+                .filter(|m| path.starts_with(m))
+                .max_by_key(|m| m.as_os_str().len())
+            else {
                 continue;
             };
             if !path.join("cgroup.procs").is_file() {
                 continue;
             }
-            let meta = fs::metadata(&path).map_err(|e| Error::input(format!("{}: {e}", path.display())))?;
-            let level = path.strip_prefix(mount).map(|rel| rel.components().count()).unwrap_or(0) as u32;
-            return Ok(Self { id: meta.ino(), level, path });
+            let meta = fs::metadata(&path)
+                .map_err(|e| Error::input(format!("{}: {e}", path.display())))?;
+            let level = path
+                .strip_prefix(mount)
+                .map(|rel| rel.components().count())
+                .unwrap_or(0) as u32;
+            return Ok(Self {
+                id: meta.ino(),
+                level,
+                path,
+            });
         }
         Err(Error::input(format!(
             "{} is not a cgroup v2 directory (cgroup2 is mounted at {})",
             user_path.display(),
-            mounts.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(", ")
+            mounts
+                .iter()
+                .map(|m| m.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         )))
     }
 
@@ -84,7 +105,12 @@ impl Cgroup {
                 pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
             }
             if let Ok(entries) = fs::read_dir(&dir) {
-                dirs.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+                dirs.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
             }
         }
         pids.sort_unstable();

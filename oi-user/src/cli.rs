@@ -48,7 +48,12 @@ pub struct Args {
     pub binary: Vec<PathBuf>,
 
     /// What to measure: arg0..argN, this, retval; comma-separated.
-    #[arg(long, value_name = "LIST", default_value = "arg0", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "arg0",
+        value_delimiter = ','
+    )]
     pub arg: Vec<String>,
 
     /// Sample every Nth hit of each probe (counted exactly in the kernel).
@@ -110,12 +115,15 @@ impl Args {
         if let Some(d) = self.duration
             && !(d.is_finite() && d > 0.0)
         {
-            return Err(format!("--duration must be a positive number of seconds, got {d}"));
+            return Err(format!(
+                "--duration must be a positive number of seconds, got {d}"
+            ));
         }
         for a in &self.arg {
             let ok = a == "this"
                 || a == "retval"
-                || a.strip_prefix("arg").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                || a.strip_prefix("arg")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
             if !ok {
                 return Err(format!("--arg {a:?}: expected arg0..argN, this or retval"));
             }
@@ -123,9 +131,20 @@ impl Args {
         if self.arg.iter().any(|a| a == "retval") && !self.uprobe.is_empty() {
             return Err("--arg retval needs a return probe (--uretprobe), not --uprobe".into());
         }
-        const FEATURES: [&str; 3] = ["chase-raw-pointers", "capture-keys", "polymorphic-inheritance"];
-        if let Some(f) = self.feature.iter().find(|f| !FEATURES.contains(&f.as_str())) {
-            return Err(format!("unknown --feature {f:?}: expected one of {}", FEATURES.join(", ")));
+        const FEATURES: [&str; 3] = [
+            "chase-raw-pointers",
+            "capture-keys",
+            "polymorphic-inheritance",
+        ];
+        if let Some(f) = self
+            .feature
+            .iter()
+            .find(|f| !FEATURES.contains(&f.as_str()))
+        {
+            return Err(format!(
+                "unknown --feature {f:?}: expected one of {}",
+                FEATURES.join(", ")
+            ));
         }
         if self.pretty && self.format != Format::Json {
             return Err("--pretty applies to --format json only".into());

@@ -8,7 +8,10 @@ use std::os::fd::{AsRawFd as _, RawFd};
 use aya::{
     Ebpf,
     maps::{Array, HashMap, MapData, RingBuf},
-    programs::{UProbe, uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope}},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
 };
 use oi_common::{Event, ProbeConfig, ProbeCounters};
 
@@ -64,9 +67,9 @@ impl Trigger {
                 .ok_or_else(|| Error::internal(format!("eBPF program {name} missing")))?
                 .try_into()
                 .map_err(|e| Error::internal(format!("eBPF program {name}: {e}")))?;
-            program
-                .load()
-                .map_err(|e| Error::internal(format!("the kernel refused eBPF program {name}: {e}")))?;
+            program.load().map_err(|e| {
+                Error::internal(format!("the kernel refused eBPF program {name}: {e}"))
+            })?;
         }
         let mut take = |name: &str| {
             ebpf.take_map(name)
@@ -78,13 +81,28 @@ impl Trigger {
         let busy = HashMap::try_from(take("BUSY")?).map_err(map_err("BUSY"))?;
         let announced = HashMap::try_from(take("ANNOUNCED")?).map_err(map_err("ANNOUNCED"))?;
         let events = RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?;
-        Ok(Self { ebpf, config, counters, seized, busy, announced, events, links: Vec::new() })
+        Ok(Self {
+            ebpf,
+            config,
+            counters,
+            seized,
+            busy,
+            announced,
+            events,
+            links: Vec::new(),
+        })
     }
 
     /// Configures probe `index` and attaches it; the config is in place before the first hit.
     pub fn attach(&mut self, index: u32, config: ProbeConfig, point: &AttachPoint) -> Result<()> {
-        self.config.set(index, config, 0).map_err(map_err("CONFIG"))?;
-        let name = if point.is_return { RETURN_PROGRAM } else { ENTRY_PROGRAM };
+        self.config
+            .set(index, config, 0)
+            .map_err(map_err("CONFIG"))?;
+        let name = if point.is_return {
+            RETURN_PROGRAM
+        } else {
+            ENTRY_PROGRAM
+        };
         let program: &mut UProbe = self
             .ebpf
             .program_mut(name)
@@ -117,7 +135,11 @@ impl Trigger {
     /// Detaches every probe; counters and pending events stay readable.
     pub fn disarm(&mut self) {
         for (name, link) in self.links.drain(..) {
-            if let Some(program) = self.ebpf.program_mut(name).and_then(|p| <&mut UProbe>::try_from(p).ok()) {
+            if let Some(program) = self
+                .ebpf
+                .program_mut(name)
+                .and_then(|p| <&mut UProbe>::try_from(p).ok())
+            {
                 let _ = program.detach(link);
             }
         }
@@ -129,7 +151,9 @@ impl Trigger {
 
     /// Allows the kernel side to freeze threads of `tgid`.
     pub fn mark_seized(&mut self, tgid: i32) -> Result<()> {
-        self.seized.insert(tgid as u32, 1, 0).map_err(map_err("SEIZED"))
+        self.seized
+            .insert(tgid as u32, 1, 0)
+            .map_err(map_err("SEIZED"))
     }
 
     pub fn forget(&mut self, tgid: i32) {
@@ -165,7 +189,10 @@ impl Trigger {
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lifting it is harmless elsewhere.
 fn raise_memlock_limit() {
-    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: setrlimit reads the struct we pass and nothing else.
     unsafe {
         libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);

@@ -1,1 +1,463 @@
-//! harness
+//! The harness of the end-to-end journeys: build C++ fixtures with g++, start them, run
+//! `oi-trace` on them, and clean up every process, cgroup and file a test made.
+//!
+//! Fixtures print `ready PID` when started and wait for SIGUSR1 before their measured work,
+//! so a test can arm oi-trace first; they print `done ...` after it and exit when their stdin
+//! closes.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    sync::{
+        Mutex,
+        atomic::{AtomicU32, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, channel},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+pub use nix::sys::signal::Signal::{SIGINT, SIGKILL, SIGTERM, SIGUSR1};
+
+/// The workspace root (this crate lives in `tests/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The `oi-trace` binary under test: `$OI_TRACE_BIN`, else `target/release/oi-trace`.
+pub fn oi_trace_bin() -> PathBuf {
+    let path = std::env::var_os("OI_TRACE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/release/oi-trace"));
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo xtask test` (it builds it first)",
+        path.display()
+    );
+    path
+}
+
+/// True when this process may load eBPF and ptrace (root). Without privileges a test returns
+/// early, loudly, unless `OI_TRACE_REQUIRE_PRIVS=1`, where missing privileges fail it.
+pub fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("OI_TRACE_REQUIRE_PRIVS").as_deref() != Ok("1"),
+        "OI_TRACE_REQUIRE_PRIVS=1 but this test runs without root (needs CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)"
+    );
+    eprintln!("SKIPPED: needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)");
+    false
+}
+
+/// How to build one fixture binary from `tests/fixtures/NAME.cpp`.
+#[derive(Clone, Debug)]
+pub struct FixtureBuild {
+    source: &'static str,
+    output: String,
+    flags: Vec<String>,
+    shared_libs: Vec<&'static str>,
+}
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+impl FixtureBuild {
+    pub fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            output: source.to_string(),
+            flags: Vec::new(),
+            shared_libs: Vec::new(),
+        }
+    }
+
+    /// A variant built from the same source (e.g. `-no-pie`) under another file name.
+    pub fn variant(mut self, output: &str, flags: &[&str]) -> Self {
+        self.output = output.to_string();
+        self.flags.extend(flags.iter().map(|f| f.to_string()));
+        self
+    }
+
+    /// Links `tests/fixtures/LIB.cpp`, built as `libLIB.so`, with an rpath to it.
+    pub fn shared_lib(mut self, lib: &'static str) -> Self {
+        self.shared_libs.push(lib);
+        self
+    }
+
+    /// Compiles (when the source is newer than the binary) and returns the binary's path.
+    pub fn build(&self) -> PathBuf {
+        let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let src_dir = workspace_root().join("tests/fixtures");
+        let out_dir = workspace_root().join("target/fixtures");
+        std::fs::create_dir_all(&out_dir).expect("create target/fixtures");
+        let mut link = vec!["-pthread".to_string()];
+        for lib in &self.shared_libs {
+            let so = out_dir.join(format!("lib{lib}.so"));
+            compile(
+                &src_dir.join(format!("{lib}.cpp")),
+                &so,
+                &["-shared".into(), "-fPIC".into()],
+                &[],
+            );
+            link.extend([
+                format!("-L{}", out_dir.display()),
+                format!("-l{lib}"),
+                format!("-Wl,-rpath,{}", out_dir.display()),
+            ]);
+        }
+        let out = out_dir.join(&self.output);
+        compile(
+            &src_dir.join(format!("{}.cpp", self.source)),
+            &out,
+            &self.flags,
+            &link,
+        );
+        out
+    }
+}
+
+/// `g++ -g -O1 FLAGS -o OUT SRC LINK`, skipped when OUT is newer than SRC.
+fn compile(src: &Path, out: &Path, flags: &[String], link: &[String]) {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let (Some(s), Some(o)) = (modified(src), modified(out))
+        && o > s
+    {
+        return;
+    }
+    // Build beside the target and rename, so a concurrent reader never sees half a binary.
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let status = Command::new("g++")
+        .args(["-g", "-O1", "-std=c++17"])
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(src)
+        .args(link)
+        .status()
+        .expect("g++ runs");
+    assert!(status.success(), "g++ failed on {}", src.display());
+    std::fs::rename(&tmp, out).expect("rename fixture");
+}
+
+/// Lines of a child's output stream, read on a thread so a test can wait with a timeout.
+pub struct Lines {
+    rx: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn spawn(stream: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for the next line starting with `prefix`; panics with everything seen on timeout.
+    pub fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "no line starting with {prefix:?} within {timeout:?}; saw: {:#?}",
+                        self.seen
+                    )
+                }
+            }
+        }
+    }
+
+    /// Everything until the stream closes (the child exited).
+    pub fn rest(&mut self) -> Vec<String> {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(30)) {
+            self.seen.push(line);
+        }
+        self.seen.clone()
+    }
+}
+
+/// A running fixture; killed by pid when dropped.
+pub struct Fixture {
+    child: Child,
+    pub pid: i32,
+    stdin: Option<ChildStdin>,
+    pub stdout: Lines,
+}
+
+impl Fixture {
+    pub fn start(binary: &Path, args: &[&str]) -> Self {
+        Self::start_with(Command::new(binary).args(args))
+    }
+
+    /// Starts `cmd` (stdin and stdout piped) and waits for its `ready` line.
+    pub fn start_with(cmd: &mut Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fixture");
+        let pid = child.id() as i32;
+        let stdin = child.stdin.take();
+        let mut stdout = Lines::spawn(child.stdout.take().expect("stdout"));
+        stdout.expect("ready", Duration::from_secs(20));
+        Self {
+            child,
+            pid,
+            stdin,
+            stdout,
+        }
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid), signal).expect("signal fixture");
+    }
+
+    /// The one-letter state from /proc/PID/stat.
+    pub fn state(&self) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        stat.rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next())
+            .unwrap_or('?')
+    }
+
+    /// Asserts the fixture is running or sleeping: not stopped, not traced-stopped, not gone.
+    pub fn assert_running(&self) {
+        let state = self.state();
+        assert!(
+            matches!(state, 'R' | 'S' | 'D'),
+            "fixture {} is in state {state}",
+            self.pid
+        );
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        assert!(
+            status.contains("TracerPid:\t0"),
+            "fixture {} is still traced",
+            self.pid
+        );
+    }
+
+    /// Closes stdin (the fixture's cue to exit) and waits for its exit status.
+    pub fn finish(mut self) -> ExitStatus {
+        self.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait fixture") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fixture {} did not exit",
+                self.pid
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `oi-trace`; killed when dropped.
+pub struct OiTrace {
+    child: Child,
+    pub stderr: Lines,
+    stdout: Option<std::process::ChildStdout>,
+}
+
+/// What a finished `oi-trace` left.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: Vec<String>,
+}
+
+impl OiTrace {
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(oi_trace_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start oi-trace");
+        let stderr = Lines::spawn(child.stderr.take().expect("stderr"));
+        let stdout = child.stdout.take();
+        Self {
+            child,
+            stderr,
+            stdout,
+        }
+    }
+
+    /// Starts and waits until the probes are armed.
+    pub fn attached(args: &[&str]) -> Self {
+        let mut t = Self::start(args);
+        t.stderr
+            .expect("oi-trace: attached", Duration::from_secs(60));
+        t
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        let _ = kill(Pid::from_raw(self.pid()), signal);
+    }
+
+    /// Waits for the exit (at most `timeout`) and collects the output.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let mut stdout = String::new();
+        let reader = self.stdout.take().map(|mut s| {
+            thread::spawn(move || {
+                let mut buf = String::new();
+                let _ = s.read_to_string(&mut buf);
+                buf
+            })
+        });
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait oi-trace") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "oi-trace did not exit within {timeout:?}; stderr: {:#?}",
+                    self.stderr.rest()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        if let Some(r) = reader {
+            stdout = r.join().unwrap_or_default();
+        }
+        Finished {
+            status,
+            stdout,
+            stderr: self.stderr.rest(),
+        }
+    }
+}
+
+impl Drop for OiTrace {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `oi-trace` to completion with a timeout.
+pub fn run_oi_trace(args: &[&str], timeout: Duration) -> Finished {
+    OiTrace::start(args).finish(timeout)
+}
+
+/// A directory removed with everything in it when dropped.
+pub struct TempDir(PathBuf);
+
+static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("oi-e2e-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh cgroup v2 directory, removed when dropped (after its processes are gone).
+pub struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    pub fn new(tag: &str) -> Self {
+        let root = cgroup2_root().expect("cgroup2 is mounted");
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = root.join(format!("oi-e2e-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir(&path).expect("create cgroup");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn add(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("move into cgroup");
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Processes leave a cgroup only when they are reaped; give them a moment.
+        for _ in 0..200 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The cgroup2 mount point, from our mountinfo.
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mountpoint = left.split_whitespace().nth(4)?;
+        (right.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mountpoint))
+    })
+}
+
+/// Parses a JSON document.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"))
+}

@@ -1,1 +1,222 @@
-fn main() {}
+//! Developer entry points: `cargo xtask setup | build | test | demo`.
+//!
+//! `setup` makes a fresh machine able to build oi-trace (idempotent, a second or two when
+//! nothing is missing); every other command runs it first.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "oi-trace developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building needs: nightly rust-src, LLVM for bpf-linker, bpf-linker, g++.
+    Setup,
+    /// Set up, then build target/release/oi-trace with the eBPF object embedded.
+    Build,
+    /// Set up, build, then run fmt and clippy checks and every test.
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true)]
+        cargo_args: Vec<String>,
+    },
+    /// Set up, build, start the bundled example program and trace it.
+    Demo,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup(),
+        Task::Build => setup().and_then(|()| build()),
+        Task::Test { cargo_args } => setup()
+            .and_then(|()| build())
+            .and_then(|()| test(&cargo_args)),
+        Task::Demo => setup().and_then(|()| build()).and_then(|()| demo()),
+    }
+}
+
+fn root() -> PathBuf {
+    oi_e2e::workspace_root()
+}
+
+/// Runs a command, failing with its command line when it fails.
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    ensure!(status.success(), "{cmd:?} failed: {status}");
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stderr(Stdio::null())
+        .output()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    ensure!(out.status.success(), "{cmd:?} failed: {}", out.status);
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn setup() -> Result<()> {
+    // The eBPF crate needs nightly with rust-src (-Z build-std=core).
+    if !succeeds(Command::new("rustc").arg("+nightly").arg("-V")) {
+        bail!("no nightly Rust toolchain; this machine kind ships one (rustup toolchain list)");
+    }
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))?;
+    if !installed.lines().any(|l| l.starts_with("rust-src")) {
+        eprintln!("setup: adding rust-src to nightly");
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
+    }
+    // bpf-linker must be built against the LLVM major of the nightly that emits the bitcode.
+    let version = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
+    let major = version
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .context("nightly rustc does not report its LLVM version")?
+        .to_string();
+    let mut packages = Vec::new();
+    let llvm_prefix = PathBuf::from(format!("/usr/lib/llvm-{major}"));
+    let linker_ok = bpf_linker_matches(&major);
+    if !linker_ok && !llvm_prefix.join("lib/libLLVM.so").exists() {
+        packages.extend([format!("llvm-{major}-dev"), format!("libpolly-{major}-dev")]);
+    }
+    if !succeeds(Command::new("g++").arg("--version")) {
+        packages.push("g++".into());
+    }
+    if !packages.is_empty() {
+        eprintln!("setup: apt-get install {}", packages.join(" "));
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    if !linker_ok {
+        eprintln!("setup: building bpf-linker for LLVM {major} (about a minute)");
+        run(Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                "0.13.0",
+                "--force",
+                "--no-default-features",
+            ])
+            .args(["--features", &format!("llvm-{major}")])
+            .env("LLVM_PREFIX", &llvm_prefix))?;
+    }
+    Ok(())
+}
+
+/// bpf-linker is installed and linked against libLLVM of this major version.
+fn bpf_linker_matches(major: &str) -> bool {
+    let Ok(path) = output(Command::new("sh").args(["-c", "command -v bpf-linker"])) else {
+        return false;
+    };
+    output(Command::new("ldd").arg(path.trim())).is_ok_and(|libs| {
+        libs.contains(&format!("libLLVM.so.{major}")) || libs.contains(&format!("libLLVM-{major}"))
+    })
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+fn build() -> Result<()> {
+    run(cargo().args(["build", "--release", "--bin", "oi-trace"]))
+}
+
+fn test(cargo_args: &[String]) -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--release",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let bin = root().join("target/release/oi-trace");
+    run(cargo()
+        .args(["test", "--release"])
+        .args(cargo_args)
+        .env("OI_TRACE_BIN", &bin))
+}
+
+/// Starts the bundled example (a small shop that inspects its ledger about a thousand times a
+/// second), counts its calls for a second, then samples three of them.
+fn demo() -> Result<()> {
+    let example = oi_e2e::FixtureBuild::new("demo_shop").build();
+    let bin = root().join("target/release/oi-trace");
+    let fixture = oi_e2e::Fixture::start(&example, &[]);
+    let pid = fixture.pid.to_string();
+    println!(
+        "demo: example program {} running as pid {pid}",
+        example.display()
+    );
+    let symbol = "shop::Ledger::inspect";
+    let counting = [
+        "--pid",
+        &pid,
+        "--uprobe",
+        symbol,
+        "--count-only",
+        "--duration",
+        "1",
+    ];
+    let sampling = [
+        "--pid",
+        &pid,
+        "--uprobe",
+        symbol,
+        "--every",
+        "100",
+        "--count",
+        "3",
+        "--duration",
+        "10",
+        "--sample-log",
+        "/dev/stdout",
+    ];
+    for args in [&counting[..], &sampling[..]] {
+        println!("\n$ oi-trace {}", args.join(" "));
+        run(Command::new(&bin).args(args))?;
+    }
+    fixture.assert_running();
+    println!("\ndemo: the example is still running, untouched; stopping it");
+    ensure!(
+        fixture.finish().success(),
+        "the example exited with an error"
+    );
+    Ok(())
+}

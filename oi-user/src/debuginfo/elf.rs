@@ -72,9 +72,7 @@ impl Binary {
             let contains = seg_off <= map_offset && map_offset < seg_off + seg_size.max(1);
             // The mapping starts at map_offset's page; the segment's vaddr corresponds to
             // seg_off, so the address of map_offset is vaddr + (map_offset - seg_off).
-            contains.then(|| {
-                map_start.wrapping_sub(seg.address() + (map_offset - seg_off))
-            })
+            contains.then(|| map_start.wrapping_sub(seg.address() + (map_offset - seg_off)))
         })
     }
 }

@@ -44,11 +44,16 @@ impl Logs {
         if let Some(p) = &args.summary {
             create(p)?;
         }
-        Ok(Self { samples, summary: args.summary.clone() })
+        Ok(Self {
+            samples,
+            summary: args.summary.clone(),
+        })
     }
 
     pub fn sample(&mut self, r: &SampleRecord<'_>) -> Result<()> {
-        let Some((path, out)) = &mut self.samples else { return Ok(()) };
+        let Some((path, out)) = &mut self.samples else {
+            return Ok(());
+        };
         let e = r.event;
         let regs = &e.regs;
         let line = json!({
@@ -65,7 +70,9 @@ impl Logs {
     }
 
     pub fn summary(&mut self, probes: &[Probe], counters: &[ProbeCounters]) -> Result<()> {
-        let Some(path) = &self.summary else { return Ok(()) };
+        let Some(path) = &self.summary else {
+            return Ok(());
+        };
         let rows: Vec<_> = probes
             .iter()
             .zip(counters)

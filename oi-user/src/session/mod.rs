@@ -76,8 +76,12 @@ pub fn run(args: &Args) -> Result<()> {
         samples: 0,
         logs: Logs::open(args)?,
     };
-    let deadline = args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s));
-    let result = session.arm().and_then(|()| session.serve(&signals, deadline));
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let result = session
+        .arm()
+        .and_then(|()| session.serve(&signals, deadline));
     session.shutdown();
     session.print_summary()?;
     match result? {
@@ -88,27 +92,47 @@ pub fn run(args: &Args) -> Result<()> {
 
 fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
     let mut cache = BinaryCache::default();
-    let specs = args.uprobe.iter().map(|s| (s, false)).chain(args.uretprobe.iter().map(|s| (s, true)));
+    let specs = args
+        .uprobe
+        .iter()
+        .map(|s| (s, false))
+        .chain(args.uretprobe.iter().map(|s| (s, true)));
     let mut probes = Vec::new();
     for (symbol, is_return) in specs {
         let sites = match scope {
             Scope::Pid(info) => {
                 let place = format!("pid {} ({})", info.pid, info.comm);
-                vec![resolve::exactly_one(symbol, &place, resolve::in_process(&mut cache, info.pid, symbol)?)?]
+                vec![resolve::exactly_one(
+                    symbol,
+                    &place,
+                    resolve::in_process(&mut cache, info.pid, symbol)?,
+                )?]
             }
             Scope::Cgroup(cgroup) => resolve_in_cgroup(&mut cache, args, cgroup, symbol)?,
         };
-        probes.push(Probe { symbol: symbol.clone(), is_return, sites });
+        probes.push(Probe {
+            symbol: symbol.clone(),
+            is_return,
+            sites,
+        });
     }
     if probes.len() > oi_common::MAX_PROBES as usize {
-        return Err(Error::input(format!("at most {} probes at once", oi_common::MAX_PROBES)));
+        return Err(Error::input(format!(
+            "at most {} probes at once",
+            oi_common::MAX_PROBES
+        )));
     }
     Ok(probes)
 }
 
 /// One site per distinct file that defines `symbol`, among the cgroup's processes and the
 /// `--binary` files; each must define it exactly once.
-fn resolve_in_cgroup(cache: &mut BinaryCache, args: &Args, cgroup: &Cgroup, symbol: &str) -> Result<Vec<Resolved>> {
+fn resolve_in_cgroup(
+    cache: &mut BinaryCache,
+    args: &Args,
+    cgroup: &Cgroup,
+    symbol: &str,
+) -> Result<Vec<Resolved>> {
     let mut sites: Vec<Resolved> = Vec::new();
     let mut add = |found: Vec<Resolved>, place: String| -> Result<()> {
         if found.is_empty() {
@@ -123,13 +147,18 @@ fn resolve_in_cgroup(cache: &mut BinaryCache, args: &Args, cgroup: &Cgroup, symb
     for path in &args.binary {
         let found = resolve::in_file(cache, path, path, symbol)?;
         if found.is_empty() {
-            return Err(Error::input(format!("symbol {symbol:?} not found in {}", path.display())));
+            return Err(Error::input(format!(
+                "symbol {symbol:?} not found in {}",
+                path.display()
+            )));
         }
         add(found, path.display().to_string())?;
     }
     for pid in cgroup.processes() {
         // Processes that exit or that we cannot read are not ours to trace.
-        let Ok(found) = resolve::in_process(cache, pid, symbol) else { continue };
+        let Ok(found) = resolve::in_process(cache, pid, symbol) else {
+            continue;
+        };
         add(found, format!("pid {pid}"))?;
     }
     if sites.is_empty() {
@@ -203,17 +232,35 @@ impl Session {
             Scope::Pid(info) => format!("pid {} ({})", info.pid, info.comm),
             Scope::Cgroup(c) => format!("cgroup {} (id {})", c.path.display(), c.id),
         };
-        let names: Vec<String> = self.probes.iter().map(|p| p.sites[0].symbol.demangled.clone()).collect();
-        eprintln!("oi-trace: attached {} probe(s) to {what}: {}", self.probes.len(), names.join(", "));
+        let names: Vec<String> = self
+            .probes
+            .iter()
+            .map(|p| p.sites[0].symbol.demangled.clone())
+            .collect();
+        eprintln!(
+            "oi-trace: attached {} probe(s) to {what}: {}",
+            self.probes.len(),
+            names.join(", ")
+        );
         Ok(())
     }
 
     fn maps_a_site(&self, pid: i32) -> bool {
-        let Ok(files) = procfs::executable_files(pid) else { return false };
+        let Ok(files) = procfs::executable_files(pid) else {
+            return false;
+        };
         files.iter().any(|f| {
-            let Ok(meta) = std::fs::metadata(procfs::host_path(pid, f)) else { return false };
-            let id = (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta));
-            self.probes.iter().flat_map(|p| &p.sites).any(|s| s.file_id == id)
+            let Ok(meta) = std::fs::metadata(procfs::host_path(pid, f)) else {
+                return false;
+            };
+            let id = (
+                std::os::unix::fs::MetadataExt::dev(&meta),
+                std::os::unix::fs::MetadataExt::ino(&meta),
+            );
+            self.probes
+                .iter()
+                .flat_map(|p| &p.sites)
+                .any(|s| s.file_id == id)
         })
     }
 
@@ -241,7 +288,10 @@ impl Session {
             let events_fd = self.trigger.events_fd();
             // SAFETY: the ring buffer's fd stays open for the life of `self.trigger`.
             let ring = unsafe { BorrowedFd::borrow_raw(events_fd) };
-            let mut fds = [PollFd::new(signals.fd.as_fd(), PollFlags::POLLIN), PollFd::new(ring, PollFlags::POLLIN)];
+            let mut fds = [
+                PollFd::new(signals.fd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(ring, PollFlags::POLLIN),
+            ];
             let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
             match poll(&mut fds, PollTimeout::from(ms)) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -285,7 +335,11 @@ impl Session {
     fn handle_stops(&mut self) -> Result<Option<End>> {
         for stop in self.tracer.poll() {
             match stop {
-                Stop::Signal { tid, tgid, signal: Signal::SIGSTOP } => {
+                Stop::Signal {
+                    tid,
+                    tgid,
+                    signal: Signal::SIGSTOP,
+                } => {
                     if !self.pending.contains_key(&tid) {
                         // The event is always submitted before the signal is delivered.
                         self.drain_events();
@@ -319,7 +373,12 @@ impl Session {
         let pause_us = monotonic_ns().saturating_sub(ev.time_ns) / 1000;
         self.samples += 1;
         let probe = &self.probes[ev.probe as usize];
-        self.logs.sample(&SampleRecord { probe: &probe.symbol, event: &ev, pause_us, walk_us })
+        self.logs.sample(&SampleRecord {
+            probe: &probe.symbol,
+            event: &ev,
+            pause_us,
+            walk_us,
+        })
     }
 
     /// Disarms the probes, swallows SIGSTOPs already on their way, detaches every thread.
@@ -330,14 +389,17 @@ impl Session {
         for tgid in processes {
             let busy = self.trigger.busy_thread(tgid);
             let pending: Vec<i32> = self.pending.keys().copied().collect();
-            self.tracer.release_with(tgid, &|tid| busy == Some(tid) || pending.contains(&tid));
+            self.tracer
+                .release_with(tgid, &|tid| busy == Some(tid) || pending.contains(&tid));
             self.trigger.forget(tgid);
         }
         self.pending.clear();
     }
 
     fn print_summary(&mut self) -> Result<()> {
-        let counters: Vec<_> = (0..self.probes.len()).map(|i| self.trigger.counters(i as u32)).collect();
+        let counters: Vec<_> = (0..self.probes.len())
+            .map(|i| self.trigger.counters(i as u32))
+            .collect();
         for (probe, c) in self.probes.iter().zip(&counters) {
             eprintln!(
                 "oi-trace: {}: {} hits, {} sampled, {} dropped, {} filtered",
@@ -356,10 +418,16 @@ struct SignalSet {
 impl SignalSet {
     fn block() -> Result<Self> {
         let mut set = SigSet::empty();
-        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGCHLD] {
+        for s in [
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+            Signal::SIGCHLD,
+        ] {
             set.add(s);
         }
-        set.thread_block().map_err(|e| Error::internal(format!("sigprocmask: {e}")))?;
+        set.thread_block()
+            .map_err(|e| Error::internal(format!("sigprocmask: {e}")))?;
         let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
             .map_err(|e| Error::internal(format!("signalfd: {e}")))?;
         Ok(Self { fd })

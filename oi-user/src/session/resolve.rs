@@ -87,7 +87,12 @@ pub fn exactly_one(query: &str, place: &str, found: Vec<Resolved>) -> Result<Res
              list or use the mangled name)",
             found
                 .iter()
-                .map(|r| format!("{} [{}] in {}", r.symbol.demangled, r.symbol.mangled, r.target_path.display()))
+                .map(|r| format!(
+                    "{} [{}] in {}",
+                    r.symbol.demangled,
+                    r.symbol.mangled,
+                    r.target_path.display()
+                ))
                 .collect::<Vec<_>>()
                 .join("; ")
         ))),

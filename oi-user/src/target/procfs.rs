@@ -44,11 +44,15 @@ impl ProcessInfo {
             )));
         }
         if field("State:").starts_with('Z') {
-            return Err(Error::input(format!("pid {pid} ({comm}) is a zombie: it has exited")));
+            return Err(Error::input(format!(
+                "pid {pid} ({comm}) is a zombie: it has exited"
+            )));
         }
         // Kernel threads have no address space and so no executable.
         if fs::read_link(format!("/proc/{pid}/exe")).is_err() && field("Kthread:") != "0" {
-            return Err(Error::input(format!("pid {pid} ({comm}) is a kernel thread")));
+            return Err(Error::input(format!(
+                "pid {pid} ({comm}) is a kernel thread"
+            )));
         }
         Ok(Self { pid, comm })
     }
@@ -156,7 +160,10 @@ mod tests {
             "7f00a000-7f00b000 r-xp 00002000 08:01 1234    /usr/lib/lib foo.so (deleted)",
         )
         .unwrap();
-        assert_eq!((m.start, m.end, m.offset, m.executable), (0x7f00a000, 0x7f00b000, 0x2000, true));
+        assert_eq!(
+            (m.start, m.end, m.offset, m.executable),
+            (0x7f00a000, 0x7f00b000, 0x2000, true)
+        );
         assert_eq!(m.path, PathBuf::from("/usr/lib/lib foo.so"));
         assert!(parse_mapping("7ffd-7ffe rw-p 00000000 00:00 0  [stack]").is_none());
     }

@@ -93,7 +93,9 @@ impl Tracer {
             }
         }
         if !self.threads.values().any(|&g| g == tgid) {
-            return Err(Error::sample(format!("pid {tgid} exited before it could be seized")));
+            return Err(Error::sample(format!(
+                "pid {tgid} exited before it could be seized"
+            )));
         }
         self.processes.insert(tgid);
         Ok(())
@@ -184,18 +186,28 @@ impl Tracer {
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut interrupted: HashSet<i32> = HashSet::new();
         loop {
-            let mine: Vec<i32> = self.threads.iter().filter(|&(_, &g)| g == tgid).map(|(&t, _)| t).collect();
+            let mine: Vec<i32> = self
+                .threads
+                .iter()
+                .filter(|&(_, &g)| g == tgid)
+                .map(|(&t, _)| t)
+                .collect();
             if mine.is_empty() || Instant::now() > deadline {
                 break;
             }
             for &tid in &mine {
-                if interrupted.insert(tid) && ptrace::interrupt(Pid::from_raw(tid)) == Err(Errno::ESRCH) {
+                if interrupted.insert(tid)
+                    && ptrace::interrupt(Pid::from_raw(tid)) == Err(Errno::ESRCH)
+                {
                     self.threads.remove(&tid);
                 }
             }
             let mut progressed = false;
             for tid in mine {
-                let Ok(status) = waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) else {
+                let Ok(status) = waitpid(
+                    Pid::from_raw(tid),
+                    Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG),
+                ) else {
                     self.threads.remove(&tid);
                     continue;
                 };
@@ -257,14 +269,21 @@ fn pending_sigstop(tid: i32) -> bool {
     fs::read_to_string(format!("/proc/{tid}/status"))
         .ok()
         .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("SigPnd:"))?.trim().to_string();
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("SigPnd:"))?
+                .trim()
+                .to_string();
             u64::from_str_radix(&hex, 16).ok()
         })
         .is_some_and(|mask| mask & SIGSTOP_BIT != 0)
 }
 
 fn is_stop_signal(signal: Signal) -> bool {
-    matches!(signal, Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
+    matches!(
+        signal,
+        Signal::SIGSTOP | Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
+    )
 }
 
 fn listen(tid: i32) {
