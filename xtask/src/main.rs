@@ -174,7 +174,7 @@ fn test(cargo_args: &[String]) -> Result<()> {
 }
 
 /// Starts the bundled example (a small shop that inspects its ledger about a thousand times a
-/// second), counts its calls for a second, then samples three of them.
+/// second), counts its calls for a second, then measures the ledger at its 100th next call.
 fn demo() -> Result<()> {
     let example = oi_e2e::FixtureBuild::new("demo_shop").build();
     let bin = root().join("target/release/oi-trace");
@@ -194,21 +194,23 @@ fn demo() -> Result<()> {
         "--duration",
         "1",
     ];
-    let sampling = [
+    let measuring = [
         "--pid",
         &pid,
         "--uprobe",
         symbol,
+        "--arg",
+        "this",
         "--every",
         "100",
         "--count",
-        "3",
-        "--duration",
-        "10",
+        "1",
+        "--format",
+        "tree",
         "--sample-log",
         "/dev/stdout",
     ];
-    for args in [&counting[..], &sampling[..]] {
+    for args in [&counting[..], &measuring[..]] {
         println!("\n$ oi-trace {}", args.join(" "));
         run(Command::new(&bin).args(args))?;
     }

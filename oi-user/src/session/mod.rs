@@ -24,8 +24,10 @@ use oi_common::{Event, ProbeConfig, event, filter, flags};
 
 use crate::{
     cgroup::Cgroup,
-    cli::Args,
+    cli::{Args, Format},
     error::{Error, Result},
+    interp::RemoteReader,
+    measure::{Measurer, OutputFormat},
     probe::{AttachPoint, Trigger},
     target::{ProcessInfo, Stop, Tracer, procfs},
 };
@@ -44,6 +46,8 @@ pub struct Probe {
     pub is_return: bool,
     /// One site per distinct file (more than one only with --cgroup).
     pub sites: Vec<Resolved>,
+    /// The walk of the requested arguments, per site; empty with --count-only.
+    pub measurers: Vec<Measurer>,
 }
 
 /// Why the event loop ended.
@@ -60,7 +64,10 @@ pub fn run(args: &Args) -> Result<()> {
         (None, Some(path)) => Scope::Cgroup(Cgroup::resolve(path)?),
         (None, None) => return Err(Error::input("give --pid PID or --cgroup PATH")),
     };
-    let probes = resolve_probes(args, &scope)?;
+    let mut probes = resolve_probes(args, &scope)?;
+    if !args.count_only {
+        prepare_measurers(args, &mut probes)?;
+    }
     // Block the signals we wait for before anything can send them (SIGCHLD: ptrace stops).
     let signals = SignalSet::block()?;
     let trigger = Trigger::load()?;
@@ -74,6 +81,13 @@ pub fn run(args: &Args) -> Result<()> {
         tracer: Tracer::default(),
         pending: HashMap::new(),
         samples: 0,
+        failed_samples: 0,
+        format: match (args.format, args.pretty) {
+            (Format::Tree, _) => OutputFormat::Tree,
+            (Format::Json, false) => OutputFormat::Json,
+            (Format::Json, true) => OutputFormat::JsonPretty,
+        },
+        sites: HashMap::new(),
         logs: Logs::open(args)?,
     };
     let deadline = args
@@ -85,9 +99,39 @@ pub fn run(args: &Args) -> Result<()> {
     session.shutdown();
     session.print_summary()?;
     match result? {
-        End::Done => Ok(()),
         End::TargetExited => Err(Error::sample("target exited")),
+        End::Done if session.failed_samples > 0 => Err(Error::sample(format!(
+            "{} of {} samples failed",
+            session.failed_samples, session.samples
+        ))),
+        End::Done => Ok(()),
     }
+}
+
+/// Reads the DWARF and plans the walk of every probe's arguments, before anything is armed:
+/// a missing argument or missing debug info is bad input, found before the target is touched.
+fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
+    for probe in probes {
+        for site in &probe.sites {
+            let measurer = Measurer::new(
+                &site.binary,
+                &site.symbol,
+                &args.arg,
+                &args.feature,
+                probe.is_return,
+            )
+            .map_err(|e| {
+                let msg = format!("{}: {e}", site.symbol.demangled);
+                if e.is_bad_input() {
+                    Error::input(msg)
+                } else {
+                    Error::internal(msg)
+                }
+            })?;
+            probe.measurers.push(measurer);
+        }
+    }
+    Ok(())
 }
 
 fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
@@ -114,6 +158,7 @@ fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
             symbol: symbol.clone(),
             is_return,
             sites,
+            measurers: Vec::new(),
         });
     }
     if probes.len() > oi_common::MAX_PROBES as usize {
@@ -182,6 +227,10 @@ struct Session {
     /// Sample events whose thread has not reported its SIGSTOP yet, by tid.
     pending: HashMap<i32, Event>,
     samples: u64,
+    failed_samples: u64,
+    format: OutputFormat,
+    /// (tgid, probe) → (index of the site the process maps, its load bias there).
+    sites: HashMap<(i32, u32), (usize, u64)>,
     logs: Logs,
 }
 
@@ -249,19 +298,15 @@ impl Session {
         let Ok(files) = procfs::executable_files(pid) else {
             return false;
         };
-        files.iter().any(|f| {
-            let Ok(meta) = std::fs::metadata(procfs::host_path(pid, f)) else {
-                return false;
-            };
-            let id = (
-                std::os::unix::fs::MetadataExt::dev(&meta),
-                std::os::unix::fs::MetadataExt::ino(&meta),
-            );
-            self.probes
-                .iter()
-                .flat_map(|p| &p.sites)
-                .any(|s| s.file_id == id)
-        })
+        files
+            .iter()
+            .filter_map(|f| procfs::file_id(&procfs::host_path(pid, f)))
+            .any(|id| {
+                self.probes
+                    .iter()
+                    .flat_map(|p| &p.sites)
+                    .any(|s| s.file_id == id)
+            })
     }
 
     fn seize(&mut self, tgid: i32) -> Result<()> {
@@ -353,6 +398,7 @@ impl Session {
                 Stop::Signal { tid, signal, .. } => self.tracer.resume(tid, Some(signal)),
                 Stop::ProcessExited { tgid } => {
                     self.trigger.forget(tgid);
+                    self.sites.retain(|&(pid, _), _| pid != tgid);
                     self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
                     if matches!(self.scope, Scope::Pid(_)) {
                         return Ok(Some(End::TargetExited));
@@ -363,15 +409,20 @@ impl Session {
         Ok(None)
     }
 
-    /// The sampled thread is frozen at the probe. Record the sample, then let it go on with
-    /// our SIGSTOP suppressed and allow the next sample of its process.
+    /// The sampled thread is frozen at the probe: walk the arguments, print the result, then
+    /// let the thread go on with our SIGSTOP suppressed and allow the next sample.
     fn sample(&mut self, ev: Event, tid: i32, tgid: i32) -> Result<()> {
         let walk_started = Instant::now();
+        let result = self.measure(&ev, tgid);
         let walk_us = walk_started.elapsed().as_micros() as u64;
         self.tracer.resume(tid, None);
         self.trigger.clear_busy(tgid);
         let pause_us = monotonic_ns().saturating_sub(ev.time_ns) / 1000;
         self.samples += 1;
+        if let Err(e) = result {
+            self.failed_samples += 1;
+            eprintln!("oi-trace: error: sample {} of pid {tgid}: {e}", ev.hit);
+        }
         let probe = &self.probes[ev.probe as usize];
         self.logs.sample(&SampleRecord {
             probe: &probe.symbol,
@@ -379,6 +430,46 @@ impl Session {
             pause_us,
             walk_us,
         })
+    }
+
+    /// Walks the probe's arguments in the stopped process and writes one result to stdout.
+    fn measure(&mut self, ev: &Event, tgid: i32) -> Result<()> {
+        let (site, load_bias) = self.site_of(tgid, ev.probe)?;
+        let measurer = &self.probes[ev.probe as usize].measurers[site];
+        let mut out = std::io::stdout().lock();
+        measurer
+            .measure(
+                &ev.regs,
+                load_bias,
+                &RemoteReader::new(tgid),
+                self.format,
+                &mut out,
+            )
+            .map_err(|e| Error::sample(e.to_string()))?;
+        std::io::Write::flush(&mut out).map_err(|e| Error::internal(format!("stdout: {e}")))
+    }
+
+    /// Which of the probe's files this process maps, and where (cached per process).
+    fn site_of(&mut self, tgid: i32, probe: u32) -> Result<(usize, u64)> {
+        if let Some(&found) = self.sites.get(&(tgid, probe)) {
+            return Ok(found);
+        }
+        let sites = &self.probes[probe as usize].sites;
+        for mapping in procfs::mappings(tgid)? {
+            let Some(id) = procfs::file_id(&procfs::host_path(tgid, &mapping.path)) else {
+                continue;
+            };
+            let Some(index) = sites.iter().position(|s| s.file_id == id) else {
+                continue;
+            };
+            if let Some(bias) = sites[index].binary.load_bias(mapping.start, mapping.offset) {
+                self.sites.insert((tgid, probe), (index, bias));
+                return Ok((index, bias));
+            }
+        }
+        Err(Error::sample(format!(
+            "pid {tgid} does not map the probed file any more"
+        )))
     }
 
     /// Disarms the probes, swallows SIGSTOPs already on their way, detaches every thread.

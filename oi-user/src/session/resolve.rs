@@ -1,7 +1,7 @@
 //! From a user's SYMBOL to the files and offsets to attach to, in one process or in every
 //! process of a cgroup. Files are opened through `/proc/PID/root` so containers work.
 
-use std::{collections::HashMap, os::unix::fs::MetadataExt as _, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use crate::{
     debuginfo::{Binary, FunctionSymbol, find_function},
@@ -30,8 +30,7 @@ pub struct BinaryCache {
 
 impl BinaryCache {
     fn open(&mut self, host_path: &std::path::Path) -> Option<((u64, u64), Arc<Binary>)> {
-        let meta = std::fs::metadata(host_path).ok()?;
-        let id = (meta.dev(), meta.ino());
+        let id = procfs::file_id(host_path)?;
         let binary = self
             .files
             .entry(id)

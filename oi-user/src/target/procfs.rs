@@ -145,6 +145,14 @@ pub fn executable_files(pid: i32) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// (device, inode) of a file: what identifies it across mount namespaces and hard links,
+/// and what the kernel attaches a uprobe to.
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
 /// A target-side path, reachable from our mount namespace.
 pub fn host_path(pid: i32, path: &Path) -> PathBuf {
     Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
