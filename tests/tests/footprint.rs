@@ -7,25 +7,21 @@ mod footprint_common;
 use footprint_common::check_fixture;
 
 #[test]
-#[ignore = "needs --mode remote wired to measure::Measurer (session.rs)"]
 fn structs_strings_vectors_this_by_value_and_retval() {
     check_fixture("footprint_basic", "-O1");
 }
 
 #[test]
-#[ignore = "needs --mode remote wired to measure::Measurer (session.rs)"]
 fn every_container_family_and_nesting() {
     check_fixture("footprint_containers", "-O1");
 }
 
 #[test]
-#[ignore = "needs --mode remote wired to measure::Measurer (session.rs)"]
 fn type_kinds_and_features() {
     check_fixture("footprint_types", "-O1");
 }
 
 #[test]
-#[ignore = "needs --mode remote wired to measure::Measurer (session.rs)"]
 fn polymorphic_inheritance() {
     check_fixture("footprint_poly", "-O1");
 }

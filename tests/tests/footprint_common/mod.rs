@@ -54,18 +54,10 @@ pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
     exe
 }
 
-/// The oi-trace binary under test: `$OI_TRACE`, else `target/debug/oi-trace`. Missing is a
-/// failure, never a skip.
+/// The oi-trace binary under test (`$OI_TRACE_BIN`, else `target/release/oi-trace`): the same
+/// one the trigger journeys use. Missing is a failure, never a skip.
 pub fn oi_trace() -> PathBuf {
-    let p = std::env::var_os("OI_TRACE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/debug/oi-trace"));
-    assert!(
-        p.is_file(),
-        "{} not built (cargo build -p oi-user)",
-        p.display()
-    );
-    p
+    oi_e2e::oi_trace_bin()
 }
 
 /// A process killed by pid when dropped.
