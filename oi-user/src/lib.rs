@@ -11,6 +11,7 @@ pub mod containers;
 pub mod debuginfo;
 pub mod error;
 pub mod interp;
+pub mod jit;
 pub mod measure;
 pub mod plan;
 pub mod probe;

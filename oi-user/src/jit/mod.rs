@@ -1,0 +1,1 @@
+//! (being written: plan → Cranelift → position-independent x86-64 walker bytes)
