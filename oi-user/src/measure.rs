@@ -105,6 +105,25 @@ pub struct Measurer {
     args: Vec<ArgPlan>,
 }
 
+/// Stack of the walking thread (virtual; only the depth actually used is touched).
+const WALK_STACK: usize = 1 << 30;
+
+/// Sends written bytes to the thread that owns the real output.
+struct ChannelWriter(std::sync::mpsc::SyncSender<Vec<u8>>);
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .send(buf.to_vec())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "output closed"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Made-up address for objects that arrived in registers (kernel half: never a user address).
 const REGISTER_OBJECT: u64 = 0xffff_ffff_ffff_0000;
 
@@ -302,7 +321,51 @@ impl Measurer {
     }
 
     /// Walks every requested argument of one sample and writes the result to `out`.
+    ///
+    /// The walk and the decoding recurse as deep as the object nests (a chased linked list
+    /// of 100,000 nodes is 100,000 levels), so they run on a thread with a large stack; the
+    /// output streams back to `out` in chunks.
     pub fn measure(
+        &self,
+        regs: &EntryRegs,
+        load_bias: u64,
+        mem: &dyn MemoryReader,
+        format: OutputFormat,
+        out: &mut dyn Write,
+    ) -> Result<(), MeasureError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+        let regs = *regs;
+        std::thread::scope(|scope| {
+            let worker = std::thread::Builder::new()
+                .name("oi-walk".into())
+                .stack_size(WALK_STACK)
+                .spawn_scoped(scope, move || {
+                    let mut w = std::io::BufWriter::with_capacity(1 << 16, ChannelWriter(tx));
+                    self.measure_here(&regs, load_bias, mem, format, &mut w)?;
+                    w.flush().map_err(|e| MeasureError::Report(e.into()))
+                })
+                .map_err(|e| MeasureError::Report(e.into()))?;
+            let mut write_error = None;
+            for chunk in rx {
+                if let Err(e) = out.write_all(&chunk) {
+                    // Dropping the receiver makes the worker's next write fail and stop.
+                    write_error = Some(e);
+                    break;
+                }
+            }
+            let result = worker
+                .join()
+                // A panic in the walk is a bug: let it surface as one.
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            match write_error {
+                Some(e) => Err(MeasureError::Report(e.into())),
+                None => result,
+            }
+        })
+    }
+
+    /// [`Self::measure`] on the calling thread.
+    pub fn measure_here(
         &self,
         regs: &EntryRegs,
         load_bias: u64,

@@ -151,6 +151,12 @@ fn wait_trap(pid: Pid) -> nix::libc::user_regs_struct {
 
 /// Runs to the breakpoint at `addr` (int3), then restores the byte and rewinds rip.
 fn run_to(pid: Pid, addr: u64, then: impl FnOnce()) -> nix::libc::user_regs_struct {
+    // Stopped right on that instruction (the same function probed twice): step over it
+    // first, or the new breakpoint would fire on the old hit.
+    if ptrace::getregs(pid).expect("regs").rip == addr {
+        ptrace::step(pid, None).expect("step");
+        wait_trap(pid);
+    }
     let orig = ptrace::read(pid, addr as ptrace::AddressType).expect("peek");
     ptrace::write(pid, addr as ptrace::AddressType, (orig & !0xff) | 0xcc).expect("poke");
     ptrace::cont(pid, None).expect("cont");
@@ -740,6 +746,45 @@ fn bench_node_containers() {
         native as f64 / 1e6,
         walk.as_secs_f64() * 1e3,
         walk.as_nanos() as f64 / native as f64
+    );
+    s.finish();
+}
+
+#[test]
+fn deep_chains_walk_on_a_big_stack_and_stop_at_the_limit() {
+    let mut s = attach("footprint_deep", &["-O1"]);
+    let mem = RemoteReader::new(s.pid.as_raw());
+    let bias = s.bias;
+    // 15,000 levels: exact (decoded without JSON, whose typePaths grow quadratically).
+    let (m, regs) = s.hit(0);
+    let want = s.probes[0].expect[0].2;
+    let total = std::thread::scope(|sc| {
+        std::thread::Builder::new()
+            .stack_size(1 << 30)
+            .spawn_scoped(sc, || {
+                let streams = m.walk_arg_streams(&regs, bias, &mem).expect("walk");
+                crate::report::total_size(m.plan(), streams[0].0, &streams[0].1).expect("decode")
+            })
+            .expect("thread")
+            .join()
+            .expect("join")
+    });
+    assert_eq!(total, want);
+    // 30,000 links (60,000 nodes deep): a walk error (exit 1), and measure() itself does not overflow.
+    let (m, regs) = s.hit(1);
+    let err = m
+        .measure(
+            &regs,
+            bias,
+            &mem,
+            OutputFormat::Json,
+            &mut Counter::default(),
+        )
+        .expect_err("too deep");
+    assert!(!err.is_bad_input());
+    assert!(
+        err.to_string().contains("nested deeper than 50000 levels"),
+        "{err}"
     );
     s.finish();
 }

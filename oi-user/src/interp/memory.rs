@@ -2,9 +2,9 @@
 //! through `process_vm_readv`) and [`LocalReader`] (a byte buffer at a chosen base address,
 //! for unit tests and for arguments that arrived in registers).
 
-use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::io::IoSliceMut;
+use std::sync::Mutex;
 
 use nix::sys::uio::{RemoteIoVec, process_vm_readv};
 use nix::unistd::Pid;
@@ -19,7 +19,9 @@ pub enum ReadError {
     },
 }
 
-pub trait MemoryReader {
+/// `Sync` so that a walk can run on a thread of its own (with a stack deep enough for deeply
+/// nested or long chased structures).
+pub trait MemoryReader: Sync {
     /// Fills `buf` with the bytes at `addr`, entirely or not at all.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError>;
 
@@ -111,7 +113,7 @@ impl MemoryReader for RemoteReader {
 /// Large reads (element arrays) go straight through.
 pub struct CachedReader<'a> {
     inner: &'a dyn MemoryReader,
-    cache: RefCell<BlockCache>,
+    cache: Mutex<BlockCache>,
 }
 
 #[derive(Default)]
@@ -127,13 +129,15 @@ impl<'a> CachedReader<'a> {
     pub fn new(inner: &'a dyn MemoryReader) -> Self {
         Self {
             inner,
-            cache: RefCell::new(BlockCache::default()),
+            cache: Mutex::new(BlockCache::default()),
         }
     }
 
     /// Copies from the cached block at `base` if it is (or can be) loaded.
     fn copy_from_block(&self, base: u64, addr: u64, out: &mut [u8]) -> bool {
-        let mut c = self.cache.borrow_mut();
+        let Ok(mut c) = self.cache.lock() else {
+            return false;
+        };
         if !c.blocks.contains_key(&base) {
             let mut block = vec![0u8; BLOCK as usize];
             // A block reaching past the end of a mapping fails: the caller reads directly.

@@ -25,6 +25,9 @@ const MAX_ARRAY_BYTES: u64 = 1 << 30;
 /// Most elements one container may report (a larger count means a corrupt object; it would
 /// also mean hundreds of millions of result nodes).
 pub const MAX_ELEMENTS: u64 = 1 << 28;
+/// Deepest nesting walked (chased pointers make it as deep as a linked list is long). Keeps
+/// the walk, and the report's replay of it, inside the walking thread's stack.
+pub const MAX_DEPTH: u32 = 50_000;
 /// Elements read per chunk of a large array.
 const CHUNK_BYTES: u64 = 32 << 20;
 /// Longest captured string key.
@@ -37,6 +40,7 @@ pub struct Walker<'a> {
     visited: HashSet<u64>,
     /// Runtime minus ELF addresses of the probed binary (to match vtables).
     bias: u64,
+    depth: u32,
 }
 
 /// Walks `root` (whose object is at `addr`) and returns the stream. `seed` puts the root's
@@ -57,6 +61,7 @@ pub fn run(
         out: Vec::new(),
         visited: HashSet::new(),
         bias,
+        depth: 0,
     };
     if seed {
         w.visited.insert(addr);
@@ -175,6 +180,22 @@ impl Walker<'_> {
 
     /// Walks node `id` whose object (of its static size) is `obj`, at `addr`.
     pub fn walk(&mut self, id: NodeId, addr: u64, obj: &[u8]) -> Result<(), WalkError> {
+        if !self.dynamic(id) {
+            return Ok(());
+        }
+        if self.depth >= MAX_DEPTH {
+            return Err(corrupt(
+                addr,
+                format!("nested deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        self.depth += 1;
+        let r = self.walk_node(id, addr, obj);
+        self.depth -= 1;
+        r
+    }
+
+    fn walk_node(&mut self, id: NodeId, addr: u64, obj: &[u8]) -> Result<(), WalkError> {
         let plan = self.plan;
         let node = &plan.nodes[id];
         if !node.dynamic {
