@@ -146,7 +146,7 @@ impl Walker<'_> {
         if !self.dynamic(elem) || count == 0 {
             return Ok(());
         }
-        let total = count
+        count
             .checked_mul(stride)
             .filter(|t| *t <= MAX_ARRAY_BYTES)
             .ok_or_else(|| corrupt(addr, format!("implausible element count {count}")))?;
@@ -174,7 +174,6 @@ impl Walker<'_> {
             }
             i += n;
         }
-        let _ = total;
         Ok(())
     }
 

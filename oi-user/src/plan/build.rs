@@ -152,14 +152,14 @@ impl<'t> PlanBuilder<'t> {
             // The memo points at the dynamic node (reserved first) so that cycles reach it.
             let poly = self.reserve(name.into(), Vec::new(), self.tg.size(r), is_primitive);
             self.memo.insert((r, name), poly);
-            self.plan.nodes[id].op = self.op(r, id)?;
+            self.plan.nodes[id].op = self.op(r)?;
             let built = self.poly_node(r, name, id)?.unwrap_or(id);
             let node = self.plan.nodes[built].clone();
             self.plan.nodes[poly] = node;
             return Ok(poly);
         }
         self.memo.insert((r, name), id);
-        self.plan.nodes[id].op = self.op(r, id)?;
+        self.plan.nodes[id].op = self.op(r)?;
         Ok(id)
     }
 
@@ -183,12 +183,12 @@ impl<'t> PlanBuilder<'t> {
     ) -> Result<NodeId, PlanError> {
         let r = self.tg.resolve(ty);
         let id = self.reserve(name, type_names, self.tg.size(r), is_primitive);
-        self.plan.nodes[id].op = self.op(r, id)?;
+        self.plan.nodes[id].op = self.op(r)?;
         Ok(id)
     }
 
-    /// The op for resolved type `r` (node `id` is reserved, for ops that need to patch it).
-    fn op(&mut self, r: TypeId, id: NodeId) -> Result<Op, PlanError> {
+    /// The op for resolved type `r`.
+    fn op(&mut self, r: TypeId) -> Result<Op, PlanError> {
         let tg = self.tg;
         Ok(match &tg.get(r).kind {
             Kind::Pointer { target } => {
@@ -211,7 +211,7 @@ impl<'t> PlanBuilder<'t> {
             },
             Kind::Struct(st) if st.is_union => Op::Leaf,
             Kind::Struct(st) => match st.container {
-                Some(kind) => self.container(kind, r, id)?,
+                Some(kind) => self.container(kind, r)?,
                 None => self.structure(r)?,
             },
             _ => Op::Leaf,
@@ -258,7 +258,7 @@ impl<'t> PlanBuilder<'t> {
             .ok_or_else(|| containers::unexpected(self.tg, r, "missing template argument").into())
     }
 
-    fn container(&mut self, kind: ContainerKind, r: TypeId, id: NodeId) -> Result<Op, PlanError> {
+    fn container(&mut self, kind: ContainerKind, r: TypeId) -> Result<Op, PlanError> {
         use ContainerKind as K;
         let tg = self.tg;
         Ok(match kind {
@@ -357,7 +357,6 @@ impl<'t> PlanBuilder<'t> {
                     value: (second, value),
                     capture,
                 };
-                let _ = id;
                 match op {
                     Op::Hashtable { layout, is_map, .. } => Op::Hashtable {
                         layout,
