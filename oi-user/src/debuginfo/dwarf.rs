@@ -484,7 +484,13 @@ impl<'a> DebugInfo<'a> {
     /// Inlined copies (`DW_TAG_inlined_subroutine`) are never considered.
     pub fn find_function(&self, function: &FunctionSymbol) -> Result<DieRef, DwarfError> {
         let mut by_name = None;
-        for (ui, unit) in self.units.iter().enumerate() {
+        // The unit that .debug_aranges says covers the address first, then all of them.
+        let first = self.unit_covering(function.address);
+        let order = first
+            .into_iter()
+            .chain((0..self.units.len()).filter(|u| Some(*u) != first));
+        for ui in order {
+            let unit = &self.units[ui];
             let mut cursor = unit.entries();
             while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
                 if entry.tag() != dw::DW_TAG_subprogram {
@@ -532,6 +538,24 @@ impl<'a> DebugInfo<'a> {
             address: function.address,
             path: self.path.clone(),
         })
+    }
+
+    /// The unit whose `.debug_aranges` entry covers `address`, if the section is there.
+    fn unit_covering(&self, address: u64) -> Option<usize> {
+        let mut headers = self.dwarf.debug_aranges.headers();
+        while let Ok(Some(h)) = headers.next() {
+            let mut entries = h.entries();
+            while let Ok(Some(e)) = entries.next() {
+                let r = e.range();
+                if r.begin <= address && address < r.end {
+                    return self
+                        .unit_starts
+                        .binary_search(&h.debug_info_offset().0)
+                        .ok();
+                }
+            }
+        }
+        None
     }
 
     fn find_by_origin_linkage(
