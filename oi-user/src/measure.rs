@@ -23,7 +23,8 @@ use crate::report::{self, ReportError};
 use crate::typegraph::abi::{self, Location};
 use crate::typegraph::{BuildError, Builder, Kind, TypeId};
 
-pub use crate::interp::{LocalReader as LocalMemory, RemoteReader};
+/// The readers callers pass to [`Measurer::measure`].
+pub use crate::interp::RemoteReader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputFormat {
