@@ -22,6 +22,9 @@ use crate::measure::{Measurer, OutputFormat};
 
 /// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
 pub fn build_fixture(name: &str, flags: &[&str]) -> PathBuf {
+    // Tests run in parallel threads and share fixtures: build one at a time.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let src = root.join("tests/fixtures").join(format!("{name}.cpp"));
     let dir = root.join("target/fixtures");

@@ -30,6 +30,9 @@ fn workspace() -> PathBuf {
 
 /// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
 pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
+    // Tests run in parallel threads and share fixtures: build one at a time.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let src = workspace()
         .join("tests/fixtures")
         .join(format!("{name}.cpp"));
