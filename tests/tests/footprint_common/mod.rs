@@ -141,9 +141,29 @@ pub fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
 /// Runs `oi-trace --mode remote --count 1 --format json` for probe `index` of the fixture
 /// and returns the mismatches between its sample and the fixture's expectations.
 pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
+    let (text, p) = run_probe(name, opt, index, &["--format", "json"]);
+    let json: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+    p.expect
+        .iter()
+        .filter_map(|(path, key, want)| {
+            let got = find(&json, path)[key.as_str()].as_u64();
+            (got != Some(*want)).then(|| {
+                format!(
+                    "{} {path} {key}: got {got:?}, fixture says {want}",
+                    p.symbol
+                )
+            })
+        })
+        .collect()
+}
+
+/// Runs `oi-trace --mode remote --count 1` with `extra` options on probe `index` of the
+/// fixture; returns everything it printed on stdout, and the probe.
+pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String, Probe) {
     let exe = build_fixture(name, opt);
-    let (mut fixture, _out, probes) = start_fixture(&exe);
-    let p = &probes[index];
+    let (mut fixture, _out, mut probes) = start_fixture(&exe);
+    let p = probes.swap_remove(index);
     let mut cmd = Command::new(oi_trace());
     cmd.arg("--pid")
         .arg(fixture.0.id().to_string())
@@ -153,9 +173,8 @@ pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
             "--uprobe"
         })
         .arg(&p.symbol)
-        .args([
-            "--arg", &p.args, "--mode", "remote", "--count", "1", "--format", "json",
-        ]);
+        .args(["--arg", &p.args, "--mode", "remote", "--count", "1"])
+        .args(extra);
     for f in &p.features {
         cmd.args(["--feature", f]);
     }
@@ -191,25 +210,16 @@ pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
         .write_all(b"go\n")
         .expect("go");
     let mut text = String::new();
-    BufReader::new(tracer.0.stdout.take().expect("stdout"))
-        .read_line(&mut text)
+    tracer
+        .0
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut text)
         .expect("sample");
     let status = tracer.0.wait().expect("wait oi-trace");
     assert!(status.success(), "oi-trace failed: {status}");
-    let json: Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
-    p.expect
-        .iter()
-        .filter_map(|(path, key, want)| {
-            let got = find(&json, path)[key.as_str()].as_u64();
-            (got != Some(*want)).then(|| {
-                format!(
-                    "{} {path} {key}: got {got:?}, fixture says {want}",
-                    p.symbol
-                )
-            })
-        })
-        .collect()
+    (text, p)
 }
 
 /// Checks every probe of a fixture, one oi-trace run each.
