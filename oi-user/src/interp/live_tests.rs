@@ -523,6 +523,9 @@ fn every_type_kind_and_the_features() {
             .is_some_and(|s| s.starts_with("0x")),
         "{by_pair}"
     );
+    let multi = &find(j(6), "0/multi")["members"][0];
+    assert_eq!(multi["name"], "[]");
+    assert!(multi.get("data").is_none());
     // Anonymous numbering per root: a member struct is 1; typedef 1, its struct 2.
     assert_eq!(names(7, "0/s"), json!(["__oi_anon_1"]));
     assert_eq!(names(7, "1/t"), json!(["AnonTd", "__oi_anon_2"]));

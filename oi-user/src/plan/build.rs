@@ -317,9 +317,8 @@ impl<'t> PlanBuilder<'t> {
             K::Map | K::MultiMap | K::UnorderedMap | K::UnorderedMultiMap => {
                 let (k, v) = (self.arg(r, 0)?, self.arg(r, 1)?);
                 let (psize, palign, second) = rbtree::pair_shape(tg, k, v);
-                let capture = self
-                    .opts
-                    .capture_keys
+                // SEMANTICS.md §9: std::map and std::unordered_map only, not the multimaps.
+                let capture = (self.opts.capture_keys && matches!(kind, K::Map | K::UnorderedMap))
                     .then(|| self.capture(k))
                     .transpose()?;
                 let hashed = matches!(kind, K::UnorderedMap | K::UnorderedMultiMap);
