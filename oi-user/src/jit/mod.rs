@@ -1,1 +1,275 @@
-//! (being written: plan → Cranelift → position-independent x86-64 walker bytes)
+//! The JIT backend: compiles a walk [`Plan`] into position-independent x86-64 machine code
+//! that runs *inside* the target, on the frozen thread, and writes the same data stream as
+//! the interpreter (`interp`) into a buffer of the data segment.
+//!
+//! Never touches a process itself: [`compile`] is pure (plan in, bytes out); mapping and
+//! running the bytes is `target`'s job. The generated code makes no calls outside itself, no
+//! syscalls, and carries no relocations (calls between its own functions are PC-relative and
+//! patched here, once, when the functions are laid out; any other relocation is an error).
+//!
+//! ## Calling the walker
+//! `extern "sysv64" fn walk(frame: *mut WalkFrame) -> u64` at `code + entry`, on a private
+//! stack of `frame.stack_len` bytes (at least 256 KiB; see [`RECOMMENDED_STACK`]). It returns
+//! the status it also stores in `frame.status` ([`STATUS_DONE`] …).
+//!
+//! ## Output layout (`frame.out`, `frame.out_used` bytes)
+//! For each root, in order: one little-endian `u64` word count `n`, then the `n` stream words
+//! of that root, exactly the words `interp::run` returns (their meaning is documented in
+//! `plan`). [`split_streams`] splits it back into per-root streams for `report::decode`.
+//!
+//! ## Bounds (kept identical to the interpreter's, or the streams would differ)
+//! Element counts ≤ `interp::walk::MAX_ELEMENTS`, 1 GiB per array read, 129-deep red-black
+//! descent, nesting ≤ [`MAX_DEPTH`] (the interpreter's limit), captured keys ≤ 1 MiB, deque map
+//! checks, and the visited set of SEMANTICS.md §7: one per root, seeded with the root's
+//! address unless its bit in `frame.unseeded` is set, 131,072 addresses at most. The set
+//! lives in `frame.scratch` (≥ [`SCRATCH_BYTES`]) as an open-addressing table whose slots
+//! carry a generation tag: each root takes the next generation, so a fresh sample costs
+//! nothing to reset (start from zeroed memory and keep `frame.generation` between calls).
+
+mod codegen;
+mod link;
+
+#[cfg(test)]
+mod tests;
+
+use crate::plan::{NodeId, Plan};
+
+/// Offset of the walk function inside `code` and the bytes themselves.
+#[derive(Debug, Clone)]
+pub struct CompiledWalker {
+    pub code: Vec<u8>,
+    /// Offset of the walk function in `code`.
+    pub entry: u64,
+}
+
+/// The walker's only argument; lives in the data segment, filled by the tracer.
+///
+/// The first 24 words are the original contract; the fields after `args` were added for
+/// what the interpreter also gets per walk (seeding, load bias) and for error reports.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WalkFrame {
+    /// out: [`STATUS_DONE`], [`STATUS_FULL`] (grow `out` and re-run from scratch),
+    /// [`STATUS_CORRUPT`], [`STATUS_STACK`], [`STATUS_BAD_FRAME`].
+    pub status: u64,
+    /// out: bytes written to `out`.
+    pub out_used: u64,
+    /// Output buffer; never written past `out + out_len`.
+    pub out: u64,
+    pub out_len: u64,
+    /// Memory for the visited-address sets, at least [`SCRATCH_BYTES`], zeroed once.
+    pub scratch: u64,
+    pub scratch_len: u64,
+    /// in/out: last generation tag used in `scratch` (start at 0, keep it between calls).
+    pub generation: u64,
+    /// Number of roots; must equal the number `compile` was given.
+    pub nargs: u64,
+    /// Address of each root object (objects that came in registers copied by the caller).
+    pub args: [u64; 16],
+    /// in: bit i set: root i is a copy of register contents, do not seed the visited set
+    /// with its address (the interpreter's `seed = false`).
+    pub unseeded: u64,
+    /// in: load bias of the probed binary (runtime − ELF addresses), for
+    /// polymorphic-inheritance's vtable ranges.
+    pub bias: u64,
+    /// in: bytes of stack the walker may use below its entry stack pointer (0: 256 KiB).
+    pub stack_len: u64,
+    /// out, with [`STATUS_CORRUPT`]: which root, an [`ErrorCode`] and the object's address.
+    pub err_root: u64,
+    pub err_code: u64,
+    pub err_addr: u64,
+}
+
+/// The walk finished; `out_used` bytes of output.
+pub const STATUS_DONE: u64 = 0;
+/// The output buffer is too small: grow it and run the walk again from the start.
+pub const STATUS_FULL: u64 = 1;
+/// A corrupt object (the interpreter's `WalkError::Corrupt`): see `err_*`.
+pub const STATUS_CORRUPT: u64 = 2;
+/// The walk nested deeper than `stack_len` allows (give it a bigger stack).
+pub const STATUS_STACK: u64 = 3;
+/// `nargs` or `scratch_len` do not match what the code was compiled for.
+pub const STATUS_BAD_FRAME: u64 = 4;
+
+/// Scratch memory the visited sets need (2^18 slots of address + generation).
+pub const SCRATCH_BYTES: u64 = VISITED_SLOTS * 16;
+/// Slots of the visited-set table: twice the capacity keeps linear probing short.
+pub(crate) const VISITED_SLOTS: u64 = 1 << 18;
+/// Stack used when `frame.stack_len` is 0.
+pub const DEFAULT_STACK: u64 = 256 << 10;
+/// Stack that lets the walker reach [`MAX_DEPTH`] like the interpreter (one native frame of
+/// at most ~100 bytes per pointer hop); only the depth actually used is touched.
+pub const RECOMMENDED_STACK: u64 = 8 << 20;
+/// Deepest nesting walked: the interpreter's limit.
+pub const MAX_DEPTH: u64 = crate::interp::walk::MAX_DEPTH as u64;
+/// Most roots one walker takes (`WalkFrame::args`).
+pub const MAX_ROOTS: usize = 16;
+
+/// Why a walk stopped with [`STATUS_CORRUPT`]; the texts are the interpreter's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+pub enum ErrorCode {
+    FieldOutside = 1,
+    MemberOutside = 2,
+    ElementCount = 3,
+    ReadSize = 4,
+    Vector = 5,
+    VectorBool = 6,
+    Deque = 7,
+    DequeMap = 8,
+    DequeBlock = 9,
+    ListShort = 10,
+    HashShort = 11,
+    RbDeep = 12,
+    RbLarge = 13,
+    TooDeep = 14,
+    String = 15,
+    Optional = 16,
+    Variant = 17,
+    Key = 18,
+}
+
+impl ErrorCode {
+    pub fn from_u64(v: u64) -> Option<Self> {
+        use ErrorCode::*;
+        Some(match v {
+            1 => FieldOutside,
+            2 => MemberOutside,
+            3 => ElementCount,
+            4 => ReadSize,
+            5 => Vector,
+            6 => VectorBool,
+            7 => Deque,
+            8 => DequeMap,
+            9 => DequeBlock,
+            10 => ListShort,
+            11 => HashShort,
+            12 => RbDeep,
+            13 => RbLarge,
+            14 => TooDeep,
+            15 => String,
+            16 => Optional,
+            17 => Variant,
+            18 => Key,
+            _ => return None,
+        })
+    }
+
+    pub fn describe(self) -> String {
+        use ErrorCode::*;
+        match self {
+            FieldOutside => "field outside its object".into(),
+            MemberOutside => "member outside its object".into(),
+            ElementCount => "implausible element count".into(),
+            ReadSize => "implausible size".into(),
+            Vector => "vector pointers out of order".into(),
+            VectorBool => "vector<bool> pointers out of order".into(),
+            Deque => "deque iterators out of order".into(),
+            DequeMap => "deque map smaller than its blocks".into(),
+            DequeBlock => "deque block out of order".into(),
+            ListShort => "list shorter than its size".into(),
+            HashShort => "hash table shorter than its size".into(),
+            RbDeep => "red-black tree too deep".into(),
+            RbLarge => "tree larger than its node count".into(),
+            TooDeep => format!("nested deeper than {MAX_DEPTH} levels"),
+            String => "string".into(),
+            Optional => "optional".into(),
+            Variant => "variant".into(),
+            Key => "key".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JitError {
+    #[error("the walker takes at most {MAX_ROOTS} arguments, {0} requested")]
+    TooManyRoots(usize),
+    #[error("no plan node {0}")]
+    NoSuchNode(NodeId),
+    #[error("cannot compile the walk of `{node}`: {what}")]
+    Unsupported { node: String, what: String },
+    #[error("code generation failed: {0}")]
+    Codegen(String),
+    #[error(
+        "the generated code needs a relocation ({0}); refusing code that is not position-independent"
+    )]
+    Relocation(String),
+    #[error("walker output is malformed: {0}")]
+    BadOutput(String),
+    #[error("walk of root {root} found a corrupt object at {addr:#x}: {what}")]
+    Corrupt { root: u64, addr: u64, what: String },
+    #[error("the walker ran out of its {0}-byte stack (nesting too deep)")]
+    Stack(u64),
+    #[error("the walk frame does not match the compiled walker (nargs or scratch size)")]
+    BadFrame,
+    #[error("the output buffer is full")]
+    Full,
+}
+
+/// Compiles the walk of `roots` (plan nodes of the measured arguments, in argument order).
+pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError> {
+    if roots.len() > MAX_ROOTS {
+        return Err(JitError::TooManyRoots(roots.len()));
+    }
+    if let Some(&bad) = roots.iter().find(|&&r| r >= plan.nodes.len()) {
+        return Err(JitError::NoSuchNode(bad));
+    }
+    let isa = link::isa()?;
+    let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
+    link::link(&isa, funcs)
+}
+
+/// The outcome of a finished walk as a `Result`: `Ok(())` for [`STATUS_DONE`].
+pub fn check_status(frame: &WalkFrame) -> Result<(), JitError> {
+    match frame.status {
+        STATUS_DONE => Ok(()),
+        STATUS_FULL => Err(JitError::Full),
+        STATUS_CORRUPT => Err(JitError::Corrupt {
+            root: frame.err_root,
+            addr: frame.err_addr,
+            what: ErrorCode::from_u64(frame.err_code)
+                .map(ErrorCode::describe)
+                .unwrap_or_else(|| format!("error code {}", frame.err_code)),
+        }),
+        STATUS_STACK => Err(JitError::Stack(if frame.stack_len == 0 {
+            DEFAULT_STACK
+        } else {
+            frame.stack_len
+        })),
+        _ => Err(JitError::BadFrame),
+    }
+}
+
+/// Splits the walker's output (`out[..out_used]`) into one stream per root, in the form
+/// `report::decode` takes (`Measurer::walk_arg_streams` gives the same `Vec<u64>`s).
+pub fn split_streams(bytes: &[u8], nroots: usize) -> Result<Vec<Vec<u64>>, JitError> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(JitError::BadOutput(format!(
+            "{} bytes is not a whole number of words",
+            bytes.len()
+        )));
+    }
+    let mut words = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
+    let mut out = Vec::with_capacity(nroots);
+    for root in 0..nroots {
+        let n = words
+            .next()
+            .ok_or_else(|| JitError::BadOutput(format!("no word count for root {root}")))?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= words.len())
+            .ok_or_else(|| {
+                JitError::BadOutput(format!(
+                    "root {root} claims {n} words, {} left",
+                    words.len()
+                ))
+            })?;
+        out.push(words.by_ref().take(n).collect());
+    }
+    if words.next().is_some() {
+        return Err(JitError::BadOutput("words after the last root".into()));
+    }
+    Ok(out)
+}

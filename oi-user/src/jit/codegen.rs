@@ -1,0 +1,1443 @@
+//! Plan → Cranelift IR: one IR function per (plan node, object length) that needs a native
+//! frame of its own (roots, recursion through pointers and containers, or a function grown
+//! past its inlining budget), plus the entry function and the visited-set insertion.
+//!
+//! Every function mirrors `interp::walk` statement by statement: the same words in the same
+//! order, the same bound checks, the same depth accounting (`depth` counts the dynamic nodes
+//! walked, like `Walker::depth`). Checks the interpreter makes on object bytes it has in hand
+//! (a field outside its object) depend only on the plan, so they are decided here at compile
+//! time; checks on values read from the target become branches to a cold error exit.
+//!
+//! Loads from target memory use trapping memory flags (never hoisted above the checks that
+//! guard them); the walker context, the output buffer and the scratch table use trusted ones.
+//!
+//! Never emits a call outside the functions generated here, and never a syscall.
+
+use std::collections::HashMap;
+use std::mem::offset_of;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::{
+    AbiParam, Block, BlockArg, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
+    MemFlagsData, Signature, StackSlotData, StackSlotKind, UserExternalName, UserFuncName, Value,
+};
+use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+
+use super::{
+    DEFAULT_STACK, ErrorCode, JitError, MAX_DEPTH, SCRATCH_BYTES, STATUS_BAD_FRAME, STATUS_CORRUPT,
+    STATUS_DONE, STATUS_FULL, STATUS_STACK, VISITED_SLOTS, WalkFrame,
+};
+use crate::containers::rbtree;
+use crate::containers::string::StringLayout;
+use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_ELEMENTS, VISITED_CAPACITY};
+use crate::plan::{Capture, NodeId, Op, Plan};
+
+/// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
+const MAX_READ: u64 = 1 << 30;
+/// Most node walks inlined into one function before children become calls (code size).
+const INLINE_BUDGET: u32 = 48;
+/// Most red-black descent stacks (1 KiB each) in one function's frame.
+const MAX_RB_STACKS: u32 = 4;
+/// Entries of the red-black descent stack: the interpreter refuses a push beyond 129.
+const RB_STACK: u64 = 129;
+/// Stack kept free below the limit for the last frame's own spills (frames are far smaller).
+const STACK_MARGIN: u64 = 32 << 10;
+
+/// Function ids (the `index` of their `UserExternalName`); node functions follow.
+pub(super) const FN_ENTRY: u32 = 0;
+pub(super) const FN_VISIT: u32 = 1;
+
+// The walker context, a stack slot of the entry function shared by pointer with every
+// function: the output cursor lives in a register inside a function and here across calls.
+const CTX_CUR: i32 = 0;
+const CTX_END: i32 = 8;
+const CTX_TABLE: i32 = 16;
+const CTX_GEN: i32 = 24;
+const CTX_COUNT: i32 = 32;
+const CTX_BIAS: i32 = 40;
+const CTX_LIMIT: i32 = 48;
+const CTX_ERR_CODE: i32 = 56;
+const CTX_ERR_ADDR: i32 = 64;
+const CTX_SIZE: u32 = 72;
+
+fn frame_off(off: usize) -> i32 {
+    // WalkFrame is a few hundred bytes: every offset fits.
+    off as i32
+}
+
+/// Generated IR functions, indexed by function id.
+pub(super) fn generate(
+    plan: &Plan,
+    roots: &[NodeId],
+    fc: TargetFrontendConfig,
+) -> Result<Vec<Function>, JitError> {
+    let mut reg = Registry::default();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut funcs: Vec<Option<Function>> = vec![None, None];
+    funcs[FN_ENTRY as usize] = Some(gen_entry(plan, roots, &mut reg, &mut fctx, fc)?);
+    funcs[FN_VISIT as usize] = Some(gen_visit(&mut fctx, fc));
+    while let Some((id, node, len)) = reg.pending.pop() {
+        let f = gen_node_fn(plan, id, node, len, &mut reg, &mut fctx, fc)?;
+        let i = id as usize;
+        if funcs.len() <= i {
+            funcs.resize_with(i + 1, || None);
+        }
+        funcs[i] = Some(f);
+    }
+    funcs
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| f.ok_or_else(|| JitError::Codegen(format!("function {i} never generated"))))
+        .collect()
+}
+
+/// Node functions requested so far: (node, object length) → function id.
+#[derive(Default)]
+struct Registry {
+    ids: HashMap<(NodeId, u64), u32>,
+    pending: Vec<(u32, NodeId, u64)>,
+}
+
+impl Registry {
+    fn id(&mut self, node: NodeId, len: u64) -> u32 {
+        let next = self.ids.len() as u32 + 2;
+        *self.ids.entry((node, len)).or_insert_with(|| {
+            self.pending.push((next, node, len));
+            next
+        })
+    }
+}
+
+fn sig(params: usize) -> Signature {
+    let mut s = Signature::new(CallConv::SystemV);
+    s.params.extend((0..params).map(|_| AbiParam::new(I64)));
+    s.returns.push(AbiParam::new(I64));
+    s
+}
+
+fn new_function(id: u32, params: usize) -> Function {
+    Function::with_name_signature(UserFuncName::user(0, id), sig(params))
+}
+
+/// Why emission of the current path stopped: it ended in an unconditional error exit (the
+/// rest of the path is unreachable and not emitted), or compilation failed.
+enum Stop {
+    Dead,
+    Err(JitError),
+}
+
+type G = Result<(), Stop>;
+
+fn unsupported(plan: &Plan, id: NodeId, what: &str) -> Stop {
+    Stop::Err(JitError::Unsupported {
+        node: plan.nodes[id].name.clone(),
+        what: what.to_string(),
+    })
+}
+
+/// Emission state of one function.
+struct Gen<'a, 'b> {
+    plan: &'a Plan,
+    b: FunctionBuilder<'b>,
+    reg: &'a mut Registry,
+    refs: HashMap<u32, FuncRef>,
+    ctx: Value,
+    /// The interpreter's `depth` when this function's walk began.
+    depth: Value,
+    /// End of the output buffer (whole words only).
+    end: Value,
+    /// Output cursor.
+    cur: Variable,
+    /// Error / full exit: one i64 parameter, the status.
+    ret: Block,
+    inline: Vec<(NodeId, u64)>,
+    budget: u32,
+    rb_stacks: u32,
+}
+
+fn trusted() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+/// Target memory: may fault, must not be moved above its guards.
+fn target() -> MemFlagsData {
+    MemFlagsData::new()
+}
+
+impl Gen<'_, '_> {
+    fn dynamic(&self, id: NodeId) -> bool {
+        self.plan.nodes[id].dynamic
+    }
+
+    fn size(&self, id: NodeId) -> u64 {
+        self.plan.nodes[id].static_size
+    }
+
+    fn c(&mut self, v: u64) -> Value {
+        self.b.ins().iconst(I64, v as i64)
+    }
+
+    /// `base + off` as a (base, 32-bit displacement) pair for a memory access.
+    fn at(&mut self, base: Value, off: u64) -> (Value, i32) {
+        match i32::try_from(off) {
+            Ok(o) => (base, o),
+            Err(_) => {
+                let o = self.c(off);
+                (self.b.ins().iadd(base, o), 0)
+            }
+        }
+    }
+
+    fn add(&mut self, base: Value, off: u64) -> Value {
+        if off == 0 {
+            base
+        } else {
+            self.b.ins().iadd_imm_s(base, off as i64)
+        }
+    }
+
+    /// A target word.
+    fn ld(&mut self, base: Value, off: u64) -> Value {
+        let (p, o) = self.at(base, off);
+        self.b.ins().load(I64, target(), p, o)
+    }
+
+    /// A little-endian unsigned target integer of `size` (0..=8) bytes (`containers::uint`).
+    fn ld_uint(&mut self, base: Value, off: u64, size: u64) -> Value {
+        let (p, o) = self.at(base, off);
+        match size {
+            0 => self.c(0),
+            1 => self.b.ins().uload8(I64, target(), p, o),
+            2 => self.b.ins().uload16(I64, target(), p, o),
+            4 => self.b.ins().uload32(target(), p, o),
+            8 => self.b.ins().load(I64, target(), p, o),
+            n => {
+                let mut acc = self.c(0);
+                for i in 0..n.min(8) {
+                    let (p, o) = self.at(base, off + i);
+                    let byte = self.b.ins().uload8(I64, target(), p, o);
+                    let byte = self.b.ins().ishl_imm_s(byte, (8 * i) as i64);
+                    acc = self.b.ins().bor(acc, byte);
+                }
+                acc
+            }
+        }
+    }
+
+    fn ld_ctx(&mut self, off: i32) -> Value {
+        self.b.ins().load(I64, trusted(), self.ctx, off)
+    }
+
+    fn st_ctx(&mut self, v: Value, off: i32) {
+        self.b.ins().store(trusted(), v, self.ctx, off);
+    }
+
+    fn icmp_imm(&mut self, cc: IntCC, v: Value, imm: u64) -> Value {
+        self.b.ins().icmp_imm_s(cc, v, imm as i64)
+    }
+
+    /// Unconditional error exit; the current path ends here.
+    fn dead(&mut self, code: ErrorCode, addr: Value) -> Stop {
+        let code = self.c(code as u64);
+        self.st_ctx(code, CTX_ERR_CODE);
+        self.st_ctx(addr, CTX_ERR_ADDR);
+        let s = self.c(STATUS_CORRUPT);
+        self.b.ins().jump(self.ret, &[BlockArg::Value(s)]);
+        Stop::Dead
+    }
+
+    fn fail(&mut self, code: ErrorCode, addr: Value) -> G {
+        Err(self.dead(code, addr))
+    }
+
+    /// Error exit taken when `cond` holds; emission continues on the other path.
+    fn fail_if(&mut self, cond: Value, code: ErrorCode, addr: Value) {
+        let bad = self.b.create_block();
+        let ok = self.b.create_block();
+        self.b.ins().brif(cond, bad, &[], ok, &[]);
+        self.b.set_cold_block(bad);
+        self.b.switch_to_block(bad);
+        let _ = self.fail(code, addr);
+        self.b.switch_to_block(ok);
+    }
+
+    /// Returns `status` when it is not zero.
+    fn exit_if_nonzero(&mut self, status: Value) {
+        let ok = self.b.create_block();
+        self.b
+            .ins()
+            .brif(status, self.ret, &[BlockArg::Value(status)], ok, &[]);
+        self.b.switch_to_block(ok);
+    }
+
+    /// Appends words to the output, or returns [`STATUS_FULL`] if they do not fit.
+    fn emit(&mut self, words: &[Value]) {
+        let n = 8 * words.len() as u64;
+        let cur = self.b.use_var(self.cur);
+        let room = self.b.ins().isub(self.end, cur);
+        let full = self.icmp_imm(IntCC::UnsignedLessThan, room, n);
+        let full_b = self.b.create_block();
+        let ok = self.b.create_block();
+        self.b.ins().brif(full, full_b, &[], ok, &[]);
+        self.b.set_cold_block(full_b);
+        self.b.switch_to_block(full_b);
+        let s = self.c(STATUS_FULL);
+        self.b.ins().jump(self.ret, &[BlockArg::Value(s)]);
+        self.b.switch_to_block(ok);
+        for (i, w) in words.iter().enumerate() {
+            self.b.ins().store(trusted(), *w, cur, (8 * i) as i32);
+        }
+        let next = self.b.ins().iadd_imm_s(cur, n as i64);
+        self.b.def_var(self.cur, next);
+    }
+
+    /// Emits `body` under `cond`; a dead body simply does not rejoin.
+    fn if_then(&mut self, cond: Value, body: impl FnOnce(&mut Self) -> G) -> G {
+        let then = self.b.create_block();
+        let merge = self.b.create_block();
+        self.b.ins().brif(cond, then, &[], merge, &[]);
+        self.b.switch_to_block(then);
+        match body(self) {
+            Ok(()) => {
+                self.b.ins().jump(merge, &[]);
+            }
+            Err(Stop::Dead) => {}
+            Err(e) => return Err(e),
+        }
+        self.b.switch_to_block(merge);
+        Ok(())
+    }
+
+    /// Emits `body` in the current block and, if it is not dead, jumps to `join`.
+    fn then_join(&mut self, join: Block, body: impl FnOnce(&mut Self) -> G) -> G {
+        match body(self) {
+            Ok(()) => {
+                self.b.ins().jump(join, &[]);
+                Ok(())
+            }
+            Err(Stop::Dead) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `for i in 0..n { body(i) }`.
+    fn loop_n(&mut self, n: Value, mut body: impl FnMut(&mut Self, Value) -> G) -> G {
+        let i = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(i, zero);
+        let head = self.b.create_block();
+        let body_b = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(head, &[]);
+        self.b.switch_to_block(head);
+        let iv = self.b.use_var(i);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, iv, n);
+        self.b.ins().brif(more, body_b, &[], exit, &[]);
+        self.b.switch_to_block(body_b);
+        match body(self, iv) {
+            Ok(()) => {
+                let next = self.b.ins().iadd_imm_s(iv, 1);
+                self.b.def_var(i, next);
+                self.b.ins().jump(head, &[]);
+            }
+            Err(Stop::Dead) => {}
+            Err(e) => return Err(e),
+        }
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    fn func_ref(&mut self, id: u32, params: usize) -> FuncRef {
+        if let Some(r) = self.refs.get(&id) {
+            return *r;
+        }
+        let signature = self.b.import_signature(sig(params));
+        let name = self
+            .b
+            .func
+            .declare_imported_user_function(UserExternalName::new(0, id));
+        let r = self.b.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: true,
+            patchable: false,
+        });
+        self.refs.insert(id, r);
+        r
+    }
+
+    /// Calls the node function of (`id`, `len`) with `depth`; propagates its status.
+    fn call_node(&mut self, id: NodeId, len: u64, addr: Value, depth: Value) -> G {
+        let fid = self.reg.id(id, len);
+        let f = self.func_ref(fid, 3);
+        let cur = self.b.use_var(self.cur);
+        self.st_ctx(cur, CTX_CUR);
+        let call = self.b.ins().call(f, &[self.ctx, addr, depth]);
+        let status = self.b.inst_results(call)[0];
+        self.exit_if_nonzero(status);
+        let cur = self.ld_ctx(CTX_CUR);
+        self.b.def_var(self.cur, cur);
+        Ok(())
+    }
+
+    /// Inserts `addr` into the visited set: 1 if newly inserted, else 0.
+    fn visit(&mut self, addr: Value) -> Value {
+        let f = self.func_ref(FN_VISIT, 2);
+        let call = self.b.ins().call(f, &[self.ctx, addr]);
+        self.b.inst_results(call)[0]
+    }
+
+    /// `Walker::walk` of a child: inlined, or a call when recursive or over budget.
+    /// `k`: nesting below `self.depth` at which the child's walk starts.
+    fn child(&mut self, id: NodeId, addr: Value, len: u64, k: u64) -> G {
+        if !self.dynamic(id) {
+            return Ok(());
+        }
+        let is_rb = matches!(self.plan.nodes[id].op, Op::RbTree { .. });
+        if self.inline.contains(&(id, len))
+            || self.budget == 0
+            || (is_rb && self.rb_stacks >= MAX_RB_STACKS)
+        {
+            let d = self.b.ins().iadd_imm_s(self.depth, k as i64);
+            return self.call_node(id, len, addr, d);
+        }
+        self.budget -= 1;
+        self.inline.push((id, len));
+        let r = self.walk(id, addr, len, k);
+        self.inline.pop();
+        r
+    }
+
+    /// `Walker::walk_at`: the object is `static_size` bytes at `addr`.
+    fn walk_at(&mut self, id: NodeId, addr: Value, k: u64) -> G {
+        if !self.dynamic(id) {
+            return Ok(());
+        }
+        let size = self.size(id);
+        if size > MAX_READ {
+            return self.fail(ErrorCode::ReadSize, addr);
+        }
+        self.child(id, addr, size, k)
+    }
+
+    /// `Walker::walk` inlined here: the depth check, then the node's own walk.
+    fn walk(&mut self, id: NodeId, addr: Value, len: u64, k: u64) -> G {
+        if !self.dynamic(id) {
+            return Ok(());
+        }
+        if k >= MAX_DEPTH {
+            return self.fail(ErrorCode::TooDeep, addr);
+        }
+        let deep = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, self.depth, MAX_DEPTH - k);
+        self.fail_if(deep, ErrorCode::TooDeep, addr);
+        self.body(id, addr, len, k + 1)
+    }
+
+    /// A member `size` bytes long at `off`, or the interpreter's `sub` error.
+    fn member(&mut self, addr: Value, len: u64, off: u64, size: u64) -> Result<Value, Stop> {
+        match off.checked_add(size) {
+            Some(e) if e <= len => Ok(self.add(addr, off)),
+            _ => Err(self.dead(ErrorCode::MemberOutside, addr)),
+        }
+    }
+
+    /// A word field at `off` of an object `len` bytes long, or error `code`.
+    fn field(&mut self, addr: Value, len: u64, off: u64, code: ErrorCode) -> Result<Value, Stop> {
+        match off.checked_add(8) {
+            Some(e) if e <= len => Ok(self.ld(addr, off)),
+            _ => Err(self.dead(code, addr)),
+        }
+    }
+
+    /// Fails with `ElementCount` when a count read from the target is implausible.
+    fn check_count(&mut self, n: Value, addr: Value) {
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, n, MAX_ELEMENTS);
+        self.fail_if(big, ErrorCode::ElementCount, addr);
+    }
+
+    /// `a - b`, failing with `code` when it would go below zero (`checked_sub`).
+    fn checked_sub(&mut self, a: Value, b: Value, code: ErrorCode, addr: Value) -> Value {
+        let under = self.b.ins().icmp(IntCC::UnsignedLessThan, a, b);
+        self.fail_if(under, code, addr);
+        self.b.ins().isub(a, b)
+    }
+
+    fn div(&mut self, v: Value, by: u64) -> Value {
+        if by == 1 {
+            v
+        } else {
+            self.b.ins().udiv_imm_s(v, by as i64)
+        }
+    }
+
+    /// Node `id`'s own walk; its children start at nesting `k`.
+    fn body(&mut self, id: NodeId, addr: Value, len: u64, k: u64) -> G {
+        let plan = self.plan;
+        match &plan.nodes[id].op {
+            Op::Leaf | Op::Bitfield => Ok(()),
+            Op::Struct { members, .. } => {
+                for &(off, m) in members {
+                    if self.dynamic(m) {
+                        let size = self.size(m);
+                        let a = self.member(addr, len, off, size)?;
+                        self.child(m, a, size, k)?;
+                    }
+                }
+                Ok(())
+            }
+            Op::Array {
+                elem,
+                offset,
+                count,
+                stride,
+                ..
+            } => self.c_array(*elem, addr, len, *offset, *count, *stride, k),
+            Op::Pair { first, second }
+            | Op::Entry {
+                key: first,
+                value: second,
+                capture: None,
+            } => self.two(addr, len, *first, *second, k),
+            Op::Entry {
+                key,
+                value,
+                capture: Some(c),
+            } => {
+                let ks = self.size(key.1);
+                let ka = self.member(addr, len, key.0, ks)?;
+                self.capture(*c, ka, ks)?;
+                self.two(addr, len, *key, *value, k)
+            }
+            Op::String(l) => self.string(l, addr, len),
+            Op::Vector { layout, elem } => {
+                let l = *layout;
+                let code = ErrorCode::Vector;
+                let start = self.field(addr, len, l.start_off, code)?;
+                let finish = self.field(addr, len, l.finish_off, code)?;
+                let eos = self.field(addr, len, l.eos_off, code)?;
+                let es = l.elem_size.max(1);
+                let used = self.checked_sub(finish, start, code, addr);
+                let n = self.div(used, es);
+                let all = self.checked_sub(eos, start, code, addr);
+                let cap = self.div(all, es);
+                let cap = self.b.ins().umax(cap, n);
+                self.check_count(n, addr);
+                self.check_count(cap, addr);
+                self.emit(&[addr, n, cap]);
+                self.vector_elements(*elem, start, n, l.elem_size, k)
+            }
+            Op::VectorBool { layout, .. } => {
+                let l = *layout;
+                let code = ErrorCode::VectorBool;
+                let sp = self.field(addr, len, l.start_p, code)?;
+                let so = self.field(addr, len, l.start_bit, code)?;
+                let so = self.b.ins().band_imm_s(so, 0xffff_ffff);
+                let fp = self.field(addr, len, l.finish_p, code)?;
+                let fo = self.field(addr, len, l.finish_bit, code)?;
+                let fo = self.b.ins().band_imm_s(fo, 0xffff_ffff);
+                let eos = self.field(addr, len, l.eos_off, code)?;
+                let d = self.checked_sub(fp, sp, code, addr);
+                let d = self.b.ins().ushr_imm_s(d, 3);
+                let d = self.b.ins().imul_imm_s(d, 64);
+                let bits = self.b.ins().iadd(d, fo);
+                let n = self.checked_sub(bits, so, code, addr);
+                let c = self.checked_sub(eos, sp, code, addr);
+                let c = self.b.ins().ushr_imm_s(c, 3);
+                let c = self.b.ins().imul_imm_s(c, 64);
+                let cap = self.b.ins().umax(c, n);
+                self.check_count(n, addr);
+                self.check_count(cap, addr);
+                self.emit(&[addr, n, cap]);
+                Ok(())
+            }
+            Op::Deque { layout, elem } => self.deque(layout, *elem, addr, len, k),
+            Op::List { layout, elem } => {
+                let l = *layout;
+                let n = self.field(addr, len, l.size_off, ErrorCode::FieldOutside)?;
+                self.check_count(n, addr);
+                self.emit(&[addr, n]);
+                if !self.dynamic(*elem) {
+                    return Ok(());
+                }
+                let head = self.add(addr, l.head_off);
+                let first = self.field(addr, len, l.head_off, ErrorCode::FieldOutside)?;
+                let node = self.b.declare_var(I64);
+                self.b.def_var(node, first);
+                let elem = *elem;
+                self.loop_n(n, |g, _| {
+                    let cur = g.b.use_var(node);
+                    let at_head = g.b.ins().icmp(IntCC::Equal, cur, head);
+                    let null = g.icmp_imm(IntCC::Equal, cur, 0);
+                    let short = g.b.ins().bor(at_head, null);
+                    g.fail_if(short, ErrorCode::ListShort, addr);
+                    let v = g.member(cur, l.node_size, l.value_off, l.elem_size)?;
+                    g.child(elem, v, l.elem_size, k)?;
+                    let next = g.field(cur, l.node_size, 0, ErrorCode::FieldOutside)?;
+                    g.b.def_var(node, next);
+                    Ok(())
+                })
+            }
+            Op::RbTree { layout, elem, .. } => {
+                let l = *layout;
+                let n = self.field(addr, len, l.count_off, ErrorCode::FieldOutside)?;
+                self.check_count(n, addr);
+                self.emit(&[addr, n]);
+                if !self.dynamic(*elem) {
+                    return Ok(());
+                }
+                let root = self.field(
+                    addr,
+                    len,
+                    l.header_off + rbtree::PARENT,
+                    ErrorCode::FieldOutside,
+                )?;
+                self.rb_elements(*elem, &l, root, n, addr, k)
+            }
+            Op::Hashtable { layout, elem, .. } => {
+                let l = *layout;
+                let n = self.field(addr, len, l.count_off, ErrorCode::FieldOutside)?;
+                let buckets = self.field(addr, len, l.bucket_count_off, ErrorCode::FieldOutside)?;
+                self.check_count(n, addr);
+                self.emit(&[addr, n, buckets]);
+                if !self.dynamic(*elem) {
+                    return Ok(());
+                }
+                let first = self.field(addr, len, l.before_begin_off, ErrorCode::FieldOutside)?;
+                let node = self.b.declare_var(I64);
+                self.b.def_var(node, first);
+                let elem = *elem;
+                let node_len = l.value_off + l.value_size;
+                self.loop_n(n, |g, _| {
+                    let cur = g.b.use_var(node);
+                    let null = g.icmp_imm(IntCC::Equal, cur, 0);
+                    g.fail_if(null, ErrorCode::HashShort, addr);
+                    let v = g.member(cur, node_len, l.value_off, l.value_size)?;
+                    g.child(elem, v, l.value_size, k)?;
+                    let next = g.field(cur, node_len, 0, ErrorCode::FieldOutside)?;
+                    g.b.def_var(node, next);
+                    Ok(())
+                })
+            }
+            Op::Optional { layout, elem } => {
+                let l = *layout;
+                if l.engaged_off.checked_add(1).is_none_or(|e| e > len) {
+                    return self.fail(ErrorCode::Optional, addr);
+                }
+                let flag = self.ld_uint(addr, l.engaged_off, 1);
+                let engaged = self.icmp_imm(IntCC::NotEqual, flag, 0);
+                let word = self.b.ins().uextend(I64, engaged);
+                self.emit(&[word]);
+                let elem = *elem;
+                let size = self.size(elem);
+                self.if_then(engaged, |g| {
+                    let v = g.member(addr, len, l.value_off, size)?;
+                    g.child(elem, v, size, k)
+                })
+            }
+            Op::Variant {
+                layout,
+                alternatives,
+            } => {
+                let l = *layout;
+                if l.index_off
+                    .checked_add(l.index_size)
+                    .is_none_or(|e| e > len)
+                {
+                    return self.fail(ErrorCode::Variant, addr);
+                }
+                let index = self.ld_uint(addr, l.index_off, l.index_size);
+                let done = self.b.create_block();
+                for (i, &alt) in alternatives.iter().enumerate() {
+                    let is = self.icmp_imm(IntCC::Equal, index, i as u64);
+                    let then = self.b.create_block();
+                    let next = self.b.create_block();
+                    self.b.ins().brif(is, then, &[], next, &[]);
+                    self.b.switch_to_block(then);
+                    self.then_join(done, |g| {
+                        let iw = g.c(i as u64);
+                        g.emit(&[iw]);
+                        let size = g.size(alt);
+                        let v = g.member(addr, len, l.storage_off, size)?;
+                        g.child(alt, v, size, k)
+                    })?;
+                    self.b.switch_to_block(next);
+                }
+                // Valueless, or an index without an alternative.
+                let none = self.c(u64::MAX);
+                self.emit(&[none]);
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(done);
+                Ok(())
+            }
+            Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
+                let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
+                self.pointer(ptr, *target, target.is_some(), k)
+            }
+            Op::RawPointer { target } => {
+                let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
+                self.pointer(ptr, *target, true, k)
+            }
+            Op::Poly {
+                candidates,
+                fallback,
+            } => {
+                let vptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
+                let bias = self.ld_ctx(CTX_BIAS);
+                let elf = self.b.ins().isub(vptr, bias);
+                let done = self.b.create_block();
+                for (i, &(lo, hi, cand)) in candidates.iter().enumerate() {
+                    let ge = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, elf, lo);
+                    let lt = self.icmp_imm(IntCC::UnsignedLessThan, elf, hi);
+                    let is = self.b.ins().band(ge, lt);
+                    let then = self.b.create_block();
+                    let next = self.b.create_block();
+                    self.b.ins().brif(is, then, &[], next, &[]);
+                    self.b.switch_to_block(then);
+                    self.then_join(done, |g| {
+                        let iw = g.c(i as u64);
+                        g.emit(&[iw]);
+                        // offset-to-top sits two words before the address point.
+                        let top_at = g.b.ins().iadd_imm_s(vptr, -16);
+                        let top = g.ld(top_at, 0);
+                        let obj = g.b.ins().iadd(addr, top);
+                        g.walk_at(cand, obj, k)
+                    })?;
+                    self.b.switch_to_block(next);
+                }
+                let none = self.c(u64::MAX);
+                self.emit(&[none]);
+                let fallback = *fallback;
+                self.then_join(done, |g| g.child(fallback, addr, len, k))?;
+                self.b.switch_to_block(done);
+                Ok(())
+            }
+        }
+    }
+
+    /// Pair and map entry: both children, each checked to lie inside the object.
+    fn two(&mut self, addr: Value, len: u64, a: (u64, NodeId), b: (u64, NodeId), k: u64) -> G {
+        for (off, m) in [a, b] {
+            let size = self.size(m);
+            let v = self.member(addr, len, off, size)?;
+            self.child(m, v, size, k)?;
+        }
+        Ok(())
+    }
+
+    /// `StringLayout::words`: `len, heap_capacity`.
+    fn string(&mut self, l: &StringLayout, addr: Value, len: u64) -> G {
+        let in_obj = |off: u64| off.checked_add(8).is_some_and(|e| e <= len);
+        if !in_obj(l.ptr_off) || !in_obj(l.len_off) {
+            return self.fail(ErrorCode::String, addr);
+        }
+        let ptr = self.ld(addr, l.ptr_off);
+        let n = self.ld(addr, l.len_off);
+        let hi = self.b.ins().iadd_imm_s(addr, l.size as i64);
+        let ge = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, ptr, addr);
+        let lt = self.b.ins().icmp(IntCC::UnsignedLessThan, ptr, hi);
+        let inline = self.b.ins().band(ge, lt);
+        let zero = self.c(0);
+        let cap = if in_obj(l.cap_off) {
+            // Inside the object either way, so reading it when inline is harmless.
+            let c = self.ld(addr, l.cap_off);
+            let one = self.c(1);
+            let c = self.b.ins().umax(c, one);
+            self.b.ins().select(inline, zero, c)
+        } else {
+            let heap = self.icmp_imm(IntCC::Equal, inline, 0);
+            self.fail_if(heap, ErrorCode::String, addr);
+            zero
+        };
+        self.emit(&[n, cap]);
+        Ok(())
+    }
+
+    /// `Walker::walk_array` for a vector's elements (strings take the interpreter's fast
+    /// path, which skips the per-element depth accounting).
+    fn vector_elements(&mut self, elem: NodeId, start: Value, n: Value, stride: u64, k: u64) -> G {
+        if !self.dynamic(elem) {
+            return Ok(());
+        }
+        if stride == 0 {
+            return Err(unsupported(self.plan, elem, "dynamic elements of size 0"));
+        }
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, n, MAX_READ / stride);
+        self.fail_if(big, ErrorCode::ElementCount, start);
+        let string = match &self.plan.nodes[elem].op {
+            Op::String(l) => Some(*l),
+            _ => None,
+        };
+        self.loop_n(n, |g, i| {
+            let off = g.b.ins().imul_imm_s(i, stride as i64);
+            let at = g.b.ins().iadd(start, off);
+            match &string {
+                Some(l) => g.string(l, at, stride),
+                None => g.child(elem, at, stride, k),
+            }
+        })
+    }
+
+    /// C array / std::array: elements inside the object; the first one that does not fit
+    /// is the interpreter's `sub` error after the ones that do.
+    #[allow(clippy::too_many_arguments)]
+    fn c_array(
+        &mut self,
+        elem: NodeId,
+        addr: Value,
+        len: u64,
+        offset: u64,
+        count: u64,
+        stride: u64,
+        k: u64,
+    ) -> G {
+        if !self.dynamic(elem) || count == 0 {
+            return Ok(());
+        }
+        let fits = |i: u64| {
+            i.checked_mul(stride)
+                .and_then(|o| o.checked_add(offset))
+                .and_then(|o| o.checked_add(stride))
+                .is_some_and(|e| e <= len)
+        };
+        // Elements that fit form a prefix: find its length.
+        let ok = if fits(count - 1) {
+            count
+        } else if !fits(0) {
+            0
+        } else {
+            // fits(lo) && !fits(hi)
+            let (mut lo, mut hi) = (0u64, count - 1);
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if fits(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo + 1
+        };
+        if ok <= 4 {
+            for i in 0..ok {
+                let a = self.add(addr, offset + i * stride);
+                self.child(elem, a, stride, k)?;
+            }
+        } else {
+            let n = self.c(ok);
+            self.loop_n(n, |g, i| {
+                let off = g.b.ins().imul_imm_s(i, stride as i64);
+                let base = g.add(addr, offset);
+                let at = g.b.ins().iadd(base, off);
+                g.child(elem, at, stride, k)
+            })?;
+        }
+        if ok < count {
+            return self.fail(ErrorCode::MemberOutside, addr);
+        }
+        Ok(())
+    }
+
+    /// SmartPtr / RefWrap / RawPointer: `pointer, descended`, then the target.
+    /// `visits`: whether a non-null pointer is looked up in the visited set at all.
+    fn pointer(&mut self, ptr: Value, target: Option<NodeId>, visits: bool, k: u64) -> G {
+        let descend = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(descend, zero);
+        if visits {
+            let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
+            self.if_then(nonnull, |g| {
+                let v = g.visit(ptr);
+                g.b.def_var(descend, v);
+                Ok(())
+            })?;
+        }
+        let d = self.b.use_var(descend);
+        self.emit(&[ptr, d]);
+        if let Some(t) = target
+            && self.dynamic(t)
+        {
+            self.if_then(d, |g| g.walk_at(t, ptr, k))?;
+        }
+        Ok(())
+    }
+
+    fn deque(
+        &mut self,
+        l: &crate::containers::deque::DequeLayout,
+        elem: NodeId,
+        addr: Value,
+        len: u64,
+        k: u64,
+    ) -> G {
+        let code = ErrorCode::Deque;
+        let mut s = [addr; 4];
+        let mut f = [addr; 4];
+        for (v, &off) in s.iter_mut().zip(&l.start) {
+            *v = self.field(addr, len, off, code)?;
+        }
+        for (v, &off) in f.iter_mut().zip(&l.finish) {
+            *v = self.field(addr, len, off, code)?;
+        }
+        let map = self.field(addr, len, l.map_off, code)?;
+        let n_v = self.b.declare_var(I64);
+        let slots_v = self.b.declare_var(I64);
+        let blocks_v = self.b.declare_var(I64);
+        let zero = self.c(0);
+        for v in [n_v, slots_v, blocks_v] {
+            self.b.def_var(v, zero);
+        }
+        let es = l.elem_size.max(1);
+        let block_elems = l.block_elems();
+        let has_map = self.icmp_imm(IntCC::NotEqual, map, 0);
+        self.if_then(has_map, |g| {
+            let d = g.checked_sub(f[3], s[3], code, addr);
+            let nodes = g.b.ins().ushr_imm_s(d, 3);
+            let d = g.checked_sub(f[0], f[1], code, addr);
+            let tail = g.div(d, es);
+            let full = g.b.ins().imul_imm_s(nodes, block_elems as i64);
+            let total = g.b.ins().iadd(full, tail);
+            let d = g.checked_sub(s[0], s[1], code, addr);
+            let head = g.div(d, es);
+            let n = g.checked_sub(total, head, code, addr);
+            let slots = g.field(addr, len, l.map_size_off, code)?;
+            let blocks = g.b.ins().iadd_imm_s(nodes, 1);
+            g.b.def_var(n_v, n);
+            g.b.def_var(slots_v, slots);
+            g.b.def_var(blocks_v, blocks);
+            Ok(())
+        })?;
+        let n = self.b.use_var(n_v);
+        let slots = self.b.use_var(slots_v);
+        let blocks = self.b.use_var(blocks_v);
+        let one = self.c(1);
+        let min_slots = self.b.ins().umax(slots, one);
+        let over = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, blocks, min_slots);
+        let huge = self.icmp_imm(IntCC::UnsignedGreaterThan, slots, MAX_ELEMENTS);
+        let bad = self.b.ins().bor(over, huge);
+        self.fail_if(bad, ErrorCode::DequeMap, addr);
+        self.check_count(n, addr);
+        self.emit(&[addr, n, slots, blocks]);
+        if !self.dynamic(elem) {
+            return Ok(());
+        }
+        let nonempty = self.icmp_imm(IntCC::NotEqual, n, 0);
+        self.if_then(nonempty, |g| {
+            let big = g.icmp_imm(IntCC::UnsignedGreaterThan, blocks, MAX_READ / 8);
+            g.fail_if(big, ErrorCode::ReadSize, s[3]);
+            let block_bytes = l.block_bytes();
+            // The element range of block `b` (`Walker::deque_elements`).
+            let range = |g: &mut Self, b: Value| -> (Value, Value) {
+                let off = g.b.ins().imul_imm_s(b, 8);
+                let slot = g.b.ins().iadd(s[3], off);
+                let block = g.ld(slot, 0);
+                let is_first = g.icmp_imm(IntCC::Equal, b, 0);
+                let b1 = g.b.ins().iadd_imm_s(b, 1);
+                let is_last = g.b.ins().icmp(IntCC::Equal, b1, blocks);
+                let first = g.b.ins().select(is_first, s[0], block);
+                let block_end = g.b.ins().iadd_imm_s(block, block_bytes as i64);
+                let mid_end = g.b.ins().select(is_first, s[2], block_end);
+                let end = g.b.ins().select(is_last, f[0], mid_end);
+                (first, end)
+            };
+            // All ranges are checked before any element is walked, as the interpreter does.
+            g.loop_n(blocks, |g, b| {
+                let (first, end) = range(g, b);
+                let back = g.b.ins().icmp(IntCC::UnsignedLessThan, end, first);
+                g.fail_if(back, ErrorCode::DequeBlock, addr);
+                Ok(())
+            })?;
+            g.loop_n(blocks, |g, b| {
+                let (first, end) = range(g, b);
+                let d = g.b.ins().isub(end, first);
+                let count = g.div(d, es);
+                g.loop_n(count, |g, j| {
+                    let off = g.b.ins().imul_imm_s(j, es as i64);
+                    let at = g.b.ins().iadd(first, off);
+                    g.child(elem, at, es, k)
+                })
+            })
+        })
+    }
+
+    /// `Walker::rb_elements`: in-order walk with an explicit stack of node addresses.
+    fn rb_elements(
+        &mut self,
+        elem: NodeId,
+        l: &rbtree::RbLayout,
+        root: Value,
+        len: Value,
+        addr: Value,
+        k: u64,
+    ) -> G {
+        self.rb_stacks += 1;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            (RB_STACK * 8) as u32,
+            3,
+        ));
+        let base = self.b.ins().stack_addr(I64, slot, 0);
+        let sp = self.b.declare_var(I64);
+        let cur = self.b.declare_var(I64);
+        let seen = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(sp, zero);
+        self.b.def_var(cur, root);
+        self.b.def_var(seen, zero);
+        let descend = self.b.create_block();
+        let push = self.b.create_block();
+        let after = self.b.create_block();
+        let pop = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(descend, &[]);
+
+        self.b.switch_to_block(descend);
+        let c = self.b.use_var(cur);
+        self.b.ins().brif(c, push, &[], after, &[]);
+
+        self.b.switch_to_block(push);
+        self.then_join(descend, |g| {
+            let s = g.b.use_var(sp);
+            let deep = g.icmp_imm(IntCC::UnsignedGreaterThan, s, RB_STACK - 1);
+            g.fail_if(deep, ErrorCode::RbDeep, addr);
+            let left = g.field(c, l.node_size, rbtree::LEFT, ErrorCode::FieldOutside)?;
+            let off = g.b.ins().imul_imm_s(s, 8);
+            let p = g.b.ins().iadd(base, off);
+            g.b.ins().store(trusted(), c, p, 0);
+            let s1 = g.b.ins().iadd_imm_s(s, 1);
+            g.b.def_var(sp, s1);
+            g.b.def_var(cur, left);
+            Ok(())
+        })?;
+
+        self.b.switch_to_block(after);
+        let s = self.b.use_var(sp);
+        self.b.ins().brif(s, pop, &[], exit, &[]);
+
+        self.b.switch_to_block(pop);
+        self.then_join(descend, |g| {
+            let s1 = g.b.ins().iadd_imm_s(s, -1);
+            g.b.def_var(sp, s1);
+            let off = g.b.ins().imul_imm_s(s1, 8);
+            let p = g.b.ins().iadd(base, off);
+            let node = g.b.ins().load(I64, trusted(), p, 0);
+            let seen_v = g.b.use_var(seen);
+            let seen1 = g.b.ins().iadd_imm_s(seen_v, 1);
+            g.b.def_var(seen, seen1);
+            let large = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen1, len);
+            g.fail_if(large, ErrorCode::RbLarge, addr);
+            let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
+            g.child(elem, v, l.value_size, k)?;
+            let right = g.field(node, l.node_size, rbtree::RIGHT, ErrorCode::FieldOutside)?;
+            g.b.def_var(cur, right);
+            Ok(())
+        })?;
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    /// `Walker::capture` of a map key `ks` bytes long at `ka`.
+    fn capture(&mut self, c: Capture, ka: Value, ks: u64) -> G {
+        match c {
+            Capture::Scalar { size, signed } => {
+                let n = size.min(8);
+                if n > ks {
+                    return self.fail(ErrorCode::Key, ka);
+                }
+                let mut v = self.ld_uint(ka, 0, n);
+                if signed && (1..8).contains(&size) {
+                    let sh = (64 - 8 * size) as i64;
+                    let up = self.b.ins().ishl_imm_s(v, sh);
+                    v = self.b.ins().sshr_imm_s(up, sh);
+                }
+                self.emit(&[v]);
+                Ok(())
+            }
+            Capture::Address => {
+                self.emit(&[ka]);
+                Ok(())
+            }
+            Capture::String(l) => {
+                let ptr = self.field(ka, ks, l.ptr_off, ErrorCode::FieldOutside)?;
+                let chars = self.field(ka, ks, l.len_off, ErrorCode::FieldOutside)?;
+                let cs = l.char_size.max(1);
+                let over = self.icmp_imm(IntCC::UnsignedGreaterThan, chars, MAX_CAPTURED_KEY / cs);
+                let bytes = self.b.ins().imul_imm_s(chars, cs as i64);
+                let max = self.c(MAX_CAPTURED_KEY);
+                let n = self.b.ins().select(over, max, bytes);
+                self.emit(&[n]);
+                let whole = self.b.ins().ushr_imm_s(n, 3);
+                self.loop_n(whole, |g, i| {
+                    let off = g.b.ins().ishl_imm_s(i, 3);
+                    let p = g.b.ins().iadd(ptr, off);
+                    let w = g.ld(p, 0);
+                    g.emit(&[w]);
+                    Ok(())
+                })?;
+                let rest = self.b.ins().band_imm_s(n, 7);
+                self.if_then(rest, |g| {
+                    let acc = g.b.declare_var(I64);
+                    let zero = g.c(0);
+                    g.b.def_var(acc, zero);
+                    let off = g.b.ins().ishl_imm_s(whole, 3);
+                    let tail = g.b.ins().iadd(ptr, off);
+                    g.loop_n(rest, |g, j| {
+                        let p = g.b.ins().iadd(tail, j);
+                        let byte = g.b.ins().uload8(I64, target(), p, 0);
+                        let sh = g.b.ins().ishl_imm_s(j, 3);
+                        let byte = g.b.ins().ishl(byte, sh);
+                        let a = g.b.use_var(acc);
+                        let a = g.b.ins().bor(a, byte);
+                        g.b.def_var(acc, a);
+                        Ok(())
+                    })?;
+                    let w = g.b.use_var(acc);
+                    g.emit(&[w]);
+                    Ok(())
+                })
+            }
+        }
+    }
+}
+
+/// Builds one function with `Gen`: `prologue` runs in the entry block with the parameters.
+fn build(
+    plan: &Plan,
+    id: u32,
+    params: usize,
+    reg: &mut Registry,
+    fctx: &mut FunctionBuilderContext,
+    fc: TargetFrontendConfig,
+    body: impl FnOnce(&mut Gen<'_, '_>, &[Value]) -> G,
+) -> Result<Function, JitError> {
+    let mut func = new_function(id, params);
+    {
+        let mut b = FunctionBuilder::new(&mut func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let args = b.block_params(entry).to_vec();
+        let ret = b.create_block();
+        let status = b.append_block_param(ret, I64);
+        b.set_cold_block(ret);
+        let cur = b.declare_var(I64);
+        let zero = b.ins().iconst(I64, 0);
+        let mut g = Gen {
+            plan,
+            b,
+            reg,
+            refs: HashMap::new(),
+            ctx: args[0],
+            depth: zero,
+            end: zero,
+            cur,
+            ret,
+            inline: Vec::new(),
+            budget: INLINE_BUDGET,
+            rb_stacks: 0,
+        };
+        match body(&mut g, &args) {
+            Ok(()) | Err(Stop::Dead) => {}
+            Err(Stop::Err(e)) => return Err(e),
+        }
+        g.b.switch_to_block(ret);
+        g.b.ins().return_(&[status]);
+        g.b.seal_all_blocks();
+        g.b.finalize(fc);
+    }
+    Ok(func)
+}
+
+/// `fn(ctx, addr, depth) -> status`: the walk of `node` with an object of `len` bytes.
+fn gen_node_fn(
+    plan: &Plan,
+    id: u32,
+    node: NodeId,
+    len: u64,
+    reg: &mut Registry,
+    fctx: &mut FunctionBuilderContext,
+    fc: TargetFrontendConfig,
+) -> Result<Function, JitError> {
+    build(plan, id, 3, reg, fctx, fc, |g, args| {
+        let (addr, depth) = (args[1], args[2]);
+        g.depth = depth;
+        // Deep recursion (a chased linked list) must end in a status, not a stack overflow.
+        let sp = g.b.ins().get_stack_pointer(I64);
+        let limit = g.ld_ctx(CTX_LIMIT);
+        let low = g.b.ins().icmp(IntCC::UnsignedLessThan, sp, limit);
+        let s = g.c(STATUS_STACK);
+        let ok = g.b.create_block();
+        g.b.ins().brif(low, g.ret, &[BlockArg::Value(s)], ok, &[]);
+        g.b.switch_to_block(ok);
+        g.end = g.ld_ctx(CTX_END);
+        let cur = g.ld_ctx(CTX_CUR);
+        g.b.def_var(g.cur, cur);
+        g.inline.push((node, len));
+        g.walk(node, addr, len, 0)?;
+        let cur = g.b.use_var(g.cur);
+        g.st_ctx(cur, CTX_CUR);
+        let done = g.c(STATUS_DONE);
+        g.b.ins().return_(&[done]);
+        Err(Stop::Dead)
+    })
+}
+
+/// `fn(frame) -> status`: sets up the context, then walks each root into its own
+/// counted section of the output.
+fn gen_entry(
+    plan: &Plan,
+    roots: &[NodeId],
+    reg: &mut Registry,
+    fctx: &mut FunctionBuilderContext,
+    fc: TargetFrontendConfig,
+) -> Result<Function, JitError> {
+    build(plan, FN_ENTRY, 1, reg, fctx, fc, |g, args| {
+        let frame = args[0];
+        let fl =
+            |g: &mut Gen<'_, '_>, off: usize| g.b.ins().load(I64, trusted(), frame, frame_off(off));
+        // Validate the frame first: nothing is written to `out` or `scratch` otherwise.
+        let nargs = fl(g, offset_of!(WalkFrame, nargs));
+        let scratch_len = fl(g, offset_of!(WalkFrame, scratch_len));
+        let wrong_n = g.icmp_imm(IntCC::NotEqual, nargs, roots.len() as u64);
+        let small = g.icmp_imm(IntCC::UnsignedLessThan, scratch_len, SCRATCH_BYTES);
+        let bad = g.b.ins().bor(wrong_n, small);
+        let bad_b = g.b.create_block();
+        let ok = g.b.create_block();
+        g.b.ins().brif(bad, bad_b, &[], ok, &[]);
+        g.b.switch_to_block(bad_b);
+        let s = g.c(STATUS_BAD_FRAME);
+        g.b.ins().store(
+            trusted(),
+            s,
+            frame,
+            frame_off(offset_of!(WalkFrame, status)),
+        );
+        g.b.ins().return_(&[s]);
+        g.b.switch_to_block(ok);
+
+        let slot = g.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            CTX_SIZE,
+            3,
+        ));
+        g.ctx = g.b.ins().stack_addr(I64, slot, 0);
+        let out = fl(g, offset_of!(WalkFrame, out));
+        let out_len = fl(g, offset_of!(WalkFrame, out_len));
+        let whole = g.b.ins().band_imm_s(out_len, !7i64);
+        g.end = g.b.ins().iadd(out, whole);
+        g.b.def_var(g.cur, out);
+        g.st_ctx(out, CTX_CUR);
+        let end = g.end;
+        g.st_ctx(end, CTX_END);
+        let scratch = fl(g, offset_of!(WalkFrame, scratch));
+        g.st_ctx(scratch, CTX_TABLE);
+        let bias = fl(g, offset_of!(WalkFrame, bias));
+        g.st_ctx(bias, CTX_BIAS);
+        let zero = g.c(0);
+        g.st_ctx(zero, CTX_COUNT);
+        g.st_ctx(zero, CTX_ERR_CODE);
+        g.st_ctx(zero, CTX_ERR_ADDR);
+        // Stack limit: `stack_len` below the entry stack pointer, less a margin.
+        let sp = g.b.ins().get_stack_pointer(I64);
+        let stack_len = fl(g, offset_of!(WalkFrame, stack_len));
+        let is_default = g.icmp_imm(IntCC::Equal, stack_len, 0);
+        let default = g.c(DEFAULT_STACK);
+        let stack_len = g.b.ins().select(is_default, default, stack_len);
+        let margin = g.c(STACK_MARGIN);
+        let stack_len = g.b.ins().umax(stack_len, margin);
+        let usable = g.b.ins().iadd_imm_s(stack_len, -(STACK_MARGIN as i64));
+        let limit = g.b.ins().isub(sp, usable);
+        g.st_ctx(limit, CTX_LIMIT);
+
+        let gen_v = g.b.declare_var(I64);
+        let generation = fl(g, offset_of!(WalkFrame, generation));
+        g.b.def_var(gen_v, generation);
+        let root_v = g.b.declare_var(I64);
+        g.b.def_var(root_v, zero);
+        let unseeded = fl(g, offset_of!(WalkFrame, unseeded));
+        // Calls only: node functions check the stack, the entry does not recurse.
+        g.budget = 0;
+
+        // Error exits of the entry record the frame's out fields before returning.
+        let real_ret = g.ret;
+        let fail_ret = g.b.create_block();
+        let status = g.b.append_block_param(fail_ret, I64);
+        g.b.set_cold_block(fail_ret);
+        g.ret = fail_ret;
+
+        let mut walk_roots = || -> G {
+            for (i, &root) in roots.iter().enumerate() {
+                let ri = g.c(i as u64);
+                g.b.def_var(root_v, ri);
+                let gv = g.b.use_var(gen_v);
+                let next = g.b.ins().iadd_imm_s(gv, 1);
+                g.b.def_var(gen_v, next);
+                g.st_ctx(next, CTX_GEN);
+                let zero = g.c(0);
+                g.st_ctx(zero, CTX_COUNT);
+                let header = g.b.use_var(g.cur);
+                g.emit(&[zero]);
+                let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
+                let bit = g.b.ins().ushr_imm_s(unseeded, i as i64);
+                let bit = g.b.ins().band_imm_s(bit, 1);
+                let seed = g.icmp_imm(IntCC::Equal, bit, 0);
+                g.if_then(seed, |g| {
+                    g.visit(addr);
+                    Ok(())
+                })?;
+                g.walk_at(root, addr, 0)?;
+                let cur = g.b.use_var(g.cur);
+                let bytes = g.b.ins().isub(cur, header);
+                let words = g.b.ins().ushr_imm_s(bytes, 3);
+                let words = g.b.ins().iadd_imm_s(words, -1);
+                g.b.ins().store(trusted(), words, header, 0);
+            }
+            Ok(())
+        };
+        let walked = walk_roots();
+        let record = |g: &mut Gen<'_, '_>, status: Value| {
+            g.b.ins().store(
+                trusted(),
+                status,
+                frame,
+                frame_off(offset_of!(WalkFrame, status)),
+            );
+            let cur = g.b.use_var(g.cur);
+            let used = g.b.ins().isub(cur, out);
+            g.b.ins().store(
+                trusted(),
+                used,
+                frame,
+                frame_off(offset_of!(WalkFrame, out_used)),
+            );
+            let gv = g.b.use_var(gen_v);
+            g.b.ins().store(
+                trusted(),
+                gv,
+                frame,
+                frame_off(offset_of!(WalkFrame, generation)),
+            );
+        };
+        match walked {
+            Ok(()) => {
+                let done = g.c(STATUS_DONE);
+                record(g, done);
+                let e = g.c(0);
+                for off in [
+                    offset_of!(WalkFrame, err_root),
+                    offset_of!(WalkFrame, err_code),
+                    offset_of!(WalkFrame, err_addr),
+                ] {
+                    g.b.ins().store(trusted(), e, frame, frame_off(off));
+                }
+                g.b.ins().return_(&[done]);
+            }
+            Err(Stop::Dead) => {}
+            Err(e) => return Err(e),
+        }
+
+        g.b.switch_to_block(fail_ret);
+        record(g, status);
+        let r = g.b.use_var(root_v);
+        g.b.ins().store(
+            trusted(),
+            r,
+            frame,
+            frame_off(offset_of!(WalkFrame, err_root)),
+        );
+        let code = g.ld_ctx(CTX_ERR_CODE);
+        g.b.ins().store(
+            trusted(),
+            code,
+            frame,
+            frame_off(offset_of!(WalkFrame, err_code)),
+        );
+        let a = g.ld_ctx(CTX_ERR_ADDR);
+        g.b.ins().store(
+            trusted(),
+            a,
+            frame,
+            frame_off(offset_of!(WalkFrame, err_addr)),
+        );
+        g.b.ins().jump(real_ret, &[BlockArg::Value(status)]);
+        g.ret = real_ret;
+        Err(Stop::Dead)
+    })
+}
+
+/// `fn(ctx, addr) -> 1 if newly inserted, 0 if present or the set is full`: linear probing
+/// over `VISITED_SLOTS` slots of (address, generation); a slot of another generation is
+/// empty.
+fn gen_visit(fctx: &mut FunctionBuilderContext, fc: TargetFrontendConfig) -> Function {
+    let mut func = new_function(FN_VISIT, 2);
+    {
+        let mut b = FunctionBuilder::new(&mut func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let (ctx, addr) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let count = b.ins().load(I64, trusted(), ctx, CTX_COUNT);
+        let full = b.ins().icmp_imm_s(
+            IntCC::UnsignedGreaterThanOrEqual,
+            count,
+            VISITED_CAPACITY as i64,
+        );
+        let no = b.create_block();
+        let go = b.create_block();
+        b.ins().brif(full, no, &[], go, &[]);
+
+        b.switch_to_block(no);
+        let zero = b.ins().iconst(I64, 0);
+        b.ins().return_(&[zero]);
+
+        b.switch_to_block(go);
+        let table = b.ins().load(I64, trusted(), ctx, CTX_TABLE);
+        let generation = b.ins().load(I64, trusted(), ctx, CTX_GEN);
+        // Fibonacci hashing: the top bits of addr * 2^64/φ.
+        let h = b.ins().imul_imm_s(addr, 0x9E37_79B9_7F4A_7C15u64 as i64);
+        let bits = VISITED_SLOTS.trailing_zeros() as i64;
+        let h = b.ins().ushr_imm_s(h, 64 - bits);
+        let probe = b.create_block();
+        let idx = b.append_block_param(probe, I64);
+        b.ins().jump(probe, &[BlockArg::Value(h)]);
+
+        b.switch_to_block(probe);
+        let off = b.ins().ishl_imm_s(idx, 4);
+        let slot = b.ins().iadd(table, off);
+        let tag = b.ins().load(I64, trusted(), slot, 8);
+        let empty = b.ins().icmp(IntCC::NotEqual, tag, generation);
+        let insert = b.create_block();
+        let check = b.create_block();
+        b.ins().brif(empty, insert, &[], check, &[]);
+
+        b.switch_to_block(insert);
+        b.ins().store(trusted(), addr, slot, 0);
+        b.ins().store(trusted(), generation, slot, 8);
+        let c1 = b.ins().iadd_imm_s(count, 1);
+        b.ins().store(trusted(), c1, ctx, CTX_COUNT);
+        let one = b.ins().iconst(I64, 1);
+        b.ins().return_(&[one]);
+
+        b.switch_to_block(check);
+        let stored = b.ins().load(I64, trusted(), slot, 0);
+        let same = b.ins().icmp(IntCC::Equal, stored, addr);
+        let next_b = b.create_block();
+        b.ins().brif(same, no, &[], next_b, &[]);
+
+        b.switch_to_block(next_b);
+        let n = b.ins().iadd_imm_s(idx, 1);
+        let n = b.ins().band_imm_s(n, (VISITED_SLOTS - 1) as i64);
+        b.ins().jump(probe, &[BlockArg::Value(n)]);
+
+        b.seal_all_blocks();
+        b.finalize(fc);
+    }
+    func
+}

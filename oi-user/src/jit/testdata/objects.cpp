@@ -1,0 +1,287 @@
+// Objects for the JIT's differential tests (oi-user/src/jit/tests.rs). Built as a shared
+// library and dlopen'ed into the test process: make_* build real libstdc++ objects and
+// return their address; probe_* exist only so that their parameters' DWARF types give the
+// plans (they are never called).
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+namespace fx {
+
+struct Node {
+    int v;
+    Node* next;
+};
+
+struct Tree {
+    std::string name;
+    std::vector<std::shared_ptr<Tree>> kids;
+    std::weak_ptr<Tree> parent;
+};
+
+struct Cyc {
+    int x;
+    std::shared_ptr<Cyc> other;
+};
+
+struct Pointers {
+    std::shared_ptr<std::vector<uint64_t>> a, b;
+    std::unique_ptr<std::string> u;
+    std::unique_ptr<int> none;
+    std::shared_ptr<Cyc> cyc;
+    std::reference_wrapper<std::vector<int>> ref;
+    Pointers(std::vector<int>& r) : ref(r) {}
+};
+
+struct Raw {
+    int a;
+    int* p;
+    void* q;
+    Node* n;
+    const char* s;
+};
+
+struct Mixed {
+    std::optional<std::string> o1, o2;
+    std::variant<int, std::string, std::vector<int>> v1, v2, v3;
+    std::pair<std::string, int> p;
+    std::string arr[3];
+    std::array<std::vector<int>, 2> sa;
+    std::vector<bool> bits;
+    int plain[4];
+};
+
+struct Base {
+    virtual ~Base() {}
+    int b = 1;
+};
+struct Derived : Base {
+    std::vector<std::string> extra;
+};
+
+struct Holder {
+    Base* obj;
+};
+
+using Strings = std::vector<std::string>;
+using Nested = std::vector<std::vector<std::vector<int>>>;
+using SMap = std::map<std::string, std::vector<int>>;
+using IMap = std::map<int, std::string>;
+using UMap = std::unordered_map<std::string, std::string>;
+using IUMap = std::unordered_map<long, int>;
+using SSet = std::set<std::string>;
+using USet = std::unordered_set<int>;
+using SList = std::list<std::string>;
+using IDeque = std::deque<int>;
+using SDeque = std::deque<std::string>;
+using Uniques = std::vector<std::unique_ptr<int>>;
+
+static std::string str(int i, int len) {
+    std::string s;
+    for (int j = 0; j < len; j++) s.push_back('a' + (i + j) % 26);
+    return s;
+}
+
+}  // namespace fx
+
+using namespace fx;
+
+#define PROBE(T, name) \
+    __attribute__((noinline, used)) void name(T* p) { asm volatile("" ::"r"(p)); }
+
+PROBE(Strings, probe_strings)
+PROBE(Nested, probe_nested)
+PROBE(SMap, probe_smap)
+PROBE(IMap, probe_imap)
+PROBE(UMap, probe_umap)
+PROBE(IUMap, probe_iumap)
+PROBE(SSet, probe_sset)
+PROBE(USet, probe_uset)
+PROBE(SList, probe_slist)
+PROBE(IDeque, probe_ideque)
+PROBE(SDeque, probe_sdeque)
+PROBE(Mixed, probe_mixed)
+PROBE(Pointers, probe_pointers)
+PROBE(Tree, probe_tree)
+PROBE(Raw, probe_raw)
+PROBE(Node, probe_node)
+PROBE(Uniques, probe_uniques)
+PROBE(Base, probe_base)
+PROBE(Holder, probe_holder)
+PROBE(std::vector<int>, probe_ints)
+
+__attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
+    asm volatile("" ::"r"(a), "r"(b));
+}
+
+extern "C" {
+
+void* make_strings(int n) {
+    auto* v = new Strings();
+    v->reserve(n + 3);
+    for (int i = 0; i < n; i++) v->push_back(str(i, i % 40));
+    return v;
+}
+
+void* make_nested() {
+    auto* v = new Nested();
+    for (int i = 0; i < 5; i++) {
+        std::vector<std::vector<int>> mid;
+        for (int j = 0; j < i; j++) mid.push_back(std::vector<int>(j * 3 + 1, j));
+        v->push_back(mid);
+    }
+    return v;
+}
+
+void* make_smap() {
+    auto* m = new SMap();
+    for (int i = 0; i < 50; i++) (*m)[str(i, 5 + i % 30)] = std::vector<int>(i % 7, i);
+    return m;
+}
+
+void* make_imap() {
+    auto* m = new IMap();
+    for (int i = -20; i < 100; i += 3) (*m)[i] = str(i + 20, (i + 20) % 33);
+    return m;
+}
+
+void* make_umap() {
+    auto* m = new UMap();
+    for (int i = 0; i < 40; i++) (*m)[str(i, 3 + i % 25)] = str(i * 7, i % 50);
+    return m;
+}
+
+void* make_iumap() {
+    auto* m = new IUMap();
+    for (long i = -10; i < 30; i++) (*m)[i * 1000] = (int)i;
+    return m;
+}
+
+void* make_sset() {
+    auto* s = new SSet();
+    for (int i = 0; i < 300; i++) s->insert(str(i, 10 + i % 20));
+    return s;
+}
+
+void* make_uset() {
+    auto* s = new USet();
+    for (int i = 0; i < 100; i++) s->insert(i * 31);
+    return s;
+}
+
+void* make_slist() {
+    auto* l = new SList();
+    for (int i = 0; i < 30; i++) l->push_back(str(i, i));
+    return l;
+}
+
+void* make_ideque(int n) {
+    auto* d = new IDeque();
+    for (int i = 0; i < n; i++) d->push_back(i);
+    for (int i = 0; i < n / 3; i++) d->pop_front();
+    for (int i = 0; i < n / 5; i++) d->push_front(-i);
+    return d;
+}
+
+void* make_sdeque() {
+    auto* d = new SDeque();
+    for (int i = 0; i < 100; i++) d->push_back(str(i, i % 35));
+    return d;
+}
+
+void* make_mixed() {
+    auto* m = new Mixed();
+    m->o1 = str(1, 30);
+    m->v1 = 7;
+    m->v2 = str(2, 40);
+    m->v3 = std::vector<int>(9, 1);
+    m->p = {str(3, 20), 5};
+    m->arr[0] = "x";
+    m->arr[2] = str(4, 60);
+    m->sa[1] = std::vector<int>(3);
+    m->bits = std::vector<bool>(100, true);
+    return m;
+}
+
+void* make_pointers() {
+    static std::vector<int> referent(12, 3);
+    auto* p = new Pointers(referent);
+    p->a = std::make_shared<std::vector<uint64_t>>(5, 1);
+    p->b = p->a;  // shared: counted once
+    p->u = std::make_unique<std::string>(str(5, 50));
+    auto c1 = std::make_shared<Cyc>();
+    auto c2 = std::make_shared<Cyc>();
+    c1->other = c2;
+    c2->other = c1;  // cycle (leaked on purpose)
+    p->cyc = c1;
+    return p;
+}
+
+void* make_tree() {
+    auto* root = new Tree{"root", {}, {}};
+    auto shared = std::make_shared<Tree>(Tree{str(9, 40), {}, {}});
+    for (int i = 0; i < 4; i++) {
+        auto k = std::make_shared<Tree>(Tree{str(i, 10 * i), {}, {}});
+        k->kids.push_back(shared);
+        root->kids.push_back(k);
+    }
+    return root;
+}
+
+void* make_raw() {
+    static int x = 5;
+    static Node n3{3, nullptr}, n2{2, &n3}, n1{1, &n2};
+    n3.next = &n1;  // cycle through raw pointers
+    auto* r = new Raw{1, &x, &x, &n1, "hello"};
+    return r;
+}
+
+// A chain of n nodes (chase-raw-pointers makes it n*2 levels deep).
+void* make_chain(int n) {
+    Node* head = nullptr;
+    for (int i = 0; i < n; i++) head = new Node{i, head};
+    return head;
+}
+
+void* make_uniques(int n) {
+    auto* v = new Uniques();
+    for (int i = 0; i < n; i++) v->push_back(std::make_unique<int>(i));
+    return v;
+}
+
+void* make_derived() {
+    auto* d = new Derived();
+    d->extra = {"a", str(1, 70), str(2, 17)};
+    return static_cast<Base*>(d);
+}
+
+void* make_holder() {
+    auto* d = new Derived();
+    d->extra = {str(3, 33)};
+    return new Holder{d};
+}
+
+void* make_ints(int n) {
+    auto* v = new std::vector<int>(n, 1);
+    return v;
+}
+
+// The plain C++ walk the benchmark compares with: what a program would do to sum the
+// footprint of its own vector<string>.
+uint64_t native_sum(void* p) {
+    auto* v = static_cast<Strings*>(p);
+    uint64_t sum = 0;
+    for (auto& s : *v) sum += s.capacity() + s.size();
+    return sum;
+}
+}

@@ -1,0 +1,592 @@
+//! Differential tests: the JIT's stream equals the interpreter's, word for word, on real
+//! libstdc++ objects built in this very process.
+//!
+//! `testdata/objects.cpp` is compiled with `g++ -g -shared -fPIC` into `target/fixtures/`
+//! and `dlopen`ed; its `make_*` functions build objects and return their addresses, its
+//! `probe_*` functions give the [`Measurer`] the parameter types. The interpreter reads this
+//! process through `process_vm_readv` (a [`RemoteReader`] on our own pid); the compiled code
+//! is mapped executable and called directly. Objects are leaked on purpose (a test process
+//! is short-lived, and some have cycles).
+
+use std::ffi::{CString, c_void};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use oi_common::EntryRegs;
+
+use super::*;
+use crate::debuginfo::{Binary, find_function};
+use crate::interp::RemoteReader;
+use crate::measure::{MeasureError, Measurer};
+
+/// The fixture library, loaded once per test process.
+struct Lib {
+    handle: usize,
+    path: PathBuf,
+    binary: Binary,
+    bias: u64,
+}
+
+fn lib() -> &'static Lib {
+    static LIB: OnceLock<Lib> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let src = root.join("src/jit/testdata/objects.cpp");
+        let dir = root.join("../target/fixtures");
+        std::fs::create_dir_all(&dir).expect("create target/fixtures");
+        let path = dir.join("jit_objects.so");
+        let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+        if mtime(&path).is_none() || mtime(&path) < mtime(&src) {
+            // Build to a temporary name: concurrent test binaries may load the old one.
+            let tmp = dir.join(format!("jit_objects.so.{}", std::process::id()));
+            let out = Command::new("g++")
+                .args(["-g", "-O1", "-std=c++17", "-shared", "-fPIC", "-o"])
+                .arg(&tmp)
+                .arg(&src)
+                .output()
+                .expect("run g++");
+            assert!(
+                out.status.success(),
+                "g++: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::rename(&tmp, &path).expect("rename fixture");
+        }
+        let c = CString::new(path.to_str().expect("utf8 path")).expect("path");
+        // SAFETY: dlopen of a library we just built; its constructors are libstdc++'s.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null(), "dlopen {}", path.display());
+        let binary = Binary::open(&path).expect("open fixture");
+        let bias = bias_of(&path, &binary);
+        Lib {
+            handle: handle as usize,
+            path,
+            binary,
+            bias,
+        }
+    })
+}
+
+/// Load bias of `path` in this process, from its first mapping.
+fn bias_of(path: &Path, binary: &Binary) -> u64 {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+    let canon = path.canonicalize().expect("canonical");
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 6 && Path::new(f[5]) == canon {
+            let start = u64::from_str_radix(f[0].split('-').next().unwrap_or("0"), 16).unwrap();
+            let off = u64::from_str_radix(f[2], 16).unwrap();
+            return binary.load_bias(start, off).expect("bias");
+        }
+    }
+    panic!("{} not mapped", path.display())
+}
+
+fn sym(name: &str) -> *mut c_void {
+    let c = CString::new(name).unwrap();
+    // SAFETY: looking up a symbol of a library that stays loaded.
+    let p = unsafe { libc::dlsym(lib().handle as *mut c_void, c.as_ptr()) };
+    assert!(!p.is_null(), "no symbol {name}");
+    p
+}
+
+/// Calls `make_<name>()` / `make_<name>(n)`.
+fn make(name: &str) -> u64 {
+    // SAFETY: make_* functions take no arguments and return a heap object's address.
+    unsafe {
+        let f: extern "C" fn() -> *mut c_void = std::mem::transmute(sym(&format!("make_{name}")));
+        f() as u64
+    }
+}
+
+fn make_n(name: &str, n: i32) -> u64 {
+    // SAFETY: make_* functions that take an int count.
+    unsafe {
+        let f: extern "C" fn(i32) -> *mut c_void =
+            std::mem::transmute(sym(&format!("make_{name}")));
+        f(n) as u64
+    }
+}
+
+fn measurer(probe: &str, args: &[&str], features: &[&str]) -> Measurer {
+    let l = lib();
+    let syms = find_function(&l.binary, probe).expect("symbols");
+    let s = syms.first().unwrap_or_else(|| panic!("no {probe}"));
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let features: Vec<String> = features.iter().map(|a| a.to_string()).collect();
+    Measurer::new(&l.binary, s, &args, &features, false)
+        .unwrap_or_else(|e| panic!("Measurer::new({probe}): {e}"))
+}
+
+fn regs(addrs: &[u64]) -> EntryRegs {
+    let a = |i: usize| addrs.get(i).copied().unwrap_or(0);
+    EntryRegs {
+        rdi: a(0),
+        rsi: a(1),
+        rdx: a(2),
+        rcx: a(3),
+        r8: a(4),
+        r9: a(5),
+        ..Default::default()
+    }
+}
+
+/// The interpreter's per-root streams (roots, streams).
+fn interp(m: &Measurer, addrs: &[u64]) -> Result<(Vec<NodeId>, Vec<Vec<u64>>), MeasureError> {
+    let mem = RemoteReader::new(std::process::id() as i32);
+    let s = m.walk_arg_streams(&regs(addrs), lib().bias, &mem)?;
+    Ok(s.into_iter().unzip())
+}
+
+/// Compiled code mapped executable in this process (unmapped on drop).
+struct Mapped {
+    base: *mut c_void,
+    len: usize,
+    entry: u64,
+}
+
+impl Mapped {
+    fn new(w: &CompiledWalker) -> Self {
+        let len = w.code.len().max(1).next_multiple_of(4096);
+        // SAFETY: a fresh private anonymous mapping; written while RW, then made RX (never
+        // both), and only ever called at its entry offset.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            std::ptr::copy_nonoverlapping(w.code.as_ptr(), base as *mut u8, w.code.len());
+            assert_eq!(
+                libc::mprotect(base, len, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
+            Mapped {
+                base,
+                len,
+                entry: w.entry,
+            }
+        }
+    }
+
+    fn call(&self, frame: &mut WalkFrame) -> u64 {
+        // SAFETY: the entry has the documented signature; the frame and the buffers it
+        // points to outlive the call; the walked objects are live in this process.
+        unsafe {
+            let f: extern "sysv64" fn(*mut WalkFrame) -> u64 =
+                std::mem::transmute((self.base as *const u8).add(self.entry as usize));
+            f(frame)
+        }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this value owns.
+        unsafe {
+            libc::munmap(self.base, self.len);
+        }
+    }
+}
+
+/// Output buffer, scratch and frame of one JIT run; the buffer has a guard tail.
+struct Run {
+    frame: WalkFrame,
+    out: Vec<u8>,
+    scratch: Vec<u64>,
+}
+
+const GUARD: usize = 64;
+
+impl Run {
+    fn new(addrs: &[u64], out_len: usize) -> Self {
+        let mut frame = WalkFrame {
+            nargs: addrs.len() as u64,
+            ..Default::default()
+        };
+        frame.args[..addrs.len()].copy_from_slice(addrs);
+        Run {
+            frame,
+            out: vec![0xAB; out_len + GUARD],
+            scratch: vec![0; (SCRATCH_BYTES / 8) as usize],
+        }
+    }
+
+    fn go(&mut self, code: &Mapped, out_len: usize) -> u64 {
+        self.frame.out = self.out.as_mut_ptr() as u64;
+        self.frame.out_len = out_len as u64;
+        self.frame.scratch = self.scratch.as_mut_ptr() as u64;
+        self.frame.scratch_len = SCRATCH_BYTES;
+        self.frame.bias = lib().bias;
+        let s = code.call(&mut self.frame);
+        assert_eq!(s, self.frame.status);
+        assert!(
+            self.out[out_len..].iter().all(|&b| b == 0xAB),
+            "walker wrote past out_len"
+        );
+        s
+    }
+
+    fn streams(&self, n: usize) -> Vec<Vec<u64>> {
+        split_streams(&self.out[..self.frame.out_used as usize], n).expect("split")
+    }
+}
+
+/// Runs the JIT, growing the output until it fits, as the tracer does.
+fn jit(code: &Mapped, addrs: &[u64]) -> (Run, u64) {
+    let mut len = 256;
+    loop {
+        let mut r = Run::new(addrs, len);
+        let s = r.go(code, len);
+        if s != STATUS_FULL {
+            return (r, s);
+        }
+        len *= 4;
+    }
+}
+
+/// The differential check: same streams, or both failing.
+fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec<u64>> {
+    let m = measurer(probe, args, features);
+    let (roots, want) = interp(&m, addrs).unwrap_or_else(|e| panic!("interp {probe}: {e}"));
+    let w = compile(m.plan(), &roots).unwrap_or_else(|e| panic!("compile {probe}: {e}"));
+    let code = Mapped::new(&w);
+    let (r, s) = jit(&code, addrs);
+    assert_eq!(s, STATUS_DONE, "{probe}: {:?}", check_status(&r.frame));
+    let got = r.streams(roots.len());
+    assert_eq!(got, want, "{probe}: JIT and interpreter streams differ");
+    // And the decoder accepts it, like the interpreter's.
+    for (root, s) in roots.iter().zip(&got) {
+        let mut out = Vec::new();
+        let mut sink = crate::report::json::JsonSink::new(&mut out, false);
+        sink.start_sample().expect("sink");
+        crate::report::decode(m.plan(), *root, s, &mut sink).expect("decode");
+    }
+    got
+}
+
+#[test]
+fn jit_strings_sso_and_heap() {
+    let s = same("probe_strings", &["arg0"], &[], &[make_n("strings", 100)]);
+    // address, len, cap, then (len, heap cap) per string.
+    assert_eq!(s[0][1], 100);
+    assert_eq!(s[0].len(), 3 + 200);
+    same("probe_strings", &["arg0"], &[], &[make_n("strings", 0)]);
+}
+
+#[test]
+fn jit_nested_vectors_and_plain_ints() {
+    same("probe_nested", &["arg0"], &[], &[make("nested")]);
+    same("probe_ints", &["arg0"], &[], &[make_n("ints", 1000)]);
+}
+
+#[test]
+fn jit_maps_sets_and_captured_keys() {
+    for f in [&[][..], &["capture-keys"][..]] {
+        same("probe_smap", &["arg0"], f, &[make("smap")]);
+        same("probe_imap", &["arg0"], f, &[make("imap")]);
+        same("probe_umap", &["arg0"], f, &[make("umap")]);
+        same("probe_iumap", &["arg0"], f, &[make("iumap")]);
+    }
+    same("probe_sset", &["arg0"], &[], &[make("sset")]);
+    same("probe_uset", &["arg0"], &[], &[make("uset")]);
+}
+
+#[test]
+fn jit_lists_and_deques() {
+    same("probe_slist", &["arg0"], &[], &[make("slist")]);
+    for n in [0, 1, 100, 128, 129, 5000] {
+        same("probe_ideque", &["arg0"], &[], &[make_n("ideque", n)]);
+    }
+    same("probe_sdeque", &["arg0"], &[], &[make("sdeque")]);
+}
+
+#[test]
+fn jit_optional_variant_pair_arrays_bits() {
+    same("probe_mixed", &["arg0"], &[], &[make("mixed")]);
+}
+
+#[test]
+fn jit_smart_pointers_sharing_and_cycles() {
+    let s = same("probe_pointers", &["arg0"], &[], &[make("pointers")]);
+    assert!(!s[0].is_empty());
+    same("probe_tree", &["arg0"], &[], &[make("tree")]);
+}
+
+#[test]
+fn jit_chase_raw_pointers() {
+    same("probe_raw", &["arg0"], &[], &[make("raw")]);
+    same(
+        "probe_raw",
+        &["arg0"],
+        &["chase-raw-pointers"],
+        &[make("raw")],
+    );
+}
+
+#[test]
+fn jit_polymorphic_inheritance() {
+    let f = ["polymorphic-inheritance"];
+    same("probe_base", &["arg0"], &f, &[make("derived")]);
+    same(
+        "probe_holder",
+        &["arg0"],
+        &["polymorphic-inheritance", "chase-raw-pointers"],
+        &[make("holder")],
+    );
+}
+
+#[test]
+fn jit_two_roots() {
+    same(
+        "probe_two",
+        &["arg0", "arg1"],
+        &[],
+        &[make_n("strings", 10), make("imap")],
+    );
+    // The same object twice: each root has its own visited set.
+    let p = make("pointers");
+    same("probe_pointers", &["arg0", "arg0"], &[], &[p, p]);
+}
+
+#[test]
+fn jit_visited_set_capacity() {
+    // 200,000 unique_ptrs: the set fills at 131,072 (the root is one of them).
+    let s = same(
+        "probe_uniques",
+        &["arg0"],
+        &[],
+        &[make_n("uniques", 200_000)],
+    );
+    let descended = s[0][3..].chunks(2).filter(|p| p[1] == 1).count();
+    assert_eq!(descended, 131_072 - 1);
+}
+
+#[test]
+fn jit_output_buffer_full_never_overflows() {
+    let m = measurer("probe_smap", &["arg0"], &["capture-keys"]);
+    let addr = make("smap");
+    let (roots, want) = interp(&m, &[addr]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    let need = 8 * (1 + want[0].len());
+    for len in (0..need).step_by(7).chain([need - 1]) {
+        let mut r = Run::new(&[addr], len);
+        assert_eq!(r.go(&code, len), STATUS_FULL, "out_len {len}");
+    }
+    for len in [need, need + 5, need + 8] {
+        let mut r = Run::new(&[addr], len);
+        assert_eq!(r.go(&code, len), STATUS_DONE);
+        assert_eq!(r.frame.out_used as usize, need);
+        assert_eq!(r.streams(1), want);
+    }
+    // A re-run on the same scratch after STATUS_FULL starts afresh (new generation).
+    let mut r = Run::new(&[addr], need);
+    assert_eq!(r.go(&code, 8), STATUS_FULL);
+    assert_eq!(r.go(&code, need), STATUS_DONE);
+    assert_eq!(r.streams(1), want);
+}
+
+#[test]
+fn jit_code_is_position_independent_without_relocations() {
+    // `compile` refuses any relocation it cannot resolve inside the blob; the same bytes
+    // then run at two different addresses.
+    let m = measurer("probe_tree", &["arg0"], &[]);
+    let addr = make("tree");
+    let (roots, want) = interp(&m, &[addr]).expect("interp");
+    let w = compile(m.plan(), &roots).expect("compile");
+    let a = Mapped::new(&w);
+    let b = Mapped::new(&w);
+    assert_ne!(a.base, b.base);
+    for code in [&a, &b] {
+        let (r, s) = jit(code, &[addr]);
+        assert_eq!(s, STATUS_DONE);
+        assert_eq!(r.streams(1), want);
+    }
+}
+
+#[test]
+fn jit_link_rejects_foreign_relocations() {
+    use cranelift_codegen::ir::types::I64;
+    use cranelift_codegen::ir::{
+        AbiParam, ExtFuncData, ExternalName, Function, InstBuilder, Signature, UserExternalName,
+        UserFuncName,
+    };
+    use cranelift_codegen::isa::CallConv;
+    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+    let isa = link::isa().expect("isa");
+    let mut sig = Signature::new(CallConv::SystemV);
+    sig.returns.push(AbiParam::new(I64));
+    let mut f = Function::with_name_signature(UserFuncName::user(0, 0), sig.clone());
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let mut b = FunctionBuilder::new(&mut f, &mut fctx);
+        let block = b.create_block();
+        b.switch_to_block(block);
+        let sr = b.import_signature(sig);
+        // A call to something outside the blob (namespace 1, e.g. a libc function).
+        let name = b
+            .func
+            .declare_imported_user_function(UserExternalName::new(1, 7));
+        let fr = b.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature: sr,
+            colocated: false,
+            patchable: false,
+        });
+        let call = b.ins().call(fr, &[]);
+        let r = b.inst_results(call)[0];
+        b.ins().return_(&[r]);
+        b.seal_all_blocks();
+        b.finalize(isa.frontend_config());
+    }
+    assert!(matches!(
+        link::link(&isa, vec![f]),
+        Err(JitError::Relocation(_))
+    ));
+}
+
+#[test]
+fn jit_corrupt_objects_fail_like_the_interpreter() {
+    let m = measurer("probe_ints", &["arg0"], &[]);
+    let code_of = |m: &Measurer, a: u64| {
+        let (roots, _) = interp(m, &[a]).map(|x| (x.0, ())).unwrap_or((vec![], ()));
+        roots
+    };
+    let good = make_n("ints", 3);
+    let roots = code_of(&m, good);
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    // finish before start; then an absurd count.
+    for words in [[0x2000u64, 0x1000, 0x3000], [0, 1 << 40, 1 << 40]] {
+        let obj = Box::new(words);
+        let a = obj.as_ptr() as u64;
+        assert!(interp(&m, &[a]).is_err());
+        let (r, s) = jit(&code, &[a]);
+        assert_eq!(s, STATUS_CORRUPT);
+        assert_eq!(r.frame.err_addr, a);
+        assert!(matches!(
+            check_status(&r.frame),
+            Err(JitError::Corrupt { .. })
+        ));
+    }
+    // A list claiming 5 nodes whose chain ends at once.
+    let m = measurer("probe_slist", &["arg0"], &[]);
+    let (roots, _) = interp(&m, &[make("slist")]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    let obj = Box::new([0u64, 0, 5]);
+    let a = obj.as_ptr() as u64;
+    assert!(interp(&m, &[a]).is_err());
+    let (r, s) = jit(&code, &[a]);
+    assert_eq!(s, STATUS_CORRUPT);
+    assert_eq!(r.frame.err_code, ErrorCode::ListShort as u64);
+}
+
+#[test]
+fn jit_bad_frame_is_refused() {
+    let m = measurer("probe_ints", &["arg0"], &[]);
+    let a = make_n("ints", 3);
+    let (roots, _) = interp(&m, &[a]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    let mut r = Run::new(&[a, a], 1024);
+    assert_eq!(r.go(&code, 1024), STATUS_BAD_FRAME);
+    let mut r = Run::new(&[a], 1024);
+    r.frame.out = r.out.as_mut_ptr() as u64;
+    r.frame.out_len = 1024;
+    r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+    r.frame.scratch_len = 1024;
+    assert_eq!(code.call(&mut r.frame), STATUS_BAD_FRAME);
+}
+
+/// Runs `f` on a thread with a big stack (deep walks recurse in both backends).
+fn on_big_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(512 << 20)
+        .spawn(f)
+        .expect("spawn")
+        .join()
+        .expect("join")
+}
+
+#[test]
+fn jit_deep_chains_match_and_stop_at_the_same_depth() {
+    on_big_stack(|| {
+        let m = measurer("probe_node", &["arg0"], &["chase-raw-pointers"]);
+        let ok = make_n("chain", 20_000);
+        let (roots, want) = interp(&m, &[ok]).expect("interp");
+        let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+        let mut r = Run::new(&[ok], 1 << 20);
+        r.frame.stack_len = RECOMMENDED_STACK;
+        assert_eq!(r.go(&code, 1 << 20), STATUS_DONE);
+        assert_eq!(r.streams(1), want);
+        // The default stack is too small for that: a status, not a crash.
+        let mut r = Run::new(&[ok], 1 << 20);
+        assert_eq!(r.go(&code, 1 << 20), STATUS_STACK);
+        // Deeper than MAX_DEPTH: both backends refuse.
+        let deep = make_n("chain", 30_000);
+        assert!(interp(&m, &[deep]).is_err());
+        let mut r = Run::new(&[deep], 1 << 20);
+        r.frame.stack_len = RECOMMENDED_STACK;
+        assert_eq!(r.go(&code, 1 << 20), STATUS_CORRUPT);
+        assert_eq!(r.frame.err_code, ErrorCode::TooDeep as u64);
+    });
+}
+
+#[test]
+fn jit_unseeded_register_roots() {
+    // A root copied from registers is not in the visited set: a pointer back to the
+    // copy's address would be followed. Check the bit only changes seeding.
+    let m = measurer("probe_raw", &["arg0"], &["chase-raw-pointers"]);
+    let a = make("raw");
+    let (roots, want) = interp(&m, &[a]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    let mut r = Run::new(&[a], 4096);
+    r.frame.unseeded = 1;
+    assert_eq!(r.go(&code, 4096), STATUS_DONE);
+    assert_eq!(r.streams(1), want);
+}
+
+/// Measurement, not a test: `cargo test --release -p oi-user jit_bench -- --ignored
+/// --nocapture`. Native walk of a 1,000,000-string vector by the JIT vs a C++ loop.
+#[test]
+#[ignore = "benchmark"]
+fn jit_bench_million_strings() {
+    let m = measurer("probe_strings", &["arg0"], &[]);
+    let addr = make_n("strings", 1_000_000);
+    let (roots, want) = interp(&m, &[addr]).expect("interp");
+    let t = std::time::Instant::now();
+    let w = compile(m.plan(), &roots).expect("compile");
+    let compile_time = t.elapsed();
+    let code = Mapped::new(&w);
+    let len = 8 * (1 + want[0].len()) + 64;
+    let mut r = Run::new(&[addr], len);
+    let mut best_jit = u128::MAX;
+    for _ in 0..10 {
+        let t = std::time::Instant::now();
+        assert_eq!(r.go(&code, len), STATUS_DONE);
+        best_jit = best_jit.min(t.elapsed().as_nanos());
+    }
+    assert_eq!(r.streams(1), want);
+    // SAFETY: native_sum takes the vector's address.
+    let native: extern "C" fn(*mut c_void) -> u64 =
+        unsafe { std::mem::transmute(sym("native_sum")) };
+    let mut best_native = u128::MAX;
+    let mut sum = 0;
+    for _ in 0..10 {
+        let t = std::time::Instant::now();
+        sum += native(addr as *mut c_void);
+        best_native = best_native.min(t.elapsed().as_nanos());
+    }
+    eprintln!(
+        "1,000,000 strings: JIT walk {:.3} ms, native C++ loop {:.3} ms (ratio {:.2}); compile {:?}; {} code bytes (sum {sum})",
+        best_jit as f64 / 1e6,
+        best_native as f64 / 1e6,
+        best_jit as f64 / best_native as f64,
+        compile_time,
+        w.code.len(),
+    );
+    let _ = &lib().path;
+}
