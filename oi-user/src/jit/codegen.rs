@@ -772,6 +772,13 @@ impl Gen<'_, '_> {
             Op::String(l) => Some(*l),
             _ => None,
         };
+        if let Some(l) = &string {
+            let in_obj = |off: u64| off.checked_add(8).is_some_and(|e| e <= stride);
+            if in_obj(l.ptr_off) && in_obj(l.len_off) && in_obj(l.cap_off) {
+                self.string_array(l, start, n, stride);
+                return Ok(());
+            }
+        }
         self.loop_n(n, |g, i| {
             let off = g.b.ins().imul_imm_s(i, stride as i64);
             let at = g.b.ins().iadd(start, off);
@@ -780,6 +787,58 @@ impl Gen<'_, '_> {
                 None => g.child(elem, at, stride, k),
             }
         })
+    }
+
+    /// The hot loop of `vector<string>` (the interpreter's fast path too): two words per
+    /// element, so the room for all of them is checked once, and the loop is two pointer
+    /// bumps, three loads, two stores. Running out of room early is the same
+    /// [`STATUS_FULL`] the element-wise check would give later: the tracer grows the buffer
+    /// and runs the walk again.
+    fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) {
+        let need = self.b.ins().ishl_imm_s(n, 4); // n ≤ MAX_ELEMENTS: no overflow
+        let cur = self.b.use_var(self.cur);
+        let room = self.b.ins().isub(self.end, cur);
+        let full = self.b.ins().icmp(IntCC::UnsignedLessThan, room, need);
+        let s = self.c(STATUS_FULL);
+        let ok = self.b.create_block();
+        self.b
+            .ins()
+            .brif(full, self.ret, &[BlockArg::Value(s)], ok, &[]);
+        self.b.switch_to_block(ok);
+        let bytes = self.b.ins().imul_imm_s(n, stride as i64);
+        let stop = self.b.ins().iadd(start, bytes);
+        let head = self.b.create_block();
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let p = self.b.append_block_param(head, I64);
+        let q = self.b.append_block_param(head, I64);
+        self.b
+            .ins()
+            .jump(head, &[BlockArg::Value(start), BlockArg::Value(cur)]);
+        self.b.switch_to_block(head);
+        let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        let ptr = self.ld(p, l.ptr_off);
+        let len = self.ld(p, l.len_off);
+        let cap = self.ld(p, l.cap_off);
+        // ptr in [p, p + size) ⟺ ptr − p < size (the object does not wrap around).
+        let rel = self.b.ins().isub(ptr, p);
+        let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
+        let one = self.c(1);
+        let cap = self.b.ins().umax(cap, one);
+        let zero = self.c(0);
+        let cap = self.b.ins().select(inline, zero, cap);
+        self.b.ins().store(trusted(), len, q, 0);
+        self.b.ins().store(trusted(), cap, q, 8);
+        let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
+        let q1 = self.b.ins().iadd_imm_s(q, 16);
+        self.b
+            .ins()
+            .jump(head, &[BlockArg::Value(p1), BlockArg::Value(q1)]);
+        self.b.switch_to_block(exit);
+        let after = self.b.ins().iadd(cur, need);
+        self.b.def_var(self.cur, after);
     }
 
     /// C array / std::array: elements inside the object; the first one that does not fit

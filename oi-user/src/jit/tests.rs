@@ -68,13 +68,14 @@ fn lib() -> &'static Lib {
     })
 }
 
-/// Load bias of `path` in this process, from its first mapping.
+/// Load bias of `path` in this process, from its first private mapping (the shared one
+/// is `Binary::open`'s own view of the file).
 fn bias_of(path: &Path, binary: &Binary) -> u64 {
     let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
     let canon = path.canonicalize().expect("canonical");
     for line in maps.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() >= 6 && Path::new(f[5]) == canon {
+        if f.len() >= 6 && f[1].ends_with('p') && Path::new(f[5]) == canon {
             let start = u64::from_str_radix(f[0].split('-').next().unwrap_or("0"), 16).unwrap();
             let off = u64::from_str_radix(f[2], 16).unwrap();
             return binary.load_bias(start, off).expect("bias");
@@ -287,11 +288,12 @@ fn jit_nested_vectors_and_plain_ints() {
 
 #[test]
 fn jit_maps_sets_and_captured_keys() {
-    for f in [&[][..], &["capture-keys"][..]] {
-        same("probe_smap", &["arg0"], f, &[make("smap")]);
-        same("probe_imap", &["arg0"], f, &[make("imap")]);
-        same("probe_umap", &["arg0"], f, &[make("umap")]);
-        same("probe_iumap", &["arg0"], f, &[make("iumap")]);
+    for name in ["smap", "imap", "umap", "iumap"] {
+        let probe = format!("probe_{name}");
+        let a = make(name);
+        let plain = same(&probe, &["arg0"], &[], &[a]);
+        let captured = same(&probe, &["arg0"], &["capture-keys"], &[a]);
+        assert!(captured[0].len() > plain[0].len(), "{name}: keys captured");
     }
     same("probe_sset", &["arg0"], &[], &[make("sset")]);
     same("probe_uset", &["arg0"], &[], &[make("uset")]);
@@ -332,7 +334,8 @@ fn jit_chase_raw_pointers() {
 #[test]
 fn jit_polymorphic_inheritance() {
     let f = ["polymorphic-inheritance"];
-    same("probe_base", &["arg0"], &f, &[make("derived")]);
+    let s = same("probe_base", &["arg0"], &f, &[make("derived")]);
+    assert_ne!(s[0][0], u64::MAX, "the dynamic type was found");
     same(
         "probe_holder",
         &["arg0"],
@@ -369,8 +372,16 @@ fn jit_visited_set_capacity() {
 
 #[test]
 fn jit_output_buffer_full_never_overflows() {
-    let m = measurer("probe_smap", &["arg0"], &["capture-keys"]);
-    let addr = make("smap");
+    full_sweep("probe_smap", &["capture-keys"], make("smap"));
+    // The vector<string> loop checks its room once for all elements.
+    full_sweep("probe_strings", &[], make_n("strings", 20));
+    full_sweep("probe_mixed", &[], make("mixed"));
+}
+
+/// Every too-small buffer gives STATUS_FULL without a byte written past it; a big enough
+/// one gives the interpreter's stream.
+fn full_sweep(probe: &str, features: &[&str], addr: u64) {
+    let m = measurer(probe, &["arg0"], features);
     let (roots, want) = interp(&m, &[addr]).expect("interp");
     let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
     let need = 8 * (1 + want[0].len());
