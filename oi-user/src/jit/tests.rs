@@ -314,6 +314,17 @@ fn jit_optional_variant_pair_arrays_bits() {
 }
 
 #[test]
+fn jit_every_kind_together() {
+    for f in [
+        &[][..],
+        &["capture-keys"][..],
+        &["chase-raw-pointers", "capture-keys"][..],
+    ] {
+        same("probe_everything", &["arg0"], f, &[make("everything")]);
+    }
+}
+
+#[test]
 fn jit_smart_pointers_sharing_and_cycles() {
     let s = same("probe_pointers", &["arg0"], &[], &[make("pointers")]);
     assert!(!s[0].is_empty());
@@ -600,4 +611,57 @@ fn jit_bench_million_strings() {
         w.code.len(),
     );
     let _ = &lib().path;
+}
+
+/// Every plan node of every probe of the footprint fixtures compiles (no unsupported node,
+/// no relocation). The fixtures' objects live in other processes, so their streams are
+/// compared by the end-to-end journeys once `--mode jit` runs them in the target.
+#[test]
+fn jit_compiles_every_fixture_plan() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| Some(n.strip_suffix(".cpp")?.to_string()))
+        .filter(|n| n.starts_with("footprint_"))
+        .collect();
+    names.sort();
+    let mut compiled = 0;
+    for name in names {
+        let src = std::fs::read_to_string(dir.join(format!("{name}.cpp"))).expect("source");
+        let exe = crate::interp::live_tests::build_fixture(&name, &[]);
+        let binary = Binary::open(&exe).expect("open fixture");
+        // `printf("PROBE entry SYMBOL ARGS FEATURES\n")` lines with literal symbols.
+        for line in src.lines() {
+            let Some(rest) = line.split("\"PROBE ").nth(1) else {
+                continue;
+            };
+            let w: Vec<&str> = rest.split("\\n").next().unwrap_or("").split(' ').collect();
+            if w.len() != 4 || w.iter().any(|s| s.contains('%')) {
+                continue;
+            }
+            let syms = find_function(&binary, w[1]).expect("symbols");
+            let Some(s) = syms.first() else { continue };
+            let args: Vec<String> = w[2].split(',').map(String::from).collect();
+            let features: Vec<String> = if w[3] == "-" {
+                vec![]
+            } else {
+                w[3].split(',').map(String::from).collect()
+            };
+            let m = Measurer::new(&binary, s, &args, &features, w[0] == "return")
+                .unwrap_or_else(|e| panic!("{name} {}: {e}", w[1]));
+            let plan = m.plan();
+            let dynamic: Vec<NodeId> = (0..plan.nodes.len())
+                .filter(|&i| plan.nodes[i].dynamic)
+                .collect();
+            for id in &dynamic {
+                compile(plan, &[*id]).unwrap_or_else(|e| panic!("{name} {} node {id}: {e}", w[1]));
+                compiled += 1;
+            }
+            for chunk in dynamic.chunks(MAX_ROOTS) {
+                compile(plan, chunk).unwrap_or_else(|e| panic!("{name} {}: {e}", w[1]));
+            }
+        }
+    }
+    assert!(compiled > 50, "only {compiled} nodes compiled");
 }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
@@ -73,6 +74,46 @@ struct Holder {
     Base* obj;
 };
 
+struct Opaque;
+union U56 {
+    char c[56];
+    long l;
+};
+struct Bits {
+    int x : 3;
+    char a : 3;
+    char b : 5;
+};
+struct Elem {
+    int id;
+    std::string label;
+    char pad;
+};
+struct Everything {
+    int i32;
+    U56 u;
+    Bits bits;
+    Elem elems[7];
+    std::array<std::string, 3> names;
+    std::tuple<std::string, int, std::vector<int>> tup;
+    std::multimap<int, std::string> mm;
+    std::multiset<std::string> ms;
+    std::unordered_multimap<int, std::vector<int>> umm;
+    std::map<int, std::map<std::string, std::set<int>>> nested_maps;
+    std::deque<std::deque<int>> dd;
+    std::list<std::vector<std::string>> lv;
+    std::optional<std::vector<std::string>> ov;
+    std::variant<std::monostate, std::map<int, int>, std::string> var;
+    std::shared_ptr<Opaque> opaque;
+    std::unique_ptr<int[]> arr;
+    std::unique_ptr<Everything> self;
+    std::vector<std::pair<int, std::string>> pairs;
+    std::map<std::pair<int, int>, int> by_pair;
+    long double ld;
+    void (*fn)(int);
+    int matrix[2][3];
+};
+
 using Strings = std::vector<std::string>;
 using Nested = std::vector<std::vector<std::vector<int>>>;
 using SMap = std::map<std::string, std::vector<int>>;
@@ -119,6 +160,7 @@ PROBE(Uniques, probe_uniques)
 PROBE(Base, probe_base)
 PROBE(Holder, probe_holder)
 PROBE(std::vector<int>, probe_ints)
+PROBE(Everything, probe_everything)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
     asm volatile("" ::"r"(a), "r"(b));
@@ -269,6 +311,29 @@ void* make_holder() {
     auto* d = new Derived();
     d->extra = {str(3, 33)};
     return new Holder{d};
+}
+
+void* make_everything() {
+    auto* e = new Everything();
+    e->i32 = 1;
+    for (int i = 0; i < 7; i++) e->elems[i] = Elem{i, str(i, i * 5), 'x'};
+    e->names = {"a", str(1, 20), ""};
+    e->tup = {str(2, 30), 3, std::vector<int>(4)};
+    for (int i = 0; i < 20; i++) e->mm.insert({i % 3, str(i, i)});
+    for (int i = 0; i < 20; i++) e->ms.insert(str(i % 5, 18));
+    for (int i = 0; i < 20; i++) e->umm.insert({i % 4, std::vector<int>(i)});
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < i; j++) e->nested_maps[i][str(j, 16 + j)] = {1, 2, j};
+    for (int i = 0; i < 4; i++) e->dd.push_back(std::deque<int>(i * 200, i));
+    for (int i = 0; i < 3; i++) e->lv.push_back(Strings(i + 1, str(i, 25)));
+    e->ov = Strings{"x", str(4, 44)};
+    e->var = std::map<int, int>{{1, 2}, {3, 4}};
+    e->arr.reset(new int[10]);
+    e->self.reset(new Everything());
+    e->self->var = str(5, 55);
+    e->pairs = {{1, "a"}, {2, str(3, 33)}};
+    e->by_pair[{1, 2}] = 3;
+    return e;
 }
 
 void* make_ints(int n) {
