@@ -97,9 +97,10 @@ pub const SCRATCH_BYTES: u64 = VISITED_SLOTS * 16;
 pub(crate) const VISITED_SLOTS: u64 = 1 << 18;
 /// Stack used when `frame.stack_len` is 0.
 pub const DEFAULT_STACK: u64 = 256 << 10;
-/// Stack that lets the walker reach [`MAX_DEPTH`] like the interpreter (one native frame of
-/// at most ~100 bytes per pointer hop); only the depth actually used is touched.
-pub const RECOMMENDED_STACK: u64 = 8 << 20;
+/// Stack that lets the walker reach [`MAX_DEPTH`] like the interpreter: a native frame per
+/// recursion (pointer hop, element of a recursive type) is ~80 bytes, ~1.1 KiB when it
+/// walks a red-black tree. Map it lazily (`MAP_NORESERVE`): only the depth used is touched.
+pub const RECOMMENDED_STACK: u64 = 64 << 20;
 /// Deepest nesting walked: the interpreter's limit.
 pub const MAX_DEPTH: u64 = crate::interp::walk::MAX_DEPTH as u64;
 /// Most roots one walker takes (`WalkFrame::args`).

@@ -544,11 +544,18 @@ fn jit_deep_chains_match_and_stop_at_the_same_depth() {
         r.frame.stack_len = RECOMMENDED_STACK;
         assert_eq!(r.go(&code, 1 << 20), STATUS_DONE);
         assert_eq!(r.streams(1), want);
+        // The deepest chain the interpreter accepts (two levels per node).
+        let edge = make_n("chain", (MAX_DEPTH / 2) as i32);
+        let (_, want) = interp(&m, &[edge]).expect("interp at the edge");
+        let mut r = Run::new(&[edge], 1 << 20);
+        r.frame.stack_len = RECOMMENDED_STACK;
+        assert_eq!(r.go(&code, 1 << 20), STATUS_DONE);
+        assert_eq!(r.streams(1), want);
         // The default stack is too small for that: a status, not a crash.
         let mut r = Run::new(&[ok], 1 << 20);
         assert_eq!(r.go(&code, 1 << 20), STATUS_STACK);
         // Deeper than MAX_DEPTH: both backends refuse.
-        let deep = make_n("chain", 30_000);
+        let deep = make_n("chain", (MAX_DEPTH / 2 + 1) as i32);
         assert!(interp(&m, &[deep]).is_err());
         let mut r = Run::new(&[deep], 1 << 20);
         r.frame.stack_len = RECOMMENDED_STACK;
@@ -664,4 +671,163 @@ fn jit_compiles_every_fixture_plan() {
         }
     }
     assert!(compiled > 50, "only {compiled} nodes compiled");
+}
+
+/// What a walk of a garbage object came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Stream(Vec<Vec<u64>>),
+    /// The address and the interpreter's words for the error.
+    Corrupt(u64, String),
+    Fault,
+}
+
+/// Runs the walker in a forked child, so that a bad pointer is an outcome, not a crash of
+/// the test process. The child only calls the code and writes to a pipe.
+fn jit_in_child(code: &Mapped, addr: u64) -> Outcome {
+    let len = 1 << 22;
+    let mut r = Run::new(&[addr], len);
+    r.frame.out = r.out.as_mut_ptr() as u64;
+    r.frame.out_len = len as u64;
+    r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+    r.frame.scratch_len = SCRATCH_BYTES;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe, fork, and in the child only the walker call, write and _exit (no
+    // allocation, no locks); the parent reads the pipe and reaps the child by pid.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        let pid = libc::fork();
+        assert!(pid >= 0);
+        if pid == 0 {
+            libc::close(fds[0]);
+            let s = code.call(&mut r.frame);
+            let hdr = [s, r.frame.out_used, r.frame.err_addr, r.frame.err_code];
+            libc::write(fds[1], hdr.as_ptr() as *const c_void, 32);
+            if s == STATUS_DONE {
+                let mut done = 0usize;
+                let n = r.frame.out_used as usize;
+                while done < n {
+                    let w =
+                        libc::write(fds[1], r.out.as_ptr().add(done) as *const c_void, n - done);
+                    if w <= 0 {
+                        break;
+                    }
+                    done += w as usize;
+                }
+            }
+            libc::_exit(0);
+        }
+        libc::close(fds[1]);
+        let mut f = std::fs::File::from_raw_fd(fds[0]);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes).expect("read pipe");
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        if libc::WIFSIGNALED(status) || bytes.len() < 32 {
+            return Outcome::Fault;
+        }
+        let s = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        match s {
+            STATUS_DONE => Outcome::Stream(split_streams(&bytes[32..], 1).expect("split")),
+            STATUS_CORRUPT => {
+                let w = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+                let what = ErrorCode::from_u64(w(24)).map(ErrorCode::describe);
+                Outcome::Corrupt(w(16), what.unwrap_or_default())
+            }
+            other => panic!("status {other}"),
+        }
+    }
+}
+
+use std::os::fd::FromRawFd;
+
+/// Tiny deterministic PRNG (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Garbage objects: an arena of words that are zero, small counts, or addresses inside
+/// the arena. Both backends must agree: the same stream, both refusing a corrupt object, or
+/// (for the JIT) a fault where the interpreter could not read.
+#[test]
+fn jit_fuzz_garbage_objects_agree_with_the_interpreter() {
+    const ARENA: usize = 1 << 17; // words; pointers go to the first quarter
+    let cases: &[(&str, &[&str])] = &[
+        ("probe_everything", &["capture-keys", "chase-raw-pointers"]),
+        ("probe_smap", &["capture-keys"]),
+        ("probe_umap", &["capture-keys"]),
+        ("probe_slist", &[]),
+        ("probe_ideque", &[]),
+        ("probe_sdeque", &[]),
+        ("probe_mixed", &[]),
+        ("probe_pointers", &[]),
+        ("probe_raw", &["chase-raw-pointers"]),
+        ("probe_nested", &[]),
+    ];
+    // OI_FUZZ_ROUNDS / OI_FUZZ_SEED explore further than the default run.
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let rounds = env("OI_FUZZ_ROUNDS").unwrap_or(60);
+    let mut rng = Rng(env("OI_FUZZ_SEED").unwrap_or(0x1234_5678_9abc_def1) | 1);
+    let mut tally = [0usize; 3];
+    for (probe, features) in cases {
+        let m = measurer(probe, &["arg0"], features);
+        // Roots from a real walk of a good object of the same type.
+        let good = match *probe {
+            "probe_ideque" => make_n("ideque", 10),
+            p => make(p.trim_start_matches("probe_")),
+        };
+        let (roots, _) = interp(&m, &[good]).expect("interp");
+        let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+        for round in 0..rounds {
+            let mut arena = vec![0u64; ARENA];
+            let base = arena.as_ptr() as u64;
+            for w in arena.iter_mut() {
+                *w = match rng.next() % 8 {
+                    0..=2 => 0,
+                    3 => rng.next() % 40,
+                    // An address in the first quarter, near the others.
+                    _ => base + 8 * (rng.next() % (ARENA as u64 / 4)),
+                };
+            }
+            let addr = base + 8 * (rng.next() % 64);
+            let want = match interp(&m, &[addr]) {
+                Ok((_, s)) => Outcome::Stream(s),
+                Err(MeasureError::Walk {
+                    source: crate::interp::WalkError::Corrupt { addr, what },
+                    ..
+                }) => Outcome::Corrupt(addr, what),
+                Err(_) => Outcome::Fault,
+            };
+            let got = jit_in_child(&code, addr);
+            let ok = match (&want, &got) {
+                (a, b) if a == b => true,
+                // The interpreter's message may go on with the number it saw.
+                (Outcome::Corrupt(a, w), Outcome::Corrupt(b, v)) => {
+                    a == b && w.starts_with(v.as_str())
+                }
+                // The interpreter reads whole objects, the walker only the fields it needs:
+                // an unreadable object may still be walked or refused by the walker.
+                (Outcome::Fault, _) => true,
+                _ => false,
+            };
+            assert!(
+                ok,
+                "{probe} round {round}: interpreter {want:?}, JIT {got:?}"
+            );
+            tally[match want {
+                Outcome::Stream(_) => 0,
+                Outcome::Corrupt(..) => 1,
+                Outcome::Fault => 2,
+            }] += 1;
+            drop(arena);
+        }
+    }
+    eprintln!("fuzz outcomes (stream, corrupt, fault): {tally:?}");
 }
