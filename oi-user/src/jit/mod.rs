@@ -8,9 +8,14 @@
 //! patched here, once, when the functions are laid out; any other relocation is an error).
 //!
 //! ## Calling the walker
-//! `extern "sysv64" fn walk(frame: *mut WalkFrame) -> u64` at `code + entry`, on a private
+//! `extern "sysv64" fn walk(frame: *mut WalkFrame) -> u64` at `code + entry`, entered as by a
+//! `call` (rsp ≡ 8 mod 16 at its first instruction, a return address on top) on a private
 //! stack of `frame.stack_len` bytes (at least 256 KiB; see [`RECOMMENDED_STACK`]). It returns
-//! the status it also stores in `frame.status` ([`STATUS_DONE`] …).
+//! the status it also stores in `frame.status` ([`STATUS_DONE`] …) and preserves the
+//! callee-saved registers of the System V ABI. `frame`, `out` and `scratch` must be 8-byte
+//! aligned. It reads target memory with plain loads: a bad pointer faults (SIGSEGV/SIGBUS),
+//! which the tracer contains; it writes only to `frame`, `out[..out_len]`, `scratch` and its
+//! own stack.
 //!
 //! ## Output layout (`frame.out`, `frame.out_used` bytes)
 //! For each root, in order: one little-endian `u64` word count `n`, then the `n` stream words

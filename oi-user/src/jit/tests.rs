@@ -347,6 +347,9 @@ fn jit_polymorphic_inheritance() {
     let f = ["polymorphic-inheritance"];
     let s = same("probe_base", &["arg0"], &f, &[make("derived")]);
     assert_ne!(s[0][0], u64::MAX, "the dynamic type was found");
+    // Without the feature the root reads nothing: an empty stream.
+    let plain = same("probe_base", &["arg0"], &[], &[make("derived")]);
+    assert_eq!(plain, vec![Vec::<u64>::new()]);
     same(
         "probe_holder",
         &["arg0"],
