@@ -586,8 +586,19 @@ fn jit_unseeded_register_roots() {
 #[test]
 #[ignore = "benchmark"]
 fn jit_bench_million_strings() {
-    let m = measurer("probe_strings", &["arg0"], &[]);
-    let addr = make_n("strings", 1_000_000);
+    bench("probe_strings", make_n("strings", 1_000_000), "native_sum");
+}
+
+/// Node containers (1,000,000 entries): map<int, string> and unordered_map<string, string>.
+#[test]
+#[ignore = "benchmark"]
+fn jit_bench_million_node_maps() {
+    bench("probe_imap", make_n("big_imap", 1_000_000), "native_imap");
+    bench("probe_umap", make_n("big_umap", 1_000_000), "native_umap");
+}
+
+fn bench(probe: &str, addr: u64, native_fn: &str) {
+    let m = measurer(probe, &["arg0"], &[]);
     let (roots, want) = interp(&m, &[addr]).expect("interp");
     let t = std::time::Instant::now();
     let w = compile(m.plan(), &roots).expect("compile");
@@ -602,9 +613,8 @@ fn jit_bench_million_strings() {
         best_jit = best_jit.min(t.elapsed().as_nanos());
     }
     assert_eq!(r.streams(1), want);
-    // SAFETY: native_sum takes the vector's address.
-    let native: extern "C" fn(*mut c_void) -> u64 =
-        unsafe { std::mem::transmute(sym("native_sum")) };
+    // SAFETY: the native_* functions take the address of the object they walk.
+    let native: extern "C" fn(*mut c_void) -> u64 = unsafe { std::mem::transmute(sym(native_fn)) };
     let mut best_native = u128::MAX;
     let mut sum = 0;
     for _ in 0..10 {
@@ -613,7 +623,7 @@ fn jit_bench_million_strings() {
         best_native = best_native.min(t.elapsed().as_nanos());
     }
     eprintln!(
-        "1,000,000 strings: JIT walk {:.3} ms, native C++ loop {:.3} ms (ratio {:.2}); compile {:?}; {} code bytes (sum {sum})",
+        "{probe}: JIT walk {:.3} ms, native C++ loop {:.3} ms (ratio {:.2}); compile {:?}; {} code bytes (sum {sum})",
         best_jit as f64 / 1e6,
         best_native as f64 / 1e6,
         best_jit as f64 / best_native as f64,

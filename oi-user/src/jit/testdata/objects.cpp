@@ -341,6 +341,31 @@ void* make_ints(int n) {
     return v;
 }
 
+void* make_big_imap(int n) {
+    auto* m = new IMap();
+    for (int i = 0; i < n; i++) (*m)[i] = str(i, i % 30);
+    return m;
+}
+
+void* make_big_umap(int n) {
+    auto* m = new UMap();
+    m->reserve(n);
+    for (int i = 0; i < n; i++) (*m)[std::to_string(i)] = str(i, i % 30);
+    return m;
+}
+
+uint64_t native_imap(void* p) {
+    uint64_t sum = 0;
+    for (auto& [k, v] : *static_cast<IMap*>(p)) sum += k + v.capacity();
+    return sum;
+}
+
+uint64_t native_umap(void* p) {
+    uint64_t sum = 0;
+    for (auto& [k, v] : *static_cast<UMap*>(p)) sum += k.capacity() + v.capacity();
+    return sum;
+}
+
 // The plain C++ walk the benchmark compares with: what a program would do to sum the
 // footprint of its own vector<string>.
 uint64_t native_sum(void* p) {
