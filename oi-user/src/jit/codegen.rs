@@ -272,24 +272,27 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(ok);
     }
 
-    /// Appends words to the output, or returns [`STATUS_FULL`] if they do not fit.
+    /// Appends words to the output. Words that do not fit are not stored, but the cursor
+    /// advances anyway: the walk goes on counting, and the entry reports [`STATUS_FULL`]
+    /// with the size the output needs, so the tracer grows the buffer once.
     fn emit(&mut self, words: &[Value]) {
         let n = 8 * words.len() as u64;
         let cur = self.b.use_var(self.cur);
-        let room = self.b.ins().isub(self.end, cur);
-        let full = self.icmp_imm(IntCC::UnsignedLessThan, room, n);
-        let full_b = self.b.create_block();
-        let ok = self.b.create_block();
-        self.b.ins().brif(full, full_b, &[], ok, &[]);
-        self.b.set_cold_block(full_b);
-        self.b.switch_to_block(full_b);
-        let s = self.c(STATUS_FULL);
-        self.b.ins().jump(self.ret, &[BlockArg::Value(s)]);
-        self.b.switch_to_block(ok);
+        let next = self.b.ins().iadd_imm_s(cur, n as i64);
+        // User-space addresses: `next` does not wrap.
+        let fits = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, next, self.end);
+        let store = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(fits, store, &[], join, &[]);
+        self.b.switch_to_block(store);
         for (i, w) in words.iter().enumerate() {
             self.b.ins().store(trusted(), *w, cur, (8 * i) as i32);
         }
-        let next = self.b.ins().iadd_imm_s(cur, n as i64);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
         self.b.def_var(self.cur, next);
     }
 
@@ -790,26 +793,25 @@ impl Gen<'_, '_> {
     }
 
     /// The hot loop of `vector<string>` (the interpreter's fast path too): two words per
-    /// element, so the room for all of them is checked once, and the loop is two pointer
-    /// bumps, three loads, two stores. Running out of room early is the same
-    /// [`STATUS_FULL`] the element-wise check would give later: the tracer grows the buffer
-    /// and runs the walk again.
+    /// element, so the room for all of them is checked once (when they do not all fit,
+    /// only the cursor advances, as in [`Self::emit`]), and the loop is two pointer bumps,
+    /// three loads, two stores.
     fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) {
         let need = self.b.ins().ishl_imm_s(n, 4); // n ≤ MAX_ELEMENTS: no overflow
         let cur = self.b.use_var(self.cur);
-        let room = self.b.ins().isub(self.end, cur);
-        let full = self.b.ins().icmp(IntCC::UnsignedLessThan, room, need);
-        let s = self.c(STATUS_FULL);
-        let ok = self.b.create_block();
-        self.b
+        let after = self.b.ins().iadd(cur, need);
+        let fits = self
+            .b
             .ins()
-            .brif(full, self.ret, &[BlockArg::Value(s)], ok, &[]);
+            .icmp(IntCC::UnsignedLessThanOrEqual, after, self.end);
+        let ok = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().brif(fits, ok, &[], exit, &[]);
         self.b.switch_to_block(ok);
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
         let head = self.b.create_block();
         let body = self.b.create_block();
-        let exit = self.b.create_block();
         let p = self.b.append_block_param(head, I64);
         let q = self.b.append_block_param(head, I64);
         self.b
@@ -837,7 +839,6 @@ impl Gen<'_, '_> {
             .ins()
             .jump(head, &[BlockArg::Value(p1), BlockArg::Value(q1)]);
         self.b.switch_to_block(exit);
-        let after = self.b.ins().iadd(cur, need);
         self.b.def_var(self.cur, after);
     }
 
@@ -1356,7 +1357,12 @@ fn gen_entry(
                 let bytes = g.b.ins().isub(cur, header);
                 let words = g.b.ins().ushr_imm_s(bytes, 3);
                 let words = g.b.ins().iadd_imm_s(words, -1);
-                g.b.ins().store(trusted(), words, header, 0);
+                let end = g.end;
+                let fits = g.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, cur, end);
+                g.if_then(fits, |g| {
+                    g.b.ins().store(trusted(), words, header, 0);
+                    Ok(())
+                })?;
             }
             Ok(())
         };
@@ -1386,6 +1392,14 @@ fn gen_entry(
         };
         match walked {
             Ok(()) => {
+                // Past the end: the output did not fit; `out_used` says what it needs.
+                let cur = g.b.use_var(g.cur);
+                let over = g.b.ins().icmp(IntCC::UnsignedGreaterThan, cur, g.end);
+                let full = g.c(STATUS_FULL);
+                let ok = g.b.create_block();
+                g.b.ins()
+                    .brif(over, g.ret, &[BlockArg::Value(full)], ok, &[]);
+                g.b.switch_to_block(ok);
                 let done = g.c(STATUS_DONE);
                 record(g, done);
                 let e = g.c(0);

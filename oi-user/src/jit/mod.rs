@@ -54,10 +54,10 @@ pub struct CompiledWalker {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WalkFrame {
-    /// out: [`STATUS_DONE`], [`STATUS_FULL`] (grow `out` and re-run from scratch),
+    /// out: [`STATUS_DONE`], [`STATUS_FULL`] (grow `out` to `out_used` and run again),
     /// [`STATUS_CORRUPT`], [`STATUS_STACK`], [`STATUS_BAD_FRAME`].
     pub status: u64,
-    /// out: bytes written to `out`.
+    /// out: bytes written to `out`; with [`STATUS_FULL`], the bytes the output needs.
     pub out_used: u64,
     /// Output buffer; never written past `out + out_len`.
     pub out: u64,
@@ -87,7 +87,8 @@ pub struct WalkFrame {
 
 /// The walk finished; `out_used` bytes of output.
 pub const STATUS_DONE: u64 = 0;
-/// The output buffer is too small: grow it and run the walk again from the start.
+/// The output buffer is too small: `out_used` is the size it needs (the walk went on to the
+/// end counting, writing nothing past `out_len`). Grow it and run the walk again.
 pub const STATUS_FULL: u64 = 1;
 /// A corrupt object (the interpreter's `WalkError::Corrupt`): see `err_*`.
 pub const STATUS_CORRUPT: u64 = 2;
@@ -208,8 +209,8 @@ pub enum JitError {
     Stack(u64),
     #[error("the walk frame does not match the compiled walker (nargs or scratch size)")]
     BadFrame,
-    #[error("the output buffer is full")]
-    Full,
+    #[error("the output buffer is too small: {0} bytes needed")]
+    Full(u64),
 }
 
 /// Compiles the walk of `roots` (plan nodes of the measured arguments, in argument order).
@@ -229,7 +230,7 @@ pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError
 pub fn check_status(frame: &WalkFrame) -> Result<(), JitError> {
     match frame.status {
         STATUS_DONE => Ok(()),
-        STATUS_FULL => Err(JitError::Full),
+        STATUS_FULL => Err(JitError::Full(frame.out_used)),
         STATUS_CORRUPT => Err(JitError::Corrupt {
             root: frame.err_root,
             addr: frame.err_addr,

@@ -238,17 +238,22 @@ impl Run {
     }
 }
 
-/// Runs the JIT, growing the output until it fits, as the tracer does.
+/// Runs the JIT, growing the output once to the size it reports, as the tracer does.
 fn jit(code: &Mapped, addrs: &[u64]) -> (Run, u64) {
-    let mut len = 256;
-    loop {
-        let mut r = Run::new(addrs, len);
-        let s = r.go(code, len);
-        if s != STATUS_FULL {
-            return (r, s);
-        }
-        len *= 4;
+    let mut r = Run::new(addrs, 64);
+    let s = r.go(code, 64);
+    if s != STATUS_FULL {
+        return (r, s);
     }
+    let len = r.frame.out_used as usize;
+    assert!(len > 64);
+    let mut r = Run::new(addrs, len);
+    let s = r.go(code, len);
+    assert_ne!(
+        s, STATUS_FULL,
+        "the size reported with STATUS_FULL is enough"
+    );
+    (r, s)
 }
 
 /// The differential check: same streams, or both failing.
@@ -402,6 +407,10 @@ fn full_sweep(probe: &str, features: &[&str], addr: u64) {
     for len in (0..need).step_by(7).chain([need - 1]) {
         let mut r = Run::new(&[addr], len);
         assert_eq!(r.go(&code, len), STATUS_FULL, "out_len {len}");
+        assert_eq!(
+            r.frame.out_used as usize, need,
+            "size needed, out_len {len}"
+        );
     }
     for len in [need, need + 5, need + 8] {
         let mut r = Run::new(&[addr], len);
