@@ -3,7 +3,8 @@
 //! the interpreter (`interp`) into a buffer of the data segment.
 //!
 //! Never touches a process itself: [`compile`] is pure (plan in, bytes out); mapping and
-//! running the bytes is `target`'s job. The generated code makes no calls outside itself, no
+//! running the bytes is `target`'s job. [`cache::WalkerCache`] keeps compiled walkers in
+//! memory and under `~/.cache/oi-trace/jit`, keyed by the plan's content. The generated code makes no calls outside itself, no
 //! syscalls, and carries no relocations (calls between its own functions are PC-relative and
 //! patched here, once, when the functions are laid out; any other relocation is an error).
 //!
@@ -31,6 +32,7 @@
 //! carry a generation tag: each root takes the next generation, so a fresh sample costs
 //! nothing to reset (start from zeroed memory and keep `frame.generation` between calls).
 
+pub mod cache;
 mod codegen;
 mod link;
 
