@@ -223,9 +223,48 @@ pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError
     if let Some(&bad) = roots.iter().find(|&&r| r >= plan.nodes.len()) {
         return Err(JitError::NoSuchNode(bad));
     }
+    check_references(plan)?;
     let isa = link::isa()?;
     let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
     link::link(&isa, funcs)
+}
+
+/// Every node a plan node refers to exists (code generation indexes them freely).
+fn check_references(plan: &Plan) -> Result<(), JitError> {
+    use crate::plan::Op;
+    let n = plan.nodes.len();
+    for node in &plan.nodes {
+        let refs: Vec<NodeId> = match &node.op {
+            Op::Leaf | Op::Bitfield | Op::String(_) => vec![],
+            Op::Struct { members, .. } => members.iter().map(|m| m.1).collect(),
+            Op::Array { elem, .. }
+            | Op::Vector { elem, .. }
+            | Op::VectorBool { elem, .. }
+            | Op::Deque { elem, .. }
+            | Op::List { elem, .. }
+            | Op::RbTree { elem, .. }
+            | Op::Hashtable { elem, .. }
+            | Op::Optional { elem, .. } => vec![*elem],
+            Op::Pair { first, second } => vec![first.1, second.1],
+            Op::Entry { key, value, .. } => vec![key.1, value.1],
+            Op::Variant { alternatives, .. } => alternatives.clone(),
+            Op::SmartPtr { target, .. }
+            | Op::RefWrap { target, .. }
+            | Op::RawPointer { target } => target.iter().copied().collect(),
+            Op::Poly {
+                candidates,
+                fallback,
+            } => candidates
+                .iter()
+                .map(|c| c.2)
+                .chain(std::iter::once(*fallback))
+                .collect(),
+        };
+        if let Some(&bad) = refs.iter().find(|&&r| r >= n) {
+            return Err(JitError::NoSuchNode(bad));
+        }
+    }
+    Ok(())
 }
 
 /// The outcome of a finished walk as a `Result`: `Ok(())` for [`STATUS_DONE`].

@@ -520,6 +520,25 @@ fn jit_corrupt_objects_fail_like_the_interpreter() {
 }
 
 #[test]
+fn jit_refuses_plans_with_dangling_nodes() {
+    let mut p = crate::plan::Plan::default();
+    p.nodes.push(crate::plan::Node {
+        name: "a0".into(),
+        type_names: vec![],
+        static_size: 8,
+        is_primitive: false,
+        op: crate::plan::Op::RawPointer { target: Some(7) },
+        dynamic: true,
+    });
+    assert!(matches!(compile(&p, &[0]), Err(JitError::NoSuchNode(7))));
+    assert!(matches!(compile(&p, &[3]), Err(JitError::NoSuchNode(3))));
+    assert!(matches!(
+        compile(&p, &[0; 17]),
+        Err(JitError::TooManyRoots(17))
+    ));
+}
+
+#[test]
 fn jit_bad_frame_is_refused() {
     let m = measurer("probe_ints", &["arg0"], &[]);
     let a = make_n("ints", 3);
