@@ -415,8 +415,10 @@ impl Session {
         let walk_started = Instant::now();
         let result = self.measure(&ev, tgid);
         let walk_us = walk_started.elapsed().as_micros() as u64;
-        self.tracer.resume(tid, None);
+        // Busy is cleared before the thread runs again: its next Nth hit must find the
+        // process free, or it would be dropped.
         self.trigger.clear_busy(tgid);
+        self.tracer.resume(tid, None);
         let pause_us = monotonic_ns().saturating_sub(ev.time_ns) / 1000;
         self.samples += 1;
         if let Err(e) = result {

@@ -43,7 +43,10 @@ pub struct Tracer {
     processes: HashSet<i32>,
 }
 
-const OPTIONS: Options = Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXEC);
+// TRACESYSGOOD: syscall stops of remote syscalls and walks are told apart from SIGTRAPs.
+const OPTIONS: Options = Options::PTRACE_O_TRACECLONE
+    .union(Options::PTRACE_O_TRACEEXEC)
+    .union(Options::PTRACE_O_TRACESYSGOOD);
 const SIGSTOP_BIT: u64 = 1 << (libc::SIGSTOP - 1);
 
 impl Tracer {

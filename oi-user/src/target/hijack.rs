@@ -1,0 +1,463 @@
+//! Running walker code inside a frozen thread of the target.
+//!
+//! Once per process, a region is mapped into the target by remote syscalls: a code part
+//! (written while RW, then made RX; never RWX) holding a call stub and the walkers, and a data
+//! part (RW) holding the stub's register save area, the walker's frame, a private stack and
+//! scratch memory; the walker's output buffer is a separate RW mapping that can grow.
+//!
+//! The stub is self-restoring: it saves the FPU/SSE state, calls the walker, makes a harmless
+//! `getpid` (the tracer's signal that the walk ended: it stops there under PTRACE_SYSCALL and
+//! restores the registers itself), then reloads every register from the save area and jumps
+//! back to where the thread was. So if the tracer dies mid-walk, the thread still returns to
+//! its own code with its registers intact.
+
+use std::time::{Duration, Instant};
+
+use nix::{
+    sys::{
+        ptrace,
+        signal::Signal,
+        wait::{WaitPidFlag, WaitStatus, waitpid},
+    },
+    unistd::Pid,
+};
+
+use super::remote::{self, HeldSignals, Regs, RemoteError};
+
+const PAGE: u64 = 4096;
+/// Offsets inside the data part.
+const SAVE_AREA: u64 = 0; // 17 registers then the rip slot
+const RIP_SLOT: u64 = SAVE_AREA + 17 * 8;
+const FXSAVE_AREA: u64 = 256; // 512 bytes, 16-byte aligned
+const FRAME: u64 = 1024;
+const FRAME_MAX: u64 = 1024;
+/// Copies of objects that arrived in registers (by-value arguments, small return values).
+const REGISTER_OBJECTS: u64 = FRAME + FRAME_MAX;
+const REGISTER_OBJECTS_LEN: u64 = 2048;
+const STACK_BOTTOM: u64 = REGISTER_OBJECTS + REGISTER_OBJECTS_LEN;
+const STACK_LEN: u64 = 256 * 1024;
+const SCRATCH: u64 = STACK_BOTTOM + STACK_LEN;
+/// The visited-address set (131,072 addresses with generation tags, with room to spare).
+pub const SCRATCH_LEN: u64 = 4 * 1024 * 1024;
+const DATA_LEN: u64 = SCRATCH + SCRATCH_LEN;
+/// First size of the output buffer; it grows fourfold whenever a walk fills it.
+const INITIAL_OUTPUT: u64 = 1024 * 1024;
+/// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
+const STUB_DONE: u64 = 17;
+const STUB_LEN: u64 = 64;
+
+/// The stub's machine code for a region whose data part starts `code_len` bytes after it.
+fn stub(code_len: u64) -> Vec<u8> {
+    let d = code_len as i64;
+    let rel = |target: i64, next_insn: i64| ((target - next_insn) as i32).to_le_bytes();
+    let mut code = Vec::with_capacity(STUB_LEN as usize);
+    code.extend([0x48, 0x0f, 0xae, 0x05]); // fxsave64 [rip+disp]
+    code.extend(rel(d + FXSAVE_AREA as i64, 8));
+    code.extend([0xff, 0xd6]); // call rsi (the walker; rdi = its frame)
+    code.extend([0xb8, 39, 0, 0, 0]); // mov eax, SYS_getpid
+    code.extend([0x0f, 0x05]); // syscall: the tracer stops here
+    debug_assert_eq!(code.len() as u64, STUB_DONE);
+    code.extend([0x48, 0x0f, 0xae, 0x0d]); // fxrstor64 [rip+disp]
+    code.extend(rel(d + FXSAVE_AREA as i64, 25));
+    code.extend([0x48, 0x8d, 0x25]); // lea rsp, [rip+disp]: the save area
+    code.extend(rel(d + SAVE_AREA as i64, 32));
+    // pop r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi
+    code.extend([
+        0x41, 0x5f, 0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, 0x5d, 0x5b, 0x41, 0x5b, 0x41, 0x5a,
+    ]);
+    code.extend([0x41, 0x59, 0x41, 0x58, 0x58, 0x59, 0x5a, 0x5e, 0x5f]);
+    code.push(0x9d); // popfq
+    code.push(0x5c); // pop rsp
+    code.extend([0xff, 0x25]); // jmp [rip+disp]: the saved rip
+    code.extend(rel(d + RIP_SLOT as i64, 63));
+    code.resize(STUB_LEN as usize, 0xcc);
+    code
+}
+
+/// The save area's image, in the stub's pop order.
+fn save_area(regs: &Regs) -> Vec<u8> {
+    [
+        regs.r15,
+        regs.r14,
+        regs.r13,
+        regs.r12,
+        regs.rbp,
+        regs.rbx,
+        regs.r11,
+        regs.r10,
+        regs.r9,
+        regs.r8,
+        regs.rax,
+        regs.rcx,
+        regs.rdx,
+        regs.rsi,
+        regs.rdi,
+        regs.eflags,
+        regs.rsp,
+        regs.rip,
+    ]
+    .iter()
+    .flat_map(|v| v.to_le_bytes())
+    .collect()
+}
+
+fn round_up(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+/// A thread we hold in a ptrace-stop to act in it; `end` gives it back exactly as it was.
+pub struct Held {
+    pub tgid: i32,
+    pub tid: i32,
+    saved: Regs,
+    fp: libc::user_fpregs_struct,
+    held: HeldSignals,
+    syscall_insn: u64,
+}
+
+/// How one call of a walker ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEnd {
+    Returned,
+    /// The walker raised `signal` touching `addr` (a corrupt or freed object) at `pc`.
+    Faulted {
+        signal: Signal,
+        addr: u64,
+        pc: u64,
+    },
+    TimedOut,
+}
+
+impl Held {
+    /// Takes hold of `tid`, which must be in a ptrace-stop (e.g. the signal-delivery-stop of the
+    /// trigger's SIGSTOP, which is thereby suppressed).
+    pub fn begin(tgid: i32, tid: i32, syscall_insn: Option<u64>) -> Result<Self, RemoteError> {
+        let saved = remote::get_regs(tid)?;
+        let fp = remote::get_fpregs(tid)?;
+        let syscall_insn = match syscall_insn {
+            Some(a) => a,
+            None => remote::find_syscall_instruction(tgid)?,
+        };
+        Ok(Self {
+            tgid,
+            tid,
+            saved,
+            fp,
+            held: HeldSignals::default(),
+            syscall_insn,
+        })
+    }
+
+    pub fn syscall_insn(&self) -> u64 {
+        self.syscall_insn
+    }
+
+    fn mmap(&mut self, len: u64, prot: i32) -> Result<u64, RemoteError> {
+        remote::mmap(
+            self.tid,
+            &self.saved,
+            self.syscall_insn,
+            len,
+            prot,
+            &mut self.held,
+        )
+    }
+
+    fn munmap(&mut self, addr: u64, len: u64) -> Result<(), RemoteError> {
+        remote::munmap(
+            self.tid,
+            &self.saved,
+            self.syscall_insn,
+            addr,
+            len,
+            &mut self.held,
+        )
+    }
+
+    /// Points the held thread at the stub → `walker(frame)`, with the save area filled so
+    /// that the stub can bring the thread back by itself. Nothing runs until it is resumed.
+    pub fn prepare_call(&mut self, seg: &Segments, walker: u64) -> Result<(), RemoteError> {
+        let tid = self.tid;
+        if self.saved.orig_rax != u64::MAX {
+            // Only ever called at a probe hit in user code; inside a syscall the stub's
+            // self-restoring exit could not restart it.
+            return Err(RemoteError::Unexpected {
+                tid,
+                what: "a walk",
+                status: "thread is inside a system call".into(),
+            });
+        }
+        remote::write_memory(self.tgid, seg.data() + SAVE_AREA, &save_area(&self.saved))?;
+        let mut regs = self.saved;
+        regs.rip = seg.base;
+        regs.rsp = seg.data() + STACK_BOTTOM + STACK_LEN;
+        regs.rdi = seg.frame();
+        regs.rsi = walker;
+        regs.orig_rax = u64::MAX;
+        // The walker expects the ABI's flags: direction forward, no trap, no alignment check.
+        regs.eflags &= !(0x400 | 0x100 | 0x40000);
+        remote::set_regs(tid, &regs)
+    }
+
+    /// Runs the stub → `walker(frame)` and waits for its end, at most `timeout`. The thread is
+    /// held again afterwards, with its own registers back.
+    pub fn call(
+        &mut self,
+        seg: &Segments,
+        walker: u64,
+        timeout: Duration,
+    ) -> Result<CallEnd, RemoteError> {
+        let tid = self.tid;
+        self.prepare_call(seg, walker)?;
+        let pid = Pid::from_raw(tid);
+        ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
+        let deadline = Instant::now() + timeout;
+        let mut interrupted = false;
+        let end = loop {
+            let status = match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {
+                    if !interrupted && Instant::now() >= deadline {
+                        let _ = ptrace::interrupt(pid);
+                        interrupted = true;
+                    }
+                    wait_sigchld(deadline.saturating_duration_since(Instant::now()));
+                    continue;
+                }
+                Ok(status) => status,
+                Err(_) => return Err(RemoteError::Gone(tid)),
+            };
+            match status {
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    return Err(RemoteError::Gone(tid));
+                }
+                WaitStatus::PtraceSyscall(_) => {
+                    let now = remote::get_regs(tid)?;
+                    if now.rip == seg.base + STUB_DONE {
+                        break CallEnd::Returned;
+                    }
+                    // Not ours (cannot happen: the walker makes no syscalls); keep going.
+                    ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
+                }
+                WaitStatus::Stopped(
+                    _,
+                    sig @ (Signal::SIGSEGV
+                    | Signal::SIGBUS
+                    | Signal::SIGILL
+                    | Signal::SIGFPE
+                    | Signal::SIGTRAP),
+                ) => {
+                    let addr = ptrace::getsiginfo(pid).map(|info| {
+                        // SAFETY: for these signals the kernel fills si_addr.
+                        unsafe { info.si_addr() as u64 }
+                    });
+                    let pc = remote::get_regs(tid).map(|r| r.rip).unwrap_or(0);
+                    break CallEnd::Faulted {
+                        signal: sig,
+                        addr: addr.unwrap_or(0),
+                        pc,
+                    };
+                }
+                WaitStatus::Stopped(_, sig) => {
+                    // Not for the walker: hold it and deliver it once the thread is back.
+                    self.held.0.push(sig);
+                    ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
+                }
+                WaitStatus::PtraceEvent(_, sig, ev) if ev == libc::PTRACE_EVENT_STOP => {
+                    if interrupted {
+                        break CallEnd::TimedOut;
+                    }
+                    if sig != Signal::SIGTRAP {
+                        self.held.0.push(sig);
+                    }
+                    ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
+                }
+                _ => {
+                    ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
+                }
+            }
+        };
+        self.land(end)?;
+        Ok(end)
+    }
+
+    /// Puts the thread's own registers back and brings it to a quiet ptrace-stop, so that
+    /// remote syscalls or another call can follow.
+    fn land(&mut self, end: CallEnd) -> Result<(), RemoteError> {
+        remote::set_regs(self.tid, &self.saved)?;
+        if end == CallEnd::Returned {
+            // At the getpid entry with orig_rax = -1: the kernel skips it; stop at its exit.
+            let pid = Pid::from_raw(self.tid);
+            ptrace::syscall(pid, None).map_err(|e| ptrace_error(self.tid, e))?;
+            match remote::wait_for(self.tid, &mut self.held, remote::ptrace_syscall)? {
+                WaitStatus::PtraceSyscall(_) => remote::set_regs(self.tid, &self.saved)?,
+                other => {
+                    return Err(RemoteError::Unexpected {
+                        tid: self.tid,
+                        what: "the walker's return",
+                        status: format!("{other:?}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the thread back: registers and FPU state as they were, running, our SIGSTOP
+    /// suppressed, held signals delivered again in their order.
+    pub fn end(mut self) -> Result<(), RemoteError> {
+        remote::set_regs(self.tid, &remote::restorable(&self.saved))?;
+        remote::set_fpregs(self.tid, &self.fp)?;
+        ptrace::cont(Pid::from_raw(self.tid), None).map_err(|e| ptrace_error(self.tid, e))?;
+        self.held.redeliver(self.tgid, self.tid);
+        Ok(())
+    }
+}
+
+fn ptrace_error(tid: i32, errno: nix::errno::Errno) -> RemoteError {
+    if errno == nix::errno::Errno::ESRCH {
+        RemoteError::Gone(tid)
+    } else {
+        RemoteError::Ptrace {
+            tid,
+            what: "resume",
+            errno,
+        }
+    }
+}
+
+/// Sleeps until a SIGCHLD (a ptrace stop somewhere), `timeout`, or 1 ms. SIGCHLD is blocked
+/// by the session and read through its signalfd, so it wakes us at once; taking it here is
+/// harmless, the session polls every thread's status anyway. Where it is not blocked (a
+/// library caller) it may never be seen, hence the 1 ms bound.
+fn wait_sigchld(timeout: Duration) {
+    let timeout = timeout.clamp(Duration::from_micros(10), Duration::from_millis(1));
+    // SAFETY: plain libc calls on stack values we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: timeout.subsec_nanos() as i64,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+    }
+}
+
+/// The region mapped into one process, and its output buffer.
+#[derive(Debug, Clone)]
+pub struct Segments {
+    pub base: u64,
+    pub code_len: u64,
+    /// Entry address of each walker, in the order they were given.
+    pub walkers: Vec<u64>,
+    pub output: u64,
+    pub output_len: u64,
+}
+
+impl Segments {
+    /// Maps code (stub + `walkers`, each `(bytes, entry offset)`) and data into the process of
+    /// the held thread. Nothing is left mapped if any step fails.
+    pub fn create(h: &mut Held, walkers: &[(&[u8], u64)]) -> Result<Self, RemoteError> {
+        let mut code = Vec::new();
+        let mut entries = Vec::new();
+        let mut offset = STUB_LEN;
+        for (bytes, entry) in walkers {
+            entries.push(offset + entry);
+            offset = round_up(offset + bytes.len() as u64, 16);
+        }
+        let code_len = round_up(offset, PAGE);
+        code.extend(stub(code_len));
+        for (bytes, _) in walkers {
+            code.resize(round_up(code.len() as u64, 16) as usize, 0xcc);
+            code.extend_from_slice(bytes);
+        }
+        let total = code_len + DATA_LEN;
+        let base = h.mmap(total, libc::PROT_READ | libc::PROT_WRITE)?;
+        let undo = |h: &mut Held| {
+            let _ = h.munmap(base, total);
+        };
+        if let Err(e) = remote::write_memory(h.tgid, base, &code) {
+            undo(h);
+            return Err(e);
+        }
+        let prot = libc::PROT_READ | libc::PROT_EXEC;
+        if let Err(e) = remote::mprotect(
+            h.tid,
+            &h.saved,
+            h.syscall_insn,
+            base,
+            code_len,
+            prot,
+            &mut h.held,
+        ) {
+            undo(h);
+            return Err(e);
+        }
+        let output = match h.mmap(INITIAL_OUTPUT, libc::PROT_READ | libc::PROT_WRITE) {
+            Ok(o) => o,
+            Err(e) => {
+                undo(h);
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            base,
+            code_len,
+            walkers: entries.iter().map(|e| base + e).collect(),
+            output,
+            output_len: INITIAL_OUTPUT,
+        })
+    }
+
+    pub fn data(&self) -> u64 {
+        self.base + self.code_len
+    }
+
+    pub fn frame(&self) -> u64 {
+        self.data() + FRAME
+    }
+
+    pub fn register_objects(&self) -> (u64, u64) {
+        (self.data() + REGISTER_OBJECTS, REGISTER_OBJECTS_LEN)
+    }
+
+    pub fn scratch(&self) -> (u64, u64) {
+        (self.data() + SCRATCH, SCRATCH_LEN)
+    }
+
+    /// Replaces the output buffer by one four times larger.
+    pub fn grow_output(&mut self, h: &mut Held) -> Result<(), RemoteError> {
+        let bigger = self.output_len * 4;
+        let fresh = h.mmap(bigger, libc::PROT_READ | libc::PROT_WRITE)?;
+        let _ = h.munmap(self.output, self.output_len);
+        self.output = fresh;
+        self.output_len = bigger;
+        Ok(())
+    }
+
+    /// Unmaps everything from the process of the held thread.
+    pub fn destroy(&self, h: &mut Held) -> Result<(), RemoteError> {
+        h.munmap(self.output, self.output_len)?;
+        h.munmap(self.base, self.code_len + DATA_LEN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stub_layout_matches_the_offsets_the_tracer_relies_on() {
+        let code = stub(2 * PAGE);
+        assert_eq!(code.len() as u64, STUB_LEN);
+        assert_eq!(&code[15..17], &[0x0f, 0x05], "syscall ends at STUB_DONE");
+        // The jmp's rip-relative displacement lands on the rip slot.
+        let disp = i32::from_le_bytes(code[59..63].try_into().unwrap()) as i64;
+        assert_eq!(63 + disp, (2 * PAGE + RIP_SLOT) as i64);
+        assert_eq!(
+            save_area(&unsafe { std::mem::zeroed() }).len() as u64,
+            RIP_SLOT + 8
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! The hijack on a live process, with hand-written walkers (so it is tested apart from the
+//! JIT): code runs inside a frozen thread on a private stack, faults and endless loops are
+//! contained, registers come back exactly, and the segments leave no trace in the maps.
+
+use std::time::Duration;
+
+use nix::{
+    sys::wait::{WaitPidFlag, WaitStatus, waitpid},
+    unistd::Pid,
+};
+use oi_e2e::{Fixture, FixtureBuild, SIGUSR1, privileged};
+use oi_trace::target::{
+    Tracer,
+    hijack::{CallEnd, Held, Segments},
+    remote,
+};
+
+/// rdi = frame: out[0] = *(u64*)args[0]; out_used = 8; status = 0; return 0.
+const READ_ARG0: &[u8] = &[
+    0x48, 0x8b, 0x47, 0x40, // mov rax, [rdi+64]
+    0x48, 0x8b, 0x4f, 0x10, // mov rcx, [rdi+16]
+    0x48, 0x8b, 0x00, // mov rax, [rax]
+    0x48, 0x89, 0x01, // mov [rcx], rax
+    0x48, 0xc7, 0x47, 0x08, 0x08, 0, 0, 0, // mov qword [rdi+8], 8
+    0x31, 0xc0, // xor eax, eax
+    0x48, 0x89, 0x07, // mov [rdi], rax
+    // Clobber callee-saved registers: the restore must not rely on the walker's manners.
+    0x48, 0x31, 0xdb, // xor rbx, rbx
+    0x4d, 0x31, 0xe4, // xor r12, r12
+    0x66, 0x0f, 0xef, 0xc0, // pxor xmm0, xmm0
+    0xc3, // ret
+];
+/// Never returns.
+const SPIN: &[u8] = &[0xeb, 0xfe];
+
+fn frame_image(seg: &Segments, arg0: u64) -> Vec<u8> {
+    let (scratch, scratch_len) = seg.scratch();
+    [
+        0,
+        0,
+        seg.output,
+        seg.output_len,
+        scratch,
+        scratch_len,
+        0,
+        1,
+        arg0,
+    ]
+    .iter()
+    .flat_map(|v: &u64| v.to_le_bytes())
+    .collect()
+}
+
+/// Freezes the fixture's main thread as the trigger would (SIGSTOP to that thread).
+fn freeze(pid: i32) {
+    // SAFETY: tgkill with plain integers.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGSTOP);
+    }
+    loop {
+        match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL)).expect("wait") {
+            WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGSTOP) => return,
+            WaitStatus::Stopped(p, sig) => nix::sys::ptrace::cont(p, sig).expect("cont"),
+            _ => nix::sys::ptrace::cont(Pid::from_raw(pid), None).expect("cont"),
+        }
+    }
+}
+
+/// Freezes the main thread while it runs its loop in user code, as a probe hit would find it
+/// (not inside a system call).
+fn freeze_in_user_code(pid: i32) {
+    loop {
+        freeze(pid);
+        if remote::get_regs(pid).expect("regs").orig_rax == u64::MAX {
+            return;
+        }
+        nix::sys::ptrace::cont(Pid::from_raw(pid), None).expect("cont");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn maps_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps")
+}
+
+#[test]
+fn walkers_run_inside_the_target_and_leave_no_trace() {
+    if !privileged() {
+        return;
+    }
+    let binary = FixtureBuild::new("trigger")
+        .shared_lib("trigger_lib")
+        .build();
+    let mut fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let pid = fixture.pid;
+    let maps_before = maps_of(pid);
+    let mut tracer = Tracer::default();
+    tracer.seize(pid).expect("seize");
+    fixture.signal(SIGUSR1);
+
+    freeze(pid);
+    let mut held = Held::begin(pid, pid, None).expect("hold");
+    let insn = held.syscall_insn();
+    let seg = Segments::create(&mut held, &[(READ_ARG0, 0), (SPIN, 0)]).expect("segments");
+    assert!(
+        !maps_of(pid).lines().any(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|p| p.starts_with("rwx"))),
+        "no RWX mapping, ever"
+    );
+    held.end().expect("release");
+
+    for round in 0..20 {
+        freeze_in_user_code(pid);
+        let mut held = Held::begin(pid, pid, Some(insn)).expect("hold");
+        let regs = remote::get_regs(pid).expect("regs");
+        let mut expected = [0u8; 8];
+        remote::read_memory(pid, regs.rsp, &mut expected).expect("read stack");
+        remote::write_memory(pid, seg.frame(), &frame_image(&seg, regs.rsp)).expect("frame");
+        let end = held
+            .call(&seg, seg.walkers[0], Duration::from_secs(2))
+            .expect("call");
+        assert_eq!(
+            end,
+            CallEnd::Returned,
+            "round {round}, code at {:#x}",
+            seg.base
+        );
+        let mut out = [0u8; 8];
+        remote::read_memory(pid, seg.output, &mut out).expect("output");
+        assert_eq!(out, expected, "the walker read the target's memory");
+        assert_eq!(remote::get_regs(pid).expect("regs").rsp, regs.rsp);
+        held.end().expect("release");
+    }
+
+    // A bad pointer: the fault is caught and the thread goes on.
+    freeze_in_user_code(pid);
+    let mut held = Held::begin(pid, pid, Some(insn)).expect("hold");
+    remote::write_memory(pid, seg.frame(), &frame_image(&seg, 0x10)).expect("frame");
+    let end = held
+        .call(&seg, seg.walkers[0], Duration::from_secs(2))
+        .expect("call");
+    assert!(
+        matches!(end, CallEnd::Faulted { addr: 0x10, .. }),
+        "{end:?}"
+    );
+    held.end().expect("release");
+
+    // An endless walker is interrupted.
+    freeze_in_user_code(pid);
+    let mut held = Held::begin(pid, pid, Some(insn)).expect("hold");
+    let end = held
+        .call(&seg, seg.walkers[1], Duration::from_millis(100))
+        .expect("call");
+    assert_eq!(end, CallEnd::TimedOut);
+    seg.destroy(&mut held).expect("unmap");
+    held.end().expect("release");
+
+    tracer.release(pid);
+    let done = fixture.stdout.expect("done", Duration::from_secs(60));
+    assert_eq!(
+        done,
+        format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
+    );
+    assert_eq!(maps_of(pid), maps_before, "segments unmapped");
+    fixture.assert_running();
+    assert!(fixture.finish().success());
+}
+
+/// rdi = frame: a slow walk (10^7 iterations) that dirties registers, then returns.
+const SLOW_CLOBBER: &[u8] = &[
+    0xb9, 0x80, 0x96, 0x98, 0x00, // mov ecx, 10_000_000
+    0x48, 0x31, 0xdb, // xor rbx, rbx
+    0x48, 0xff, 0xc3, // inc rbx
+    0x4d, 0x31, 0xff, // xor r15, r15 (another callee-saved register)
+    0x66, 0x0f, 0xef, 0xc9, // pxor xmm1, xmm1
+    0x48, 0xff, 0xc9, // dec rcx
+    0x75, 0xee, // jnz back to `xor rbx, rbx`
+    0x31, 0xc0, // xor eax, eax
+    0xc3, // ret
+];
+
+/// The tracer vanishes (here: detaches without restoring anything) while a walker runs: the
+/// stub must bring the thread back to its own code with every register intact, so the
+/// fixture's checksum still comes out right.
+#[test]
+fn the_stub_restores_the_thread_when_the_tracer_is_gone() {
+    if !privileged() {
+        return;
+    }
+    let binary = FixtureBuild::new("trigger")
+        .shared_lib("trigger_lib")
+        .build();
+    let mut fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let pid = fixture.pid;
+    let mut tracer = Tracer::default();
+    tracer.seize(pid).expect("seize");
+    fixture.signal(SIGUSR1);
+    freeze_in_user_code(pid);
+    let mut held = Held::begin(pid, pid, None).expect("hold");
+    let seg = Segments::create(&mut held, &[(SLOW_CLOBBER, 0)]).expect("segments");
+    held.end().expect("release");
+    for _ in 0..5 {
+        freeze_in_user_code(pid);
+        let mut held = Held::begin(pid, pid, None).expect("hold");
+        held.prepare_call(&seg, seg.walkers[0]).expect("prepare");
+        // What the kernel does for a tracer that dies: the thread is let go as it is.
+        nix::sys::ptrace::detach(Pid::from_raw(pid), None).expect("detach");
+        std::thread::sleep(Duration::from_millis(20));
+        // A new tracer, as after a restart of oi-trace.
+        tracer = Tracer::default();
+        tracer.seize(pid).expect("seize again");
+    }
+    tracer.release(pid);
+    let done = fixture.stdout.expect("done", Duration::from_secs(60));
+    assert_eq!(
+        done,
+        format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
+    );
+    fixture.assert_running();
+    assert!(fixture.finish().success());
+}
