@@ -37,6 +37,8 @@ mod codegen;
 mod link;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::plan::{NodeId, Plan};

@@ -141,14 +141,14 @@ fn interp(m: &Measurer, addrs: &[u64]) -> Result<(Vec<NodeId>, Vec<Vec<u64>>), M
 }
 
 /// Compiled code mapped executable in this process (unmapped on drop).
-struct Mapped {
+pub(super) struct Mapped {
     base: *mut c_void,
     len: usize,
     entry: u64,
 }
 
 impl Mapped {
-    fn new(w: &CompiledWalker) -> Self {
+    pub(super) fn new(w: &CompiledWalker) -> Self {
         let len = w.code.len().max(1).next_multiple_of(4096);
         // SAFETY: a fresh private anonymous mapping; written while RW, then made RX (never
         // both), and only ever called at its entry offset.
@@ -175,7 +175,7 @@ impl Mapped {
         }
     }
 
-    fn call(&self, frame: &mut WalkFrame) -> u64 {
+    pub(super) fn call(&self, frame: &mut WalkFrame) -> u64 {
         // SAFETY: the entry has the documented signature; the frame and the buffers it
         // points to outlive the call; the walked objects are live in this process.
         unsafe {

@@ -1,0 +1,449 @@
+//! Random plans over random memory: the JIT and the interpreter must agree on shapes no real
+//! type produces (fields outside their objects, odd index sizes, dangling-looking layouts),
+//! which is where the compile-time error paths live.
+//!
+//! Plans are DAGs through containers and aggregates (so a walk stays small) and may close
+//! cycles only through pointers (bounded by the visited set). Memory is an arena between
+//! PROT_NONE guard pages whose words are zero, small numbers or addresses inside it. The
+//! walker runs in a forked child with a time limit; a walk too big to compare is skipped.
+
+use std::ffi::c_void;
+use std::os::fd::FromRawFd;
+
+use super::tests::Mapped;
+use super::*;
+use crate::containers::deque::DequeLayout;
+use crate::containers::hashtable::HashLayout;
+use crate::containers::list::ListLayout;
+use crate::containers::optional::OptionalLayout;
+use crate::containers::rbtree::RbLayout;
+use crate::containers::string::StringLayout;
+use crate::containers::variant::VariantLayout;
+use crate::containers::vector::{VectorBoolLayout, VectorLayout};
+use crate::interp::{RemoteReader, WalkError};
+use crate::plan::{Capture, Node, Op, Plan};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// An offset for a word field of an object of `size` bytes: usually inside, sometimes not.
+fn off(r: &mut Rng, size: u64) -> u64 {
+    if r.chance(5) {
+        size + r.below(16)
+    } else {
+        8 * r.below(size.saturating_sub(7) / 8 + 1)
+    }
+}
+
+fn random_plan(r: &mut Rng) -> Plan {
+    let n = 2 + r.below(9) as usize;
+    let mut p = Plan::default();
+    for i in 0..n {
+        let size = 8 + 8 * r.below(8);
+        // Aggregate / container children come later (a DAG); pointers may go anywhere.
+        let later = |r: &mut Rng| -> Option<usize> {
+            (i + 1 < n).then(|| i + 1 + r.below((n - i - 1) as u64) as usize)
+        };
+        let any = |r: &mut Rng| r.below(n as u64) as usize;
+        let op = match (r.below(19), later(r)) {
+            (0, _) | (_, None) if r.chance(50) => Op::Leaf,
+            (1, _) => Op::Bitfield,
+            (2, Some(_)) => {
+                let k = 1 + r.below(3);
+                let members = (0..k)
+                    .filter_map(|_| Some((off(r, size), later(r)?)))
+                    .collect();
+                Op::Struct {
+                    members,
+                    padding: 0,
+                }
+            }
+            (3, Some(c)) => Op::Array {
+                elem: c,
+                offset: r.below(16),
+                count: r.below(7),
+                stride: 1 + r.below(24),
+                exclusive: 0,
+            },
+            (4, Some(c)) => Op::Pair {
+                first: (off(r, size), c),
+                second: (off(r, size), later(r).unwrap_or(c)),
+            },
+            (5, Some(c)) => Op::Vector {
+                layout: VectorLayout {
+                    start_off: off(r, size),
+                    finish_off: off(r, size),
+                    eos_off: off(r, size),
+                    elem_size: 8 + 8 * r.below(4),
+                    size,
+                },
+                elem: c,
+            },
+            (6, _) => Op::String(StringLayout {
+                ptr_off: off(r, size),
+                len_off: off(r, size),
+                cap_off: off(r, size),
+                char_size: [1, 2, 4][r.below(3) as usize],
+                size: 32,
+            }),
+            (7, Some(c)) => Op::VectorBool {
+                layout: VectorBoolLayout {
+                    start_p: off(r, size),
+                    start_bit: off(r, size),
+                    finish_p: off(r, size),
+                    finish_bit: off(r, size),
+                    eos_off: off(r, size),
+                    size,
+                },
+                elem: c,
+            },
+            (8, Some(c)) => {
+                let mut s = [0; 4];
+                let mut f = [0; 4];
+                for x in s.iter_mut().chain(f.iter_mut()) {
+                    *x = off(r, size);
+                }
+                Op::Deque {
+                    layout: DequeLayout {
+                        map_off: off(r, size),
+                        map_size_off: off(r, size),
+                        start: s,
+                        finish: f,
+                        elem_size: 8 + 8 * r.below(4),
+                        size,
+                    },
+                    elem: c,
+                }
+            }
+            (9, Some(c)) => Op::List {
+                layout: ListLayout {
+                    head_off: off(r, size),
+                    size_off: off(r, size),
+                    value_off: 16,
+                    node_size: 24 + 8 * r.below(4),
+                    elem_size: 8 * r.below(3),
+                    size,
+                },
+                elem: c,
+            },
+            (10, Some(c)) => Op::RbTree {
+                layout: RbLayout {
+                    header_off: off(r, size),
+                    count_off: off(r, size),
+                    value_off: 32,
+                    value_size: 8 * r.below(3),
+                    node_size: 16 + 8 * r.below(6),
+                    size,
+                },
+                elem: c,
+                is_map: false,
+            },
+            (11, Some(c)) => Op::Hashtable {
+                layout: HashLayout {
+                    bucket_count_off: off(r, size),
+                    before_begin_off: off(r, size),
+                    count_off: off(r, size),
+                    value_off: 8,
+                    value_size: 8 * r.below(3),
+                    node_size: 32,
+                    size,
+                },
+                elem: c,
+                is_map: false,
+            },
+            (12, Some(c)) => Op::Entry {
+                key: (off(r, size), c),
+                value: (off(r, size), later(r).unwrap_or(c)),
+                capture: match r.below(4) {
+                    0 => None,
+                    1 => Some(Capture::Scalar {
+                        size: r.below(12),
+                        signed: r.chance(50),
+                    }),
+                    2 => Some(Capture::Address),
+                    _ => Some(Capture::String(StringLayout {
+                        ptr_off: off(r, 32),
+                        len_off: off(r, 32),
+                        cap_off: 16,
+                        char_size: 1 + r.below(2),
+                        size: 32,
+                    })),
+                },
+            },
+            (13, Some(c)) => Op::Optional {
+                layout: OptionalLayout {
+                    value_off: off(r, size),
+                    engaged_off: r.below(size + 2),
+                },
+                elem: c,
+            },
+            (14, Some(_)) => Op::Variant {
+                layout: VariantLayout {
+                    storage_off: off(r, size),
+                    index_off: r.below(size),
+                    index_size: 1 + r.below(8),
+                },
+                alternatives: (0..1 + r.below(3)).filter_map(|_| later(r)).collect(),
+            },
+            (15, _) => Op::SmartPtr {
+                offset: off(r, size),
+                target: r.chance(80).then(|| any(r)),
+            },
+            (16, _) => Op::RefWrap {
+                offset: off(r, size),
+                target: r.chance(80).then(|| any(r)),
+            },
+            (17, _) => Op::RawPointer {
+                target: r.chance(80).then(|| any(r)),
+            },
+            (18, Some(c)) => Op::Poly {
+                // Vtable "ranges" over the arena's addresses are filled in by the caller.
+                candidates: vec![(0, 0, any(r))],
+                fallback: c,
+            },
+            _ => Op::Leaf,
+        };
+        p.nodes.push(Node {
+            name: format!("n{i}"),
+            type_names: vec![],
+            static_size: size,
+            is_primitive: false,
+            op,
+            dynamic: false,
+        });
+    }
+    p.compute_dynamic();
+    p
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Stream(Vec<u64>),
+    Corrupt(u64, String),
+    Fault,
+    /// Took too long or too much output to be worth comparing.
+    Big,
+}
+
+/// The arena: `words` words between two PROT_NONE pages.
+struct Arena {
+    map: *mut c_void,
+    len: usize,
+    base: u64,
+    words: usize,
+}
+
+impl Arena {
+    fn new(words: usize) -> Self {
+        let body = (words * 8).next_multiple_of(4096);
+        let len = body + 2 * 4096;
+        // SAFETY: a fresh anonymous mapping owned by this value; its first and last page
+        // are made inaccessible, the body stays read-write.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            let base = (map as *mut u8).add(4096);
+            assert_eq!(
+                libc::mprotect(
+                    base as *mut c_void,
+                    body,
+                    libc::PROT_READ | libc::PROT_WRITE
+                ),
+                0
+            );
+            // The words sit at the end of the body, right before the guard page.
+            let base = base as u64 + (body - words * 8) as u64;
+            Arena {
+                map,
+                len,
+                base,
+                words,
+            }
+        }
+    }
+
+    fn fill(&mut self, r: &mut Rng) {
+        let base = self.base;
+        let n = self.words as u64;
+        // SAFETY: `words` words at `base` are mapped read-write and owned by this arena.
+        let w = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, self.words) };
+        for x in w.iter_mut() {
+            *x = match r.below(10) {
+                0..=2 => 0,
+                3..=4 => r.below(6),
+                // Pointers cluster, so that differences (counts) stay small.
+                _ => base + 8 * r.below(n.min(96)),
+            };
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this value owns.
+        unsafe {
+            libc::munmap(self.map, self.len);
+        }
+    }
+}
+
+fn run_child(code: &Mapped, addr: u64) -> Outcome {
+    const OUT: usize = 1 << 16;
+    let mut out = vec![0u64; OUT / 8];
+    let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
+    let mut frame = WalkFrame {
+        nargs: 1,
+        out: out.as_mut_ptr() as u64,
+        out_len: OUT as u64,
+        scratch: scratch.as_mut_ptr() as u64,
+        scratch_len: SCRATCH_BYTES,
+        // The fuzz thread's stack is 256 MiB.
+        stack_len: 64 << 20,
+        ..Default::default()
+    };
+    frame.args[0] = addr;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe, fork; the child only arms an alarm, calls the walker, writes to the
+    // pipe and _exits (no allocation, no locks); the parent reaps it by pid.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        let pid = libc::fork();
+        assert!(pid >= 0);
+        if pid == 0 {
+            libc::close(fds[0]);
+            libc::alarm(2);
+            let s = code.call(&mut frame);
+            let hdr = [s, frame.out_used, frame.err_addr, frame.err_code];
+            libc::write(fds[1], hdr.as_ptr() as *const c_void, 32);
+            if s == STATUS_DONE {
+                let mut done = 0usize;
+                let n = frame.out_used as usize;
+                while done < n {
+                    let p = (out.as_ptr() as *const u8).add(done);
+                    let w = libc::write(fds[1], p as *const c_void, n - done);
+                    if w <= 0 {
+                        break;
+                    }
+                    done += w as usize;
+                }
+            }
+            libc::_exit(0);
+        }
+        libc::close(fds[1]);
+        let mut f = std::fs::File::from_raw_fd(fds[0]);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes).expect("read pipe");
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        if libc::WIFSIGNALED(status) {
+            return if libc::WTERMSIG(status) == libc::SIGALRM {
+                Outcome::Big
+            } else {
+                Outcome::Fault
+            };
+        }
+        let w = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+        match w(0) {
+            STATUS_DONE => {
+                let s = split_streams(&bytes[32..], 1).expect("split");
+                Outcome::Stream(s.into_iter().next().unwrap_or_default())
+            }
+            STATUS_CORRUPT => Outcome::Corrupt(
+                w(16),
+                ErrorCode::from_u64(w(24))
+                    .map(ErrorCode::describe)
+                    .unwrap_or_default(),
+            ),
+            STATUS_FULL | STATUS_STACK => Outcome::Big,
+            other => panic!("status {other}"),
+        }
+    }
+}
+
+#[test]
+fn jit_fuzz_random_plans_agree_with_the_interpreter() {
+    // Both backends recurse as deep as pointer chains go.
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(fuzz_random_plans)
+        .expect("spawn")
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+}
+
+fn fuzz_random_plans() {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let plans = env("OI_FUZZ_PLANS").unwrap_or(300);
+    let mut r = Rng(env("OI_FUZZ_SEED").unwrap_or(0x5eed_1234_abcd_0001) | 1);
+    let mem = RemoteReader::new(std::process::id() as i32);
+    let mut tally = std::collections::BTreeMap::<&str, usize>::new();
+    let mut arena = Arena::new(512);
+    for i in 0..plans {
+        let mut plan = random_plan(&mut r);
+        arena.fill(&mut r);
+        // Poly candidates: "vtable ranges" around some arena addresses (bias 0).
+        for n in plan.nodes.iter_mut() {
+            if let Op::Poly { candidates, .. } = &mut n.op {
+                let lo = arena.base + 8 * r.below(64);
+                candidates[0].0 = lo;
+                candidates[0].1 = lo + 8 * r.below(64);
+            }
+        }
+        let code = match compile(&plan, &[0]) {
+            Ok(w) => Mapped::new(&w),
+            Err(JitError::Unsupported { .. }) => continue,
+            Err(e) => panic!("plan {i}: {e}\n{plan:#?}"),
+        };
+        let addr = arena.base + 8 * r.below(32);
+        let got = run_child(&code, addr);
+        if got == Outcome::Big {
+            *tally.entry("big").or_default() += 1;
+            continue;
+        }
+        let want = match crate::interp::run(&plan, 0, addr, &mem, true, 0) {
+            Ok(s) => Outcome::Stream(s),
+            Err(WalkError::Corrupt { addr, what }) => Outcome::Corrupt(addr, what),
+            Err(_) => Outcome::Fault,
+        };
+        let ok = match (&want, &got) {
+            (a, b) if a == b => true,
+            (Outcome::Corrupt(a, w), Outcome::Corrupt(b, v)) => a == b && w.starts_with(v.as_str()),
+            (Outcome::Fault, _) => true,
+            _ => false,
+        };
+        assert!(
+            ok,
+            "plan {i} at {addr:#x}: interpreter {want:?}, JIT {got:?}\n{plan:#?}"
+        );
+        *tally
+            .entry(match want {
+                Outcome::Stream(ref s) if s.is_empty() => "empty",
+                Outcome::Stream(_) => "stream",
+                Outcome::Corrupt(..) => "corrupt",
+                _ => "fault",
+            })
+            .or_default() += 1;
+    }
+    eprintln!("random plans: {tally:?}");
+}
