@@ -1336,6 +1336,13 @@ fn gen_entry(
             for (i, &root) in roots.iter().enumerate() {
                 let ri = g.c(i as u64);
                 g.b.def_var(root_v, ri);
+                // Left in the frame if the walk faults: the tracer names the argument.
+                g.b.ins().store(
+                    trusted(),
+                    ri,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, err_root)),
+                );
                 let gv = g.b.use_var(gen_v);
                 let next = g.b.ins().iadd_imm_s(gv, 1);
                 g.b.def_var(gen_v, next);

@@ -84,6 +84,8 @@ pub struct WalkFrame {
     /// in: bytes of stack the walker may use below its entry stack pointer (0: 256 KiB).
     pub stack_len: u64,
     /// out, with [`STATUS_CORRUPT`]: which root, an [`ErrorCode`] and the object's address.
+    /// `err_root` is also written as each root's walk begins, so after a fault it names the
+    /// root being walked.
     pub err_root: u64,
     pub err_code: u64,
     pub err_addr: u64,

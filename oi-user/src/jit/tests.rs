@@ -765,6 +765,7 @@ fn jit_in_child(code: &Mapped, addr: u64) -> Outcome {
         let mut status = 0;
         libc::waitpid(pid, &mut status, 0);
         if libc::WIFSIGNALED(status) || bytes.len() < 32 {
+            // (The frame lives in the child's memory: its err_root is checked elsewhere.)
             return Outcome::Fault;
         }
         let s = u64::from_le_bytes(bytes[..8].try_into().unwrap());
@@ -871,4 +872,55 @@ fn jit_fuzz_garbage_objects_agree_with_the_interpreter() {
         }
     }
     eprintln!("fuzz outcomes (stream, corrupt, fault): {tally:?}");
+}
+
+#[test]
+fn jit_fault_leaves_the_root_being_walked_in_the_frame() {
+    let m = measurer("probe_two", &["arg0", "arg1"], &[]);
+    let (good_a, good_b) = (make_n("strings", 3), make("imap"));
+    let (roots, _) = interp(&m, &[good_a, good_b]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    // A map whose root node pointer is unmapped (and a node count that makes it walked).
+    let mut bad = vec![0u64; 6];
+    bad[2] = 0x10; // _M_header._M_parent (header at +8)
+    bad[5] = 3; // _M_node_count
+    let bad_addr = bad.as_ptr() as u64;
+    let mut out = vec![0u8; 1 << 16];
+    let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
+    // SAFETY: a shared anonymous page for the frame, so the parent sees what the child
+    // (which faults) left in it; the child only calls the walker; reaped by pid.
+    unsafe {
+        let page = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(page, libc::MAP_FAILED);
+        let frame = page as *mut WalkFrame;
+        frame.write(WalkFrame {
+            nargs: 2,
+            out: out.as_mut_ptr() as u64,
+            out_len: out.len() as u64,
+            scratch: scratch.as_mut_ptr() as u64,
+            scratch_len: SCRATCH_BYTES,
+            ..Default::default()
+        });
+        (*frame).args[0] = good_a;
+        (*frame).args[1] = bad_addr;
+        let pid = libc::fork();
+        assert!(pid >= 0);
+        if pid == 0 {
+            code.call(&mut *frame);
+            libc::_exit(0);
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        assert!(libc::WIFSIGNALED(status), "the walk of the bad map faults");
+        assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+        assert_eq!((*frame).err_root, 1, "root 1 was being walked");
+        libc::munmap(page, 4096);
+    }
 }
