@@ -881,7 +881,7 @@ fn jit_fault_leaves_the_root_being_walked_in_the_frame() {
     let (roots, _) = interp(&m, &[good_a, good_b]).expect("interp");
     let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
     // A map whose root node pointer is unmapped (and a node count that makes it walked).
-    let mut bad = vec![0u64; 6];
+    let mut bad = [0u64; 6];
     bad[2] = 0x10; // _M_header._M_parent (header at +8)
     bad[5] = 3; // _M_node_count
     let bad_addr = bad.as_ptr() as u64;
