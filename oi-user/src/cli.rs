@@ -84,9 +84,15 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub feature: Vec<String>,
 
-    /// Where the walker runs: `remote` reads the target's memory from outside.
-    #[arg(long, value_enum, default_value_t = Mode::Remote)]
+    /// Where the walker runs: `jit` compiles it and runs it inside the target (fast, the
+    /// default); `remote` reads the target's memory from outside (no code enters the target).
+    #[arg(long, value_enum, default_value_t = Mode::Jit)]
     pub mode: Mode,
+
+    /// With --mode jit: give up a walk after S seconds (the thread is restored, the sample
+    /// reported as failed).
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    pub walk_timeout: f64,
 
     /// At exit, write per-probe counters as JSON: [{"probe","hits","sampled","dropped","filtered"}].
     #[arg(long, value_name = "FILE")]
@@ -105,6 +111,8 @@ pub enum Format {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
+    /// Compiled walker, run inside the target on the sampled thread.
+    Jit,
     /// Walk from outside the target with process_vm_readv.
     Remote,
 }
@@ -117,6 +125,12 @@ impl Args {
         {
             return Err(format!(
                 "--duration must be a positive number of seconds, got {d}"
+            ));
+        }
+        if !(self.walk_timeout.is_finite() && self.walk_timeout > 0.0) {
+            return Err(format!(
+                "--walk-timeout must be a positive number of seconds, got {}",
+                self.walk_timeout
             ));
         }
         for a in &self.arg {

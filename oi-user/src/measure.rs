@@ -334,34 +334,9 @@ impl Measurer {
         format: OutputFormat,
         out: &mut dyn Write,
     ) -> Result<(), MeasureError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
         let regs = *regs;
-        std::thread::scope(|scope| {
-            let worker = std::thread::Builder::new()
-                .name("oi-walk".into())
-                .stack_size(WALK_STACK)
-                .spawn_scoped(scope, move || {
-                    let mut w = std::io::BufWriter::with_capacity(1 << 16, ChannelWriter(tx));
-                    self.measure_here(&regs, load_bias, mem, format, &mut w)?;
-                    w.flush().map_err(|e| MeasureError::Report(e.into()))
-                })
-                .map_err(|e| MeasureError::Report(e.into()))?;
-            let mut write_error = None;
-            for chunk in rx {
-                if let Err(e) = out.write_all(&chunk) {
-                    // Dropping the receiver makes the worker's next write fail and stop.
-                    write_error = Some(e);
-                    break;
-                }
-            }
-            let result = worker
-                .join()
-                // A panic in the walk is a bug: let it surface as one.
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            match write_error {
-                Some(e) => Err(MeasureError::Report(e.into())),
-                None => result,
-            }
+        on_walk_thread(out, move |w| {
+            self.measure_here(&regs, load_bias, mem, format, w)
         })
     }
 
@@ -380,24 +355,66 @@ impl Measurer {
         for a in &self.args {
             streams.push(self.walk_arg(a, regs, load_bias, mem)?);
         }
+        self.write_report(&streams, format, out)
+    }
+
+    /// Writes the result of one sample from its per-argument streams, however they were
+    /// produced (interpreter or JIT walker), on a thread with a large stack.
+    pub fn report(
+        &self,
+        streams: &[Vec<u64>],
+        format: OutputFormat,
+        out: &mut dyn Write,
+    ) -> Result<(), MeasureError> {
+        on_walk_thread(out, move |w| self.write_report(streams, format, w))
+    }
+
+    fn write_report(
+        &self,
+        streams: &[Vec<u64>],
+        format: OutputFormat,
+        out: &mut dyn Write,
+    ) -> Result<(), MeasureError> {
         match format {
             OutputFormat::Json | OutputFormat::JsonPretty => {
                 let mut sink = JsonSink::new(out, format == OutputFormat::JsonPretty);
                 sink.start_sample()?;
-                for (a, s) in self.args.iter().zip(&streams) {
+                for (a, s) in self.args.iter().zip(streams) {
                     report::decode(&self.plan, a.root, s, &mut sink)?;
                 }
                 sink.end_sample()?;
             }
             OutputFormat::Tree => {
                 let mut sink = TreeSink::new();
-                for (a, s) in self.args.iter().zip(&streams) {
+                for (a, s) in self.args.iter().zip(streams) {
                     report::decode(&self.plan, a.root, s, &mut sink)?;
                 }
                 sink.write(out)?;
             }
         }
         Ok(())
+    }
+
+    /// The plan node of each requested argument, in order: what a JIT walker is compiled for.
+    pub fn roots(&self) -> Vec<NodeId> {
+        self.args.iter().map(|a| a.root).collect()
+    }
+
+    /// Names of the requested arguments, in order.
+    pub fn arg_names(&self) -> Vec<&str> {
+        self.args.iter().map(|a| a.name.as_str()).collect()
+    }
+
+    /// Where each argument's object is at this sample, for a walker running in the target.
+    pub fn locate(
+        &self,
+        regs: &EntryRegs,
+        mem: &dyn MemoryReader,
+    ) -> Result<Vec<Located>, MeasureError> {
+        self.args
+            .iter()
+            .map(|a| self.locate_arg(a, regs, mem))
+            .collect()
     }
 
     /// Per-argument streams (for tests comparing backends, and for benchmarks).
@@ -424,39 +441,97 @@ impl Measurer {
             arg: a.name.clone(),
             source,
         };
+        let stream = match self.locate_arg(a, regs, mem)? {
+            Located::Memory(addr) => crate::interp::run(&self.plan, a.root, addr, mem, true, bias),
+            Located::Registers(bytes) => {
+                let overlay = Overlay {
+                    local: LocalReader::new(REGISTER_OBJECT, bytes),
+                    inner: mem,
+                };
+                crate::interp::run(&self.plan, a.root, REGISTER_OBJECT, &overlay, false, bias)
+            }
+            Located::Unavailable => return Ok(Vec::new()),
+        };
+        stream.map_err(walk_err)
+    }
+
+    fn locate_arg(
+        &self,
+        a: &ArgPlan,
+        regs: &EntryRegs,
+        mem: &dyn MemoryReader,
+    ) -> Result<Located, MeasureError> {
         let reg = |n: usize| match n {
             abi::RAX => regs.rax,
             n => regs.int_args().get(n).copied().unwrap_or(0),
         };
         let read_word = |addr: u64| -> Result<u64, MeasureError> {
             let mut b = [0u8; 8];
-            mem.read(addr, &mut b).map_err(|e| walk_err(e.into()))?;
+            mem.read(addr, &mut b).map_err(|e| MeasureError::Walk {
+                arg: a.name.clone(),
+                source: e.into(),
+            })?;
             Ok(u64::from_le_bytes(b))
         };
-        // Either an address in target memory, or bytes that came in registers.
-        let (addr, bytes) = match (&a.location, a.deref) {
-            (Location::Regs(r), true) => (reg(r[0]), None),
-            (Location::Stack(off), true) => (read_word(regs.rsp + off)?, None),
-            (Location::Stack(off), false) => (regs.rsp + off, None),
-            (Location::Indirect(r), false) => (reg(*r), None),
-            (Location::Indirect(r), true) => (read_word(reg(*r))?, None),
+        Ok(match (&a.location, a.deref) {
+            (Location::Regs(r), true) => Located::Memory(reg(r[0])),
+            (Location::Stack(off), true) => Located::Memory(read_word(regs.rsp + off)?),
+            (Location::Stack(off), false) => Located::Memory(regs.rsp + off),
+            (Location::Indirect(r), false) => Located::Memory(reg(*r)),
+            (Location::Indirect(r), true) => Located::Memory(read_word(reg(*r))?),
             (Location::Regs(r), false) => {
                 let mut b: Vec<u8> = r.iter().flat_map(|&n| reg(n).to_le_bytes()).collect();
                 b.resize(a.size as usize, 0);
-                (REGISTER_OBJECT, Some(b))
+                Located::Registers(b)
             }
-            (Location::Unavailable(_), _) => return Ok(Vec::new()),
-        };
-        let stream = match bytes {
-            Some(b) => {
-                let overlay = Overlay {
-                    local: LocalReader::new(addr, b),
-                    inner: mem,
-                };
-                crate::interp::run(&self.plan, a.root, addr, &overlay, false, bias)
-            }
-            None => crate::interp::run(&self.plan, a.root, addr, mem, true, bias),
-        };
-        stream.map_err(walk_err)
+            (Location::Unavailable(_), _) => Located::Unavailable,
+        })
     }
+}
+
+/// Where an argument's object is at a sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Located {
+    /// At this address in the target.
+    Memory(u64),
+    /// It came in registers: these are its bytes (a walker needs them copied into memory).
+    Registers(Vec<u8>),
+    /// Not recoverable at this probe (refused at start-up; kept for completeness).
+    Unavailable,
+}
+
+/// Runs `work` on a thread with a stack deep enough for the deepest walk, streaming what it
+/// writes to `out` in chunks.
+fn on_walk_thread<'a>(
+    out: &mut dyn Write,
+    work: impl FnOnce(&mut dyn Write) -> Result<(), MeasureError> + Send + 'a,
+) -> Result<(), MeasureError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("oi-walk".into())
+            .stack_size(WALK_STACK)
+            .spawn_scoped(scope, move || {
+                let mut w = std::io::BufWriter::with_capacity(1 << 16, ChannelWriter(tx));
+                work(&mut w)?;
+                w.flush().map_err(|e| MeasureError::Report(e.into()))
+            })
+            .map_err(|e| MeasureError::Report(e.into()))?;
+        let mut write_error = None;
+        for chunk in rx {
+            if let Err(e) = out.write_all(&chunk) {
+                // Dropping the receiver makes the worker's next write fail and stop.
+                write_error = Some(e);
+                break;
+            }
+        }
+        let result = worker
+            .join()
+            // A panic in the walk is a bug: let it surface as one.
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        match write_error {
+            Some(e) => Err(MeasureError::Report(e.into())),
+            None => result,
+        }
+    })
 }

@@ -2,6 +2,7 @@
 //! events until the count, the duration, a signal or the target's exit ends it — and always
 //! leave every target thread detached and running.
 
+mod in_target;
 mod logs;
 pub mod resolve;
 
@@ -24,13 +25,14 @@ use oi_common::{Event, ProbeConfig, event, filter, flags};
 
 use crate::{
     cgroup::Cgroup,
-    cli::{Args, Format},
+    cli::{Args, Format, Mode},
     error::{Error, Result},
     interp::RemoteReader,
     measure::{Measurer, OutputFormat},
     probe::{AttachPoint, Trigger},
     target::{ProcessInfo, Stop, Tracer, procfs},
 };
+use in_target::{Failure, InTarget};
 use logs::{Logs, SampleRecord};
 use resolve::{BinaryCache, Resolved};
 
@@ -71,6 +73,13 @@ pub fn run(args: &Args) -> Result<()> {
     // Block the signals we wait for before anything can send them (SIGCHLD: ptrace stops).
     let signals = SignalSet::block()?;
     let trigger = Trigger::load()?;
+    let in_target = match (args.mode, args.count_only) {
+        (Mode::Jit, false) => Some(InTarget::prepare(
+            &probes,
+            Duration::from_secs_f64(args.walk_timeout),
+        )?),
+        _ => None,
+    };
     let mut session = Session {
         sampling: !args.count_only,
         every: args.every,
@@ -88,6 +97,7 @@ pub fn run(args: &Args) -> Result<()> {
             (Format::Json, true) => OutputFormat::JsonPretty,
         },
         sites: HashMap::new(),
+        in_target,
         logs: Logs::open(args)?,
     };
     let deadline = args
@@ -231,6 +241,8 @@ struct Session {
     format: OutputFormat,
     /// (tgid, probe) → (index of the site the process maps, its load bias there).
     sites: HashMap<(i32, u32), (usize, u64)>,
+    /// `--mode jit`: walkers compiled for the target, and what each process carries of ours.
+    in_target: Option<InTarget>,
     logs: Logs,
 }
 
@@ -397,9 +409,7 @@ impl Session {
                 }
                 Stop::Signal { tid, signal, .. } => self.tracer.resume(tid, Some(signal)),
                 Stop::ProcessExited { tgid } => {
-                    self.trigger.forget(tgid);
-                    self.sites.retain(|&(pid, _), _| pid != tgid);
-                    self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
+                    self.forget_process(tgid);
                     if matches!(self.scope, Scope::Pid(_)) {
                         return Ok(Some(End::TargetExited));
                     }
@@ -412,18 +422,35 @@ impl Session {
     /// The sampled thread is frozen at the probe: walk the arguments, print the result, then
     /// let the thread go on with our SIGSTOP suppressed and allow the next sample.
     fn sample(&mut self, ev: Event, tid: i32, tgid: i32) -> Result<()> {
-        let walk_started = Instant::now();
-        let result = self.measure(&ev, tgid);
-        let walk_us = walk_started.elapsed().as_micros() as u64;
-        // Busy is cleared before the thread runs again: its next Nth hit must find the
-        // process free, or it would be dropped.
-        self.trigger.clear_busy(tgid);
-        self.tracer.resume(tid, None);
-        let pause_us = monotonic_ns().saturating_sub(ev.time_ns) / 1000;
+        let mut timing = Timing::default();
+        let result = match self.site_of(tgid, ev.probe) {
+            Ok((site, bias)) => self.walk(&ev, (tgid, tid), site, bias, &mut timing),
+            Err(e) => {
+                self.trigger.clear_busy(tgid);
+                self.tracer.resume(tid, None);
+                timing.resumed_ns = monotonic_ns();
+                Err(Failure::Sample(e))
+            }
+        };
+        let walk_us = timing.walk_us;
+        // From the hit (the kernel's clock) to the moment the thread runs again.
+        let pause_us = timing.resumed_ns.saturating_sub(ev.time_ns) / 1000;
         self.samples += 1;
-        if let Err(e) = result {
-            self.failed_samples += 1;
-            eprintln!("oi-trace: error: sample {} of pid {tgid}: {e}", ev.hit);
+        match result {
+            Ok(()) => {}
+            Err(Failure::Sample(e)) => {
+                self.failed_samples += 1;
+                eprintln!("oi-trace: error: sample {} of pid {tgid}: {e}", ev.hit);
+            }
+            Err(Failure::Gone) => {
+                self.failed_samples += 1;
+                if !procfs::is_alive(tgid) {
+                    self.forget_process(tgid);
+                    if matches!(self.scope, Scope::Pid(_)) {
+                        return Err(Error::sample("target exited"));
+                    }
+                }
+            }
         }
         let probe = &self.probes[ev.probe as usize];
         self.logs.sample(&SampleRecord {
@@ -434,21 +461,58 @@ impl Session {
         })
     }
 
-    /// Walks the probe's arguments in the stopped process and writes one result to stdout.
-    fn measure(&mut self, ev: &Event, tgid: i32) -> Result<()> {
-        let (site, load_bias) = self.site_of(tgid, ev.probe)?;
+    /// Walks the probe's arguments in the stopped process, writes one result to stdout, and
+    /// resumes the thread. Busy is cleared before the thread runs again: its next Nth hit
+    /// must find the process free, or it would be dropped.
+    fn walk(
+        &mut self,
+        ev: &Event,
+        (tgid, tid): (i32, i32),
+        site: usize,
+        bias: u64,
+        timing: &mut Timing,
+    ) -> Result<(), Failure> {
         let measurer = &self.probes[ev.probe as usize].measurers[site];
         let mut out = std::io::stdout().lock();
-        measurer
-            .measure(
-                &ev.regs,
-                load_bias,
-                &RemoteReader::new(tgid),
-                self.format,
-                &mut out,
-            )
-            .map_err(|e| Error::sample(e.to_string()))?;
-        std::io::Write::flush(&mut out).map_err(|e| Error::internal(format!("stdout: {e}")))
+        let started = Instant::now();
+        let result = match &mut self.in_target {
+            Some(in_target) => {
+                self.trigger.clear_busy(tgid);
+                let probe = (ev.probe as usize, site);
+                let walked = in_target.sample((tgid, tid), probe, measurer, &ev.regs, bias);
+                timing.resumed_ns = monotonic_ns();
+                timing.walk_us = started.elapsed().as_micros() as u64;
+                // Decoded after the thread is running again: the target waits only for the walk.
+                walked.and_then(|streams| {
+                    measurer
+                        .report(&streams, self.format, &mut out)
+                        .map_err(|e| Failure::Sample(Error::sample(e.to_string())))
+                })
+            }
+            None => {
+                // The remote walk decodes as it reads: the thread waits for both.
+                let mem = RemoteReader::new(tgid);
+                let r = measurer.measure(&ev.regs, bias, &mem, self.format, &mut out);
+                timing.walk_us = started.elapsed().as_micros() as u64;
+                self.trigger.clear_busy(tgid);
+                self.tracer.resume(tid, None);
+                timing.resumed_ns = monotonic_ns();
+                r.map_err(|e| Failure::Sample(Error::sample(e.to_string())))
+            }
+        };
+        let flushed = std::io::Write::flush(&mut out)
+            .map_err(|e| Failure::Sample(Error::internal(format!("stdout: {e}"))));
+        result.and(flushed)
+    }
+
+    fn forget_process(&mut self, tgid: i32) {
+        self.tracer.forget_process(tgid);
+        self.trigger.forget(tgid);
+        if let Some(in_target) = &mut self.in_target {
+            in_target.forget(tgid);
+        }
+        self.sites.retain(|&(pid, _), _| pid != tgid);
+        self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
     }
 
     /// Which of the probe's files this process maps, and where (cached per process).
@@ -482,8 +546,19 @@ impl Session {
         for tgid in processes {
             let busy = self.trigger.busy_thread(tgid);
             let pending: Vec<i32> = self.pending.keys().copied().collect();
-            self.tracer
-                .release_with(tgid, &|tid| busy == Some(tid) || pending.contains(&tid));
+            let is_ours = |tid| busy == Some(tid) || pending.contains(&tid);
+            let mut held = None;
+            let in_target = &mut self.in_target;
+            let mut unmap = |tid| {
+                if let Some(in_target) = in_target.as_mut() {
+                    held = in_target.unmap(tgid, tid).map(|h| (tid, h));
+                }
+            };
+            self.tracer.release_with(tgid, &is_ours, &mut unmap);
+            // Signals that arrived while we unmapped, now that the thread is detached.
+            if let Some((tid, mut signals)) = held {
+                signals.redeliver(tgid, tid);
+            }
             self.trigger.forget(tgid);
         }
         self.pending.clear();
@@ -501,6 +576,13 @@ impl Session {
         }
         self.logs.summary(&self.probes, &counters)
     }
+}
+
+/// When a sample's thread was let go, and how long its walk took.
+#[derive(Default)]
+struct Timing {
+    resumed_ns: u64,
+    walk_us: u64,
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGCHLD, blocked and read through a signalfd.

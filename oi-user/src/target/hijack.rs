@@ -23,6 +23,7 @@ use nix::{
 };
 
 use super::remote::{self, HeldSignals, Regs, RemoteError};
+use crate::jit::WalkFrame;
 
 const PAGE: u64 = 4096;
 /// Offsets inside the data part.
@@ -31,16 +32,18 @@ const RIP_SLOT: u64 = SAVE_AREA + 17 * 8;
 const FXSAVE_AREA: u64 = 256; // 512 bytes, 16-byte aligned
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
+const _: () = assert!(size_of::<WalkFrame>() as u64 <= FRAME_MAX);
 /// Copies of objects that arrived in registers (by-value arguments, small return values).
 const REGISTER_OBJECTS: u64 = FRAME + FRAME_MAX;
-const REGISTER_OBJECTS_LEN: u64 = 2048;
-const STACK_BOTTOM: u64 = REGISTER_OBJECTS + REGISTER_OBJECTS_LEN;
-const STACK_LEN: u64 = 256 * 1024;
-const SCRATCH: u64 = STACK_BOTTOM + STACK_LEN;
-/// The visited-address set (131,072 addresses with generation tags, with room to spare).
-pub const SCRATCH_LEN: u64 = 4 * 1024 * 1024;
+pub const REGISTER_OBJECTS_LEN: u64 = 2048;
+const SCRATCH: u64 = REGISTER_OBJECTS + REGISTER_OBJECTS_LEN;
+/// The visited-address sets (generation-tagged, so zeroed once at mapping time).
+pub const SCRATCH_LEN: u64 = crate::jit::SCRATCH_BYTES;
 const DATA_LEN: u64 = SCRATCH + SCRATCH_LEN;
-/// First size of the output buffer; it grows fourfold whenever a walk fills it.
+/// The walker's private stack: deep enough for the interpreter's nesting limit, mapped
+/// without reserve so only the depth a walk reaches costs memory.
+pub const STACK_LEN: u64 = crate::jit::RECOMMENDED_STACK;
+/// First size of the output buffer; it grows to what a walk reports it needs.
 const INITIAL_OUTPUT: u64 = 1024 * 1024;
 /// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
 const STUB_DONE: u64 = 17;
@@ -152,13 +155,15 @@ impl Held {
         self.syscall_insn
     }
 
-    fn mmap(&mut self, len: u64, prot: i32) -> Result<u64, RemoteError> {
+    fn mmap(&mut self, len: u64, prot: i32, extra_flags: i32) -> Result<u64, RemoteError> {
+        let (tid, insn) = (self.tid, self.syscall_insn);
         remote::mmap(
-            self.tid,
+            tid,
             &self.saved,
-            self.syscall_insn,
+            insn,
             len,
             prot,
+            extra_flags,
             &mut self.held,
         )
     }
@@ -190,7 +195,7 @@ impl Held {
         remote::write_memory(self.tgid, seg.data() + SAVE_AREA, &save_area(&self.saved))?;
         let mut regs = self.saved;
         regs.rip = seg.base;
-        regs.rsp = seg.data() + STACK_BOTTOM + STACK_LEN;
+        regs.rsp = seg.stack + STACK_LEN;
         regs.rdi = seg.frame();
         regs.rsi = walker;
         regs.orig_rax = u64::MAX;
@@ -302,6 +307,14 @@ impl Held {
         Ok(())
     }
 
+    /// Puts registers and FPU state back but leaves the thread stopped (for a caller that
+    /// detaches it next); returns the signals held meanwhile, to be delivered after that.
+    pub fn restore(self) -> Result<HeldSignals, RemoteError> {
+        remote::set_regs(self.tid, &remote::restorable(&self.saved))?;
+        remote::set_fpregs(self.tid, &self.fp)?;
+        Ok(self.held)
+    }
+
     /// Gives the thread back: registers and FPU state as they were, running, our SIGSTOP
     /// suppressed, held signals delivered again in their order.
     pub fn end(mut self) -> Result<(), RemoteError> {
@@ -344,22 +357,49 @@ fn wait_sigchld(timeout: Duration) {
     }
 }
 
-/// The region mapped into one process, and its output buffer.
+/// The region mapped into one process, its stack and its output buffer.
 #[derive(Debug, Clone)]
 pub struct Segments {
     pub base: u64,
     pub code_len: u64,
     /// Entry address of each walker, in the order they were given.
     pub walkers: Vec<u64>,
+    pub stack: u64,
     pub output: u64,
     pub output_len: u64,
 }
 
 impl Segments {
+    /// Writes the walker's frame into the data part.
+    pub fn write_frame(&self, tgid: i32, frame: &WalkFrame) -> Result<(), RemoteError> {
+        // SAFETY: WalkFrame is repr(C) plain integers without padding; viewing it as bytes
+        // for its whole size is sound.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (frame as *const WalkFrame).cast::<u8>(),
+                size_of::<WalkFrame>(),
+            )
+        };
+        remote::write_memory(tgid, self.frame(), bytes)
+    }
+
+    /// Reads the frame back after a walk (status, output size, generation).
+    pub fn read_frame(&self, tgid: i32) -> Result<WalkFrame, RemoteError> {
+        let mut frame = WalkFrame::default();
+        // SAFETY: as in write_frame; every bit pattern is a valid WalkFrame.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                (&mut frame as *mut WalkFrame).cast::<u8>(),
+                size_of::<WalkFrame>(),
+            )
+        };
+        remote::read_memory(tgid, self.frame(), bytes)?;
+        Ok(frame)
+    }
+
     /// Maps code (stub + `walkers`, each `(bytes, entry offset)`) and data into the process of
     /// the held thread. Nothing is left mapped if any step fails.
     pub fn create(h: &mut Held, walkers: &[(&[u8], u64)]) -> Result<Self, RemoteError> {
-        let mut code = Vec::new();
         let mut entries = Vec::new();
         let mut offset = STUB_LEN;
         for (bytes, entry) in walkers {
@@ -367,47 +407,46 @@ impl Segments {
             offset = round_up(offset + bytes.len() as u64, 16);
         }
         let code_len = round_up(offset, PAGE);
-        code.extend(stub(code_len));
+        let mut code = stub(code_len);
         for (bytes, _) in walkers {
             code.resize(round_up(code.len() as u64, 16) as usize, 0xcc);
             code.extend_from_slice(bytes);
         }
-        let total = code_len + DATA_LEN;
-        let base = h.mmap(total, libc::PROT_READ | libc::PROT_WRITE)?;
-        let undo = |h: &mut Held| {
-            let _ = h.munmap(base, total);
-        };
-        if let Err(e) = remote::write_memory(h.tgid, base, &code) {
-            undo(h);
-            return Err(e);
-        }
-        let prot = libc::PROT_READ | libc::PROT_EXEC;
-        if let Err(e) = remote::mprotect(
-            h.tid,
-            &h.saved,
-            h.syscall_insn,
-            base,
-            code_len,
-            prot,
-            &mut h.held,
-        ) {
-            undo(h);
-            return Err(e);
-        }
-        let output = match h.mmap(INITIAL_OUTPUT, libc::PROT_READ | libc::PROT_WRITE) {
-            Ok(o) => o,
-            Err(e) => {
-                undo(h);
-                return Err(e);
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let mut mapped: Vec<(u64, u64)> = Vec::new();
+        let result = (|| {
+            let base = h.mmap(code_len + DATA_LEN, rw, 0)?;
+            mapped.push((base, code_len + DATA_LEN));
+            remote::write_memory(h.tgid, base, &code)?;
+            let rx = libc::PROT_READ | libc::PROT_EXEC;
+            remote::mprotect(
+                h.tid,
+                &h.saved,
+                h.syscall_insn,
+                base,
+                code_len,
+                rx,
+                &mut h.held,
+            )?;
+            let stack = h.mmap(STACK_LEN, rw, libc::MAP_NORESERVE)?;
+            mapped.push((stack, STACK_LEN));
+            let output = h.mmap(INITIAL_OUTPUT, rw, 0)?;
+            mapped.push((output, INITIAL_OUTPUT));
+            Ok(Self {
+                base,
+                code_len,
+                walkers: entries.iter().map(|e| base + e).collect(),
+                stack,
+                output,
+                output_len: INITIAL_OUTPUT,
+            })
+        })();
+        if result.is_err() {
+            for (addr, len) in mapped {
+                let _ = h.munmap(addr, len);
             }
-        };
-        Ok(Self {
-            base,
-            code_len,
-            walkers: entries.iter().map(|e| base + e).collect(),
-            output,
-            output_len: INITIAL_OUTPUT,
-        })
+        }
+        result
     }
 
     pub fn data(&self) -> u64 {
@@ -426,10 +465,15 @@ impl Segments {
         (self.data() + SCRATCH, SCRATCH_LEN)
     }
 
-    /// Replaces the output buffer by one four times larger.
-    pub fn grow_output(&mut self, h: &mut Held) -> Result<(), RemoteError> {
-        let bigger = self.output_len * 4;
-        let fresh = h.mmap(bigger, libc::PROT_READ | libc::PROT_WRITE)?;
+    /// Stack bytes the walker may use (a page is left for the stub's own call).
+    pub fn stack_budget(&self) -> u64 {
+        STACK_LEN - PAGE
+    }
+
+    /// Replaces the output buffer by one of at least `needed` bytes.
+    pub fn grow_output(&mut self, h: &mut Held, needed: u64) -> Result<(), RemoteError> {
+        let bigger = round_up(needed.max(self.output_len * 2), PAGE);
+        let fresh = h.mmap(bigger, libc::PROT_READ | libc::PROT_WRITE, 0)?;
         let _ = h.munmap(self.output, self.output_len);
         self.output = fresh;
         self.output_len = bigger;
@@ -439,6 +483,7 @@ impl Segments {
     /// Unmaps everything from the process of the held thread.
     pub fn destroy(&self, h: &mut Held) -> Result<(), RemoteError> {
         h.munmap(self.output, self.output_len)?;
+        h.munmap(self.stack, STACK_LEN)?;
         h.munmap(self.base, self.code_len + DATA_LEN)
     }
 }

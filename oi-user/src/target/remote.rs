@@ -280,24 +280,19 @@ pub fn restorable(saved: &Regs) -> Regs {
     regs
 }
 
-/// mmap in the target; returns the address.
+/// mmap of anonymous private memory in the target; returns the address.
 pub fn mmap(
     tid: i32,
     saved: &Regs,
     insn: u64,
     len: u64,
     prot: i32,
+    extra_flags: i32,
     held: &mut HeldSignals,
 ) -> Result<u64, RemoteError> {
-    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-    let r = syscall(
-        tid,
-        saved,
-        insn,
-        libc::SYS_mmap,
-        [0, len, prot as u64, flags, u64::MAX, 0],
-        held,
-    )?;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags) as u64;
+    let args = [0, len, prot as u64, flags, u64::MAX, 0];
+    let r = syscall(tid, saved, insn, libc::SYS_mmap, args, held)?;
     check("mmap", r).map(|v| v as u64)
 }
 

@@ -184,8 +184,16 @@ impl Tracer {
 
     /// Detaches every thread of `tgid`, leaving each running. `is_ours(tid)` says whether a
     /// SIGSTOP pending on that thread was sent by our trigger (then it is swallowed, never
-    /// delivered: an untraced SIGSTOP would stop the whole process).
-    pub fn release_with(&mut self, tgid: i32, is_ours: &dyn Fn(i32) -> bool) {
+    /// delivered: an untraced SIGSTOP would stop the whole process). `cleanup(tid)` runs once,
+    /// on the first thread found in a quiet ptrace-stop, before it is detached: the moment to
+    /// undo what we did to the process (unmap our segments).
+    pub fn release_with(
+        &mut self,
+        tgid: i32,
+        is_ours: &dyn Fn(i32) -> bool,
+        cleanup: &mut dyn FnMut(i32),
+    ) {
+        let mut cleanup = Some(cleanup);
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut interrupted: HashSet<i32> = HashSet::new();
         loop {
@@ -215,7 +223,7 @@ impl Tracer {
                     continue;
                 };
                 progressed |= status != WaitStatus::StillAlive;
-                self.detach_at(tid, status, is_ours);
+                self.detach_at(tid, status, is_ours, &mut cleanup);
             }
             if !progressed {
                 sleep(Duration::from_millis(1));
@@ -226,7 +234,13 @@ impl Tracer {
     }
 
     /// One thread of a process being released has reported `status`.
-    fn detach_at(&mut self, tid: i32, status: WaitStatus, is_ours: &dyn Fn(i32) -> bool) {
+    fn detach_at(
+        &mut self,
+        tid: i32,
+        status: WaitStatus,
+        is_ours: &dyn Fn(i32) -> bool,
+        cleanup: &mut Option<&mut dyn FnMut(i32)>,
+    ) {
         let pid = Pid::from_raw(tid);
         match status {
             WaitStatus::Stopped(_, Signal::SIGSTOP) if is_ours(tid) => self.detach(tid, None),
@@ -246,6 +260,9 @@ impl Tracer {
                     // Our SIGSTOP is still queued: let it arrive while we can still swallow it.
                     let _ = ptrace::cont(pid, None);
                 } else {
+                    if let Some(cleanup) = cleanup.take() {
+                        cleanup(tid);
+                    }
                     self.detach(tid, None);
                 }
             }
@@ -263,7 +280,13 @@ impl Tracer {
 
     /// Detaches from one process, assuming no SIGSTOP of ours is pending for it.
     pub fn release(&mut self, tgid: i32) {
-        self.release_with(tgid, &|_| false);
+        self.release_with(tgid, &|_| false, &mut |_| {});
+    }
+
+    /// Forgets a process that vanished while one of its threads was held elsewhere.
+    pub fn forget_process(&mut self, tgid: i32) {
+        self.threads.retain(|_, g| *g != tgid);
+        self.processes.remove(&tgid);
     }
 }
 

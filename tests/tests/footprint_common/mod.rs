@@ -75,7 +75,18 @@ impl Drop for Killed {
 
 /// Starts the fixture and reads its probes up to READY.
 pub fn start_fixture(exe: &Path) -> (Killed, BufReader<std::process::ChildStdout>, Vec<Probe>) {
-    let mut child = Command::new(exe)
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = Command::new(exe);
+    // Without address randomisation two runs lay out the same objects at the same addresses,
+    // so the outputs of two walker backends on two runs must be byte-identical.
+    // SAFETY: personality(2) only changes this (single-threaded, about to exec) child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -140,8 +151,17 @@ pub fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
 
 /// Runs `oi-trace --mode remote --count 1 --format json` for probe `index` of the fixture
 /// and returns the mismatches between its sample and the fixture's expectations.
+/// Checks one probe in both walker modes: the JIT's output must be byte-identical to the
+/// remote walker's, and both must match the fixture's own numbers.
 pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
-    let (text, p) = run_probe(name, opt, index, &["--format", "json"]);
+    let (text, p) = run_probe(name, opt, index, &["--format", "json", "--mode", "remote"]);
+    let (jit, _) = run_probe(name, opt, index, &["--format", "json", "--mode", "jit"]);
+    if jit != text {
+        return vec![format!(
+            "{}: --mode jit differs from --mode remote:\n  jit:    {jit}  remote: {text}",
+            p.symbol
+        )];
+    }
     let json: Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
     p.expect
@@ -173,7 +193,7 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
             "--uprobe"
         })
         .arg(&p.symbol)
-        .args(["--arg", &p.args, "--mode", "remote", "--count", "1"])
+        .args(["--arg", &p.args, "--count", "1"])
         .args(extra);
     for f in &p.features {
         cmd.args(["--feature", f]);

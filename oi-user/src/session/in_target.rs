@@ -1,0 +1,217 @@
+//! `--mode jit`: samples walked by compiled code running inside the target, on the frozen
+//! thread, through `target::hijack`. Segments are mapped into a process at its first sample
+//! and unmapped when oi-trace lets it go.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use oi_common::EntryRegs;
+
+use super::Probe;
+use crate::{
+    error::{Error, Result},
+    interp::RemoteReader,
+    jit::{self, CompiledWalker, STATUS_FULL, WalkFrame, cache::WalkerCache},
+    measure::{Located, Measurer},
+    target::{
+        hijack::{CallEnd, Held, Segments},
+        remote::{self, RemoteError},
+    },
+};
+
+/// What one process carries of ours.
+struct Mapped {
+    seg: Segments,
+    syscall_insn: u64,
+    /// Last generation tag used in the visited-set table.
+    generation: u64,
+}
+
+pub struct InTarget {
+    timeout: Duration,
+    /// Every (probe, site) walker, flat, in the order they are laid out in the code segment.
+    walkers: Vec<Arc<CompiledWalker>>,
+    /// probe → site → index into `walkers`.
+    index: Vec<Vec<usize>>,
+    processes: HashMap<i32, Mapped>,
+}
+
+/// How a sample in the target went wrong.
+pub enum Failure {
+    /// The sample failed; the thread was given back intact.
+    Sample(Error),
+    /// The thread (or its process) vanished during the sample.
+    Gone,
+}
+
+impl From<RemoteError> for Failure {
+    fn from(e: RemoteError) -> Self {
+        match e {
+            RemoteError::Gone(_) => Self::Gone,
+            e => Self::Sample(Error::sample(e.to_string())),
+        }
+    }
+}
+
+impl InTarget {
+    /// Compiles (or finds in the cache) the walker of every probe site.
+    pub fn prepare(probes: &[Probe], timeout: Duration) -> Result<Self> {
+        let cache = WalkerCache::new(WalkerCache::default_dir());
+        let mut walkers = Vec::new();
+        let mut index = Vec::new();
+        for probe in probes {
+            let mut sites = Vec::new();
+            for m in &probe.measurers {
+                let w = cache.get_or_compile(m.plan(), &m.roots()).map_err(|e| {
+                    Error::internal(format!("compiling the walker of {}: {e}", probe.symbol))
+                })?;
+                sites.push(walkers.len());
+                walkers.push(w);
+            }
+            index.push(sites);
+        }
+        Ok(Self {
+            timeout,
+            walkers,
+            index,
+            processes: HashMap::new(),
+        })
+    }
+
+    /// Walks the arguments of one sample inside the frozen thread `tid`, gives the thread
+    /// back, and returns the per-argument streams (decoded by the caller, with the target
+    /// already running again).
+    pub fn sample(
+        &mut self,
+        (tgid, tid): (i32, i32),
+        (probe, site): (usize, usize),
+        measurer: &Measurer,
+        regs: &EntryRegs,
+        bias: u64,
+    ) -> Result<Vec<Vec<u64>>, Failure> {
+        let insn = self.processes.get(&tgid).map(|m| m.syscall_insn);
+        let mut held = Held::begin(tgid, tid, insn)?;
+        let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
+        if let Err(Failure::Gone) = result {
+            return result;
+        }
+        held.end()?;
+        result
+    }
+
+    fn walk(
+        &mut self,
+        held: &mut Held,
+        walker: usize,
+        measurer: &Measurer,
+        regs: &EntryRegs,
+        bias: u64,
+    ) -> Result<Vec<Vec<u64>>, Failure> {
+        let tgid = held.tgid;
+        if !self.processes.contains_key(&tgid) {
+            let code: Vec<(&[u8], u64)> = self
+                .walkers
+                .iter()
+                .map(|w| (w.code.as_slice(), w.entry))
+                .collect();
+            let seg = Segments::create(held, &code)?;
+            self.processes.insert(
+                tgid,
+                Mapped {
+                    seg,
+                    syscall_insn: held.syscall_insn(),
+                    generation: 0,
+                },
+            );
+        }
+        let Some(mapped) = self.processes.get_mut(&tgid) else {
+            return Err(Failure::Gone);
+        };
+        let names = measurer.arg_names().join(",");
+        let located = measurer
+            .locate(regs, &RemoteReader::new(tgid))
+            .map_err(|e| Failure::Sample(Error::sample(e.to_string())))?;
+        let mut frame = WalkFrame {
+            nargs: located.len() as u64,
+            bias,
+            ..WalkFrame::default()
+        };
+        let (mut objects, objects_len) = mapped.seg.register_objects();
+        let objects_end = objects + objects_len;
+        for (i, place) in located.iter().enumerate() {
+            frame.args[i] = match place {
+                Located::Memory(addr) => *addr,
+                Located::Registers(bytes) => {
+                    // The walker reads memory: give it a copy of the registers' contents.
+                    if objects + bytes.len() as u64 > objects_end {
+                        return Err(Failure::Sample(Error::sample(
+                            "arguments passed in registers are too large",
+                        )));
+                    }
+                    remote::write_memory(tgid, objects, bytes)?;
+                    frame.unseeded |= 1 << i;
+                    let at = objects;
+                    objects += (bytes.len() as u64).div_ceil(16) * 16;
+                    at
+                }
+                Located::Unavailable => {
+                    return Err(Failure::Sample(Error::sample(format!(
+                        "{names}: not available at this probe"
+                    ))));
+                }
+            };
+        }
+        let (scratch, scratch_len) = mapped.seg.scratch();
+        (frame.scratch, frame.scratch_len) = (scratch, scratch_len);
+        frame.stack_len = mapped.seg.stack_budget();
+        loop {
+            (frame.out, frame.out_len) = (mapped.seg.output, mapped.seg.output_len);
+            frame.generation = mapped.generation;
+            mapped.seg.write_frame(tgid, &frame)?;
+            let entry = mapped.seg.walkers[walker];
+            match held.call(&mapped.seg, entry, self.timeout)? {
+                CallEnd::Returned => {}
+                CallEnd::Faulted { signal, addr, .. } => {
+                    // The walk may have used a generation per root: skip past all of them.
+                    mapped.generation += frame.nargs;
+                    return Err(Failure::Sample(Error::sample(format!(
+                        "walk of {names} faulted at {addr:#x} ({signal}): a corrupt or freed object"
+                    ))));
+                }
+                CallEnd::TimedOut => {
+                    mapped.generation += frame.nargs;
+                    return Err(Failure::Sample(Error::sample(format!(
+                        "walk of {names} did not finish within {:?} (--walk-timeout)",
+                        self.timeout
+                    ))));
+                }
+            }
+            let done = mapped.seg.read_frame(tgid)?;
+            mapped.generation = done.generation;
+            if done.status == STATUS_FULL {
+                mapped.seg.grow_output(held, done.out_used)?;
+                continue;
+            }
+            jit::check_status(&done)
+                .map_err(|e| Failure::Sample(Error::sample(format!("walk of {names}: {e}"))))?;
+            let mut bytes = vec![0u8; done.out_used as usize];
+            remote::read_memory(tgid, mapped.seg.output, &mut bytes)?;
+            return jit::split_streams(&bytes, located.len())
+                .map_err(|e| Failure::Sample(Error::sample(e.to_string())));
+        }
+    }
+
+    /// Unmaps our segments from `tgid` using its thread `tid`, which is in a quiet
+    /// ptrace-stop and stays stopped; returns the signals to deliver once it is detached.
+    pub fn unmap(&mut self, tgid: i32, tid: i32) -> Option<remote::HeldSignals> {
+        let mapped = self.processes.remove(&tgid)?;
+        let mut held = Held::begin(tgid, tid, Some(mapped.syscall_insn)).ok()?;
+        if let Err(e) = mapped.seg.destroy(&mut held) {
+            eprintln!("oi-trace: warning: pid {tgid}: could not unmap oi-trace's segments: {e}");
+        }
+        held.restore().ok()
+    }
+
+    pub fn forget(&mut self, tgid: i32) {
+        self.processes.remove(&tgid);
+    }
+}
