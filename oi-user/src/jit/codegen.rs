@@ -110,15 +110,26 @@ impl Registry {
     }
 }
 
-fn sig(params: usize) -> Signature {
-    let mut s = Signature::new(CallConv::SystemV);
+/// Node functions use the `tail` convention so that a walk ending in a call (the `next` of
+/// a linked list) is a tail call and chains need no stack; the entry (called by the
+/// tracer's stub) and the visited-set insertion use System V.
+fn conv(id: u32) -> CallConv {
+    if id == FN_ENTRY || id == FN_VISIT {
+        CallConv::SystemV
+    } else {
+        CallConv::Tail
+    }
+}
+
+fn sig(id: u32, params: usize) -> Signature {
+    let mut s = Signature::new(conv(id));
     s.params.extend((0..params).map(|_| AbiParam::new(I64)));
     s.returns.push(AbiParam::new(I64));
     s
 }
 
 fn new_function(id: u32, params: usize) -> Function {
-    Function::with_name_signature(UserFuncName::user(0, id), sig(params))
+    Function::with_name_signature(UserFuncName::user(0, id), sig(id, params))
 }
 
 /// Why emission of the current path stopped: it ended in an unconditional error exit (the
@@ -155,6 +166,9 @@ struct Gen<'a, 'b> {
     inline: Vec<(NodeId, u64)>,
     budget: u32,
     rb_stacks: u32,
+    /// What is being emitted is the last thing the function does (then it returns 0): a
+    /// call there becomes a tail call.
+    tail: bool,
 }
 
 fn trusted() -> MemFlagsData {
@@ -356,7 +370,7 @@ impl Gen<'_, '_> {
         if let Some(r) = self.refs.get(&id) {
             return *r;
         }
-        let signature = self.b.import_signature(sig(params));
+        let signature = self.b.import_signature(sig(id, params));
         let name = self
             .b
             .func
@@ -377,6 +391,12 @@ impl Gen<'_, '_> {
         let f = self.func_ref(fid, 3);
         let cur = self.b.use_var(self.cur);
         self.st_ctx(cur, CTX_CUR);
+        if self.tail {
+            // The callee leaves the cursor in the context and returns the status, which is
+            // all this function would do after the call.
+            self.b.ins().return_call(f, &[self.ctx, addr, depth]);
+            return Err(Stop::Dead);
+        }
         let call = self.b.ins().call(f, &[self.ctx, addr, depth]);
         let status = self.b.inst_results(call)[0];
         self.exit_if_nonzero(status);
@@ -475,17 +495,34 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// Node `id`'s own walk; its children start at nesting `k`.
+    /// Node `id`'s own walk; its children start at nesting `k`. Only the children after
+    /// which the node emits nothing more may inherit tail position ([`Self::last`]).
     fn body(&mut self, id: NodeId, addr: Value, len: u64, k: u64) -> G {
+        let tail = std::mem::replace(&mut self.tail, false);
+        let r = self.body_inner(id, addr, len, k, tail);
+        self.tail = tail;
+        r
+    }
+
+    /// Runs `f` in tail position if the node is.
+    fn last(&mut self, tail: bool, f: impl FnOnce(&mut Self) -> G) -> G {
+        self.tail = tail;
+        let r = f(self);
+        self.tail = false;
+        r
+    }
+
+    fn body_inner(&mut self, id: NodeId, addr: Value, len: u64, k: u64, tail: bool) -> G {
         let plan = self.plan;
         match &plan.nodes[id].op {
             Op::Leaf | Op::Bitfield => Ok(()),
             Op::Struct { members, .. } => {
-                for &(off, m) in members {
+                let last = members.iter().rposition(|m| self.dynamic(m.1));
+                for (i, &(off, m)) in members.iter().enumerate() {
                     if self.dynamic(m) {
                         let size = self.size(m);
                         let a = self.member(addr, len, off, size)?;
-                        self.child(m, a, size, k)?;
+                        self.last(tail && Some(i) == last, |g| g.child(m, a, size, k))?;
                     }
                 }
                 Ok(())
@@ -502,7 +539,7 @@ impl Gen<'_, '_> {
                 key: first,
                 value: second,
                 capture: None,
-            } => self.two(addr, len, *first, *second, k),
+            } => self.two(addr, len, *first, *second, k, tail),
             Op::Entry {
                 key,
                 value,
@@ -511,7 +548,7 @@ impl Gen<'_, '_> {
                 let ks = self.size(key.1);
                 let ka = self.member(addr, len, key.0, ks)?;
                 self.capture(*c, ka, ks)?;
-                self.two(addr, len, *key, *value, k)
+                self.two(addr, len, *key, *value, k, tail)
             }
             Op::String(l) => self.string(l, addr, len),
             Op::Vector { layout, elem } => {
@@ -636,7 +673,7 @@ impl Gen<'_, '_> {
                 let size = self.size(elem);
                 self.if_then(engaged, |g| {
                     let v = g.member(addr, len, l.value_off, size)?;
-                    g.child(elem, v, size, k)
+                    g.last(tail, |g| g.child(elem, v, size, k))
                 })
             }
             Op::Variant {
@@ -663,7 +700,7 @@ impl Gen<'_, '_> {
                         g.emit(&[iw]);
                         let size = g.size(alt);
                         let v = g.member(addr, len, l.storage_off, size)?;
-                        g.child(alt, v, size, k)
+                        g.last(tail, |g| g.child(alt, v, size, k))
                     })?;
                     self.b.switch_to_block(next);
                 }
@@ -676,11 +713,11 @@ impl Gen<'_, '_> {
             }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
-                self.pointer(ptr, *target, target.is_some(), k)
+                self.pointer(ptr, *target, target.is_some(), k, tail)
             }
             Op::RawPointer { target } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
-                self.pointer(ptr, *target, true, k)
+                self.pointer(ptr, *target, true, k, tail)
             }
             Op::Poly {
                 candidates,
@@ -705,14 +742,14 @@ impl Gen<'_, '_> {
                         let top_at = g.b.ins().iadd_imm_s(vptr, -16);
                         let top = g.ld(top_at, 0);
                         let obj = g.b.ins().iadd(addr, top);
-                        g.walk_at(cand, obj, k)
+                        g.last(tail, |g| g.walk_at(cand, obj, k))
                     })?;
                     self.b.switch_to_block(next);
                 }
                 let none = self.c(u64::MAX);
                 self.emit(&[none]);
                 let fallback = *fallback;
-                self.then_join(done, |g| g.child(fallback, addr, len, k))?;
+                self.then_join(done, |g| g.last(tail, |g| g.child(fallback, addr, len, k)))?;
                 self.b.switch_to_block(done);
                 Ok(())
             }
@@ -720,11 +757,22 @@ impl Gen<'_, '_> {
     }
 
     /// Pair and map entry: both children, each checked to lie inside the object.
-    fn two(&mut self, addr: Value, len: u64, a: (u64, NodeId), b: (u64, NodeId), k: u64) -> G {
-        for (off, m) in [a, b] {
+    fn two(
+        &mut self,
+        addr: Value,
+        len: u64,
+        a: (u64, NodeId),
+        b: (u64, NodeId),
+        k: u64,
+        tail: bool,
+    ) -> G {
+        // `a` is last only if `b` reads nothing and its bounds check cannot fail.
+        let b_fits = b.0.checked_add(self.size(b.1)).is_some_and(|e| e <= len);
+        for (i, (off, m)) in [a, b].into_iter().enumerate() {
             let size = self.size(m);
             let v = self.member(addr, len, off, size)?;
-            self.child(m, v, size, k)?;
+            let last = i == 1 || (!self.dynamic(b.1) && b_fits);
+            self.last(tail && last, |g| g.child(m, v, size, k))?;
         }
         Ok(())
     }
@@ -904,7 +952,14 @@ impl Gen<'_, '_> {
 
     /// SmartPtr / RefWrap / RawPointer: `pointer, descended`, then the target.
     /// `visits`: whether a non-null pointer is looked up in the visited set at all.
-    fn pointer(&mut self, ptr: Value, target: Option<NodeId>, visits: bool, k: u64) -> G {
+    fn pointer(
+        &mut self,
+        ptr: Value,
+        target: Option<NodeId>,
+        visits: bool,
+        k: u64,
+        tail: bool,
+    ) -> G {
         let descend = self.b.declare_var(I64);
         let zero = self.c(0);
         self.b.def_var(descend, zero);
@@ -921,7 +976,7 @@ impl Gen<'_, '_> {
         if let Some(t) = target
             && self.dynamic(t)
         {
-            self.if_then(d, |g| g.walk_at(t, ptr, k))?;
+            self.if_then(d, |g| g.last(tail, |g| g.walk_at(t, ptr, k)))?;
         }
         Ok(())
     }
@@ -1202,6 +1257,7 @@ fn build(
             inline: Vec::new(),
             budget: INLINE_BUDGET,
             rb_stacks: 0,
+            tail: false,
         };
         match body(&mut g, &args) {
             Ok(()) | Err(Stop::Dead) => {}
@@ -1240,6 +1296,7 @@ fn gen_node_fn(
         let cur = g.ld_ctx(CTX_CUR);
         g.b.def_var(g.cur, cur);
         g.inline.push((node, len));
+        g.tail = true;
         g.walk(node, addr, len, 0)?;
         let cur = g.b.use_var(g.cur);
         g.st_ctx(cur, CTX_CUR);

@@ -109,8 +109,10 @@ pub const SCRATCH_BYTES: u64 = VISITED_SLOTS * 16;
 pub(crate) const VISITED_SLOTS: u64 = 1 << 18;
 /// Stack used when `frame.stack_len` is 0.
 pub const DEFAULT_STACK: u64 = 256 << 10;
-/// Stack that lets the walker reach [`MAX_DEPTH`] like the interpreter: a native frame per
-/// recursion (pointer hop, element of a recursive type) is ~80 bytes, ~1.1 KiB when it
+/// Stack that lets the walker reach [`MAX_DEPTH`] like the interpreter in every shape. A
+/// pointer that is the last thing its object walks (a linked list's `next`) is a tail call
+/// and costs no stack, so plain chains fit the default; other recursion (a pointer before
+/// more members, a recursive container) takes ~80 bytes a level, ~1.1 KiB when the level
 /// walks a red-black tree. Map it lazily (`MAP_NORESERVE`): only the depth used is touched.
 pub const RECOMMENDED_STACK: u64 = 64 << 20;
 /// Deepest nesting walked: the interpreter's limit.

@@ -24,6 +24,12 @@ struct Node {
     Node* next;
 };
 
+// A chain whose pointer is not its last walked member: no tail call, a frame per node.
+struct RNode {
+    RNode* next;
+    std::string s;
+};
+
 struct Tree {
     std::string name;
     std::vector<std::shared_ptr<Tree>> kids;
@@ -156,6 +162,7 @@ PROBE(Pointers, probe_pointers)
 PROBE(Tree, probe_tree)
 PROBE(Raw, probe_raw)
 PROBE(Node, probe_node)
+PROBE(RNode, probe_rnode)
 PROBE(Uniques, probe_uniques)
 PROBE(Base, probe_base)
 PROBE(Holder, probe_holder)
@@ -292,6 +299,12 @@ void* make_raw() {
 void* make_chain(int n) {
     Node* head = nullptr;
     for (int i = 0; i < n; i++) head = new Node{i, head};
+    return head;
+}
+
+void* make_rchain(int n) {
+    RNode* head = nullptr;
+    for (int i = 0; i < n; i++) head = new RNode{head, "x"};
     return head;
 }
 
