@@ -11,6 +11,9 @@
 //! Loads from target memory use trapping memory flags (never hoisted above the checks that
 //! guard them); the walker context, the output buffer and the scratch table use trusted ones.
 //!
+//! Node functions use Cranelift's `tail` convention: a call that is the last thing a walk
+//! does (a linked list's `next`) is a `return_call`, so chains run in constant stack.
+//!
 //! Never emits a call outside the functions generated here, and never a syscall.
 
 use std::collections::HashMap;

@@ -4,9 +4,17 @@
 //!
 //! Never touches a process itself: [`compile`] is pure (plan in, bytes out); mapping and
 //! running the bytes is `target`'s job. [`cache::WalkerCache`] keeps compiled walkers in
-//! memory and under `~/.cache/oi-trace/jit`, keyed by the plan's content. The generated code makes no calls outside itself, no
-//! syscalls, and carries no relocations (calls between its own functions are PC-relative and
-//! patched here, once, when the functions are laid out; any other relocation is an error).
+//! memory and under `~/.cache/oi-trace/jit`, keyed by the plan's content.
+//!
+//! The generated code makes no calls outside itself and no syscalls, and carries no
+//! relocations: calls between its own functions are PC-relative and patched here, once,
+//! when the functions are laid out (any other relocation fails the compilation); constants
+//! are read RIP-relative from inside the code. It only needs to be mapped readable and
+//! executable, at any address.
+//!
+//! Pipeline: `codegen` (plan → Cranelift IR, one function per node that needs its own
+//! frame, mirroring `interp::walk` check for check) → `link` (IR → machine code, layout,
+//! call patching).
 //!
 //! ## Calling the walker
 //! `extern "sysv64" fn walk(frame: *mut WalkFrame) -> u64` at `code + entry`, entered as by a
@@ -22,6 +30,12 @@
 //! For each root, in order: one little-endian `u64` word count `n`, then the `n` stream words
 //! of that root, exactly the words `interp::run` returns (their meaning is documented in
 //! `plan`). [`split_streams`] splits it back into per-root streams for `report::decode`.
+//!
+//! ## A buffer too small
+//! The walk never writes past `out + out_len`; when the output does not fit it goes on to the
+//! end only counting, and returns [`STATUS_FULL`] with `out_used` = the bytes it needs. The
+//! tracer grows the buffer to that size and runs the walk again (the target is still
+//! frozen, so the second walk sees the same memory).
 //!
 //! ## Bounds (kept identical to the interpreter's, or the streams would differ)
 //! Element counts ≤ `interp::walk::MAX_ELEMENTS`, 1 GiB per array read, 129-deep red-black
