@@ -107,7 +107,7 @@ pub struct Measurer {
 }
 
 /// Stack of the walking thread (virtual; only the depth actually used is touched).
-const WALK_STACK: usize = 1 << 30;
+pub const WALK_STACK: usize = 1 << 30;
 
 /// Sends written bytes to the thread that owns the real output.
 struct ChannelWriter(std::sync::mpsc::SyncSender<Vec<u8>>);
@@ -358,18 +358,35 @@ impl Measurer {
         self.write_report(&streams, format, out)
     }
 
-    /// Writes the result of one sample from its per-argument streams, however they were
-    /// produced (interpreter or JIT walker), on a thread with a large stack.
-    pub fn report(
+    /// Walks every requested argument (the interpreter, through `mem`) and returns their
+    /// streams, on a thread with a stack deep enough for the deepest walk.
+    pub fn walk_streams(
         &self,
-        streams: &[Vec<u64>],
-        format: OutputFormat,
-        out: &mut dyn Write,
-    ) -> Result<(), MeasureError> {
-        on_walk_thread(out, move |w| self.write_report(streams, format, w))
+        regs: &EntryRegs,
+        load_bias: u64,
+        mem: &dyn MemoryReader,
+    ) -> Result<Vec<Vec<u64>>, MeasureError> {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("oi-walk".into())
+                .stack_size(WALK_STACK)
+                .spawn_scoped(scope, || {
+                    self.args
+                        .iter()
+                        .map(|a| self.walk_arg(a, regs, load_bias, mem))
+                        .collect()
+                })
+                .map_err(|e| MeasureError::Report(e.into()))?
+                .join()
+                // A panic in the walk is a bug: let it surface as one.
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
     }
 
-    fn write_report(
+    /// Writes the result of one sample from its per-argument streams, however they were
+    /// produced (interpreter or JIT walker). Recurses as deep as the object nests: call it
+    /// on a thread with a stack of [`WALK_STACK`].
+    pub fn write_report(
         &self,
         streams: &[Vec<u64>],
         format: OutputFormat,

@@ -290,11 +290,12 @@ impl Drop for Fixture {
     }
 }
 
-/// A running `oi-trace`; killed when dropped.
+/// A running `oi-trace`; killed when dropped. Its stdout is drained from the start, as a
+/// user's terminal would (a pipe nobody reads makes oi-trace hold back samples).
 pub struct OiTrace {
     child: Child,
     pub stderr: Lines,
-    stdout: Option<std::process::ChildStdout>,
+    stdout: Option<thread::JoinHandle<String>>,
 }
 
 /// What a finished `oi-trace` left.
@@ -315,7 +316,13 @@ impl OiTrace {
             .spawn()
             .expect("start oi-trace");
         let stderr = Lines::spawn(child.stderr.take().expect("stderr"));
-        let stdout = child.stdout.take();
+        let stdout = child.stdout.take().map(|mut s| {
+            thread::spawn(move || {
+                let mut buf = String::new();
+                let _ = s.read_to_string(&mut buf);
+                buf
+            })
+        });
         Self {
             child,
             stderr,
@@ -342,13 +349,7 @@ impl OiTrace {
     /// Waits for the exit (at most `timeout`) and collects the output.
     pub fn finish(mut self, timeout: Duration) -> Finished {
         let mut stdout = String::new();
-        let reader = self.stdout.take().map(|mut s| {
-            thread::spawn(move || {
-                let mut buf = String::new();
-                let _ = s.read_to_string(&mut buf);
-                buf
-            })
-        });
+        let reader = self.stdout.take();
         let deadline = Instant::now() + timeout;
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("wait oi-trace") {

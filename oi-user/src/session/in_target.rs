@@ -77,9 +77,9 @@ impl InTarget {
         })
     }
 
-    /// Walks the arguments of one sample inside the frozen thread `tid`, gives the thread
-    /// back, and returns the per-argument streams (decoded by the caller, with the target
-    /// already running again).
+    /// Walks the arguments of one sample inside the frozen thread `tid`, calls
+    /// `before_resume`, gives the thread back, and returns the per-argument streams (decoded
+    /// by the caller, with the target already running again).
     pub fn sample(
         &mut self,
         (tgid, tid): (i32, i32),
@@ -87,6 +87,7 @@ impl InTarget {
         measurer: &Measurer,
         regs: &EntryRegs,
         bias: u64,
+        before_resume: &mut dyn FnMut(),
     ) -> Result<Vec<Vec<u64>>, Failure> {
         let insn = self.processes.get(&tgid).map(|m| m.syscall_insn);
         let mut held = Held::begin(tgid, tid, insn)?;
@@ -94,6 +95,7 @@ impl InTarget {
         if let Err(Failure::Gone) = result {
             return result;
         }
+        before_resume();
         held.end()?;
         result
     }
@@ -113,12 +115,22 @@ impl InTarget {
                 .iter()
                 .map(|w| (w.code.as_slice(), w.entry))
                 .collect();
+            // A killed oi-trace may have left its segments: their stub makes the system calls
+            // that map ours self-restoring too; then they are removed.
+            let leftovers = Segments::leftovers(tgid);
+            if let Some(old) = leftovers.first() {
+                held.arm(old.base, old.code_len)?;
+            }
             let seg = Segments::create(held, &code)?;
+            for old in &leftovers {
+                let _ = old.destroy(held);
+            }
+            let syscall_insn = held.syscall_insn();
             self.processes.insert(
                 tgid,
                 Mapped {
                     seg,
-                    syscall_insn: held.syscall_insn(),
+                    syscall_insn,
                     generation: 0,
                 },
             );

@@ -4,11 +4,13 @@
 
 mod in_target;
 mod logs;
+mod reporter;
 pub mod resolve;
 
 use std::{
     collections::HashMap,
     os::fd::{AsFd as _, BorrowedFd},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -30,10 +32,11 @@ use crate::{
     interp::RemoteReader,
     measure::{Measurer, OutputFormat},
     probe::{AttachPoint, Trigger},
-    target::{ProcessInfo, Stop, Tracer, procfs},
+    target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs},
 };
 use in_target::{Failure, InTarget};
 use logs::{Logs, SampleRecord};
+use reporter::{BACKLOG, Reporter};
 use resolve::{BinaryCache, Resolved};
 
 /// What the user asked to trace.
@@ -49,7 +52,7 @@ pub struct Probe {
     /// One site per distinct file (more than one only with --cgroup).
     pub sites: Vec<Resolved>,
     /// The walk of the requested arguments, per site; empty with --count-only.
-    pub measurers: Vec<Measurer>,
+    pub measurers: Vec<Arc<Measurer>>,
 }
 
 /// Why the event loop ended.
@@ -72,7 +75,21 @@ pub fn run(args: &Args) -> Result<()> {
     }
     // Block the signals we wait for before anything can send them (SIGCHLD: ptrace stops).
     let signals = SignalSet::block()?;
+    // Forked before any eBPF object or thread exists (it must hold neither).
+    let guardian = if args.count_only {
+        None
+    } else {
+        Some(
+            Guardian::spawn()
+                .map_err(|e| Error::internal(format!("starting the guardian: {e}")))?,
+        )
+    };
     let trigger = Trigger::load()?;
+    let format = match (args.format, args.pretty) {
+        (Format::Tree, _) => OutputFormat::Tree,
+        (Format::Json, false) => OutputFormat::Json,
+        (Format::Json, true) => OutputFormat::JsonPretty,
+    };
     let in_target = match (args.mode, args.count_only) {
         (Mode::Jit, false) => Some(InTarget::prepare(
             &probes,
@@ -91,13 +108,12 @@ pub fn run(args: &Args) -> Result<()> {
         pending: HashMap::new(),
         samples: 0,
         failed_samples: 0,
-        format: match (args.format, args.pretty) {
-            (Format::Tree, _) => OutputFormat::Tree,
-            (Format::Json, false) => OutputFormat::Json,
-            (Format::Json, true) => OutputFormat::JsonPretty,
-        },
         sites: HashMap::new(),
         in_target,
+        reporter: Reporter::start(format)
+            .map_err(|e| Error::internal(format!("starting the report thread: {e}")))?,
+        deferred_busy: Vec::new(),
+        guardian,
         logs: Logs::open(args)?,
     };
     let deadline = args
@@ -138,7 +154,7 @@ fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
                     Error::internal(msg)
                 }
             })?;
-            probe.measurers.push(measurer);
+            probe.measurers.push(Arc::new(measurer));
         }
     }
     Ok(())
@@ -238,11 +254,16 @@ struct Session {
     pending: HashMap<i32, Event>,
     samples: u64,
     failed_samples: u64,
-    format: OutputFormat,
     /// (tgid, probe) → (index of the site the process maps, its load bias there).
     sites: HashMap<(i32, u32), (usize, u64)>,
     /// `--mode jit`: walkers compiled for the target, and what each process carries of ours.
     in_target: Option<InTarget>,
+    /// Decodes and prints samples off the sampling path.
+    reporter: Reporter,
+    /// Processes kept busy until the report backlog shrinks.
+    deferred_busy: Vec<i32>,
+    /// Resumes the targets if we die by SIGKILL (None with --count-only: nothing is frozen).
+    guardian: Option<Guardian>,
     logs: Logs,
 }
 
@@ -322,6 +343,9 @@ impl Session {
     }
 
     fn seize(&mut self, tgid: i32) -> Result<()> {
+        if let Some(guardian) = &mut self.guardian {
+            guardian.watch(tgid);
+        }
         self.tracer.seize(tgid)?;
         self.trigger.mark_seized(tgid)
     }
@@ -348,6 +372,7 @@ impl Session {
             let mut fds = [
                 PollFd::new(signals.fd.as_fd(), PollFlags::POLLIN),
                 PollFd::new(ring, PollFlags::POLLIN),
+                PollFd::new(self.reporter.wake_fd(), PollFlags::POLLIN),
             ];
             let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
             match poll(&mut fds, PollTimeout::from(ms)) {
@@ -357,6 +382,7 @@ impl Session {
             if signals.take_termination() {
                 return Ok(End::Done);
             }
+            self.collect_reports();
             self.drain_events();
             if let Some(end) = self.handle_stops()? {
                 return Ok(end);
@@ -461,9 +487,9 @@ impl Session {
         })
     }
 
-    /// Walks the probe's arguments in the stopped process, writes one result to stdout, and
-    /// resumes the thread. Busy is cleared before the thread runs again: its next Nth hit
-    /// must find the process free, or it would be dropped.
+    /// Walks the probe's arguments in the stopped process, resumes the thread, and queues
+    /// the report. Busy is cleared before the thread runs again (its next Nth hit must find
+    /// the process free, or it would be dropped), unless reports are backed up.
     fn walk(
         &mut self,
         ev: &Event,
@@ -472,37 +498,59 @@ impl Session {
         bias: u64,
         timing: &mut Timing,
     ) -> Result<(), Failure> {
-        let measurer = &self.probes[ev.probe as usize].measurers[site];
-        let mut out = std::io::stdout().lock();
+        let measurer = self.probes[ev.probe as usize].measurers[site].clone();
         let started = Instant::now();
-        let result = match &mut self.in_target {
-            Some(in_target) => {
-                self.trigger.clear_busy(tgid);
-                let probe = (ev.probe as usize, site);
-                let walked = in_target.sample((tgid, tid), probe, measurer, &ev.regs, bias);
-                timing.resumed_ns = monotonic_ns();
-                timing.walk_us = started.elapsed().as_micros() as u64;
-                // Decoded after the thread is running again: the target waits only for the walk.
-                walked.and_then(|streams| {
-                    measurer
-                        .report(&streams, self.format, &mut out)
-                        .map_err(|e| Failure::Sample(Error::sample(e.to_string())))
-                })
-            }
-            None => {
-                // The remote walk decodes as it reads: the thread waits for both.
-                let mem = RemoteReader::new(tgid);
-                let r = measurer.measure(&ev.regs, bias, &mem, self.format, &mut out);
-                timing.walk_us = started.elapsed().as_micros() as u64;
-                self.trigger.clear_busy(tgid);
-                self.tracer.resume(tid, None);
-                timing.resumed_ns = monotonic_ns();
-                r.map_err(|e| Failure::Sample(Error::sample(e.to_string())))
+        let (trigger, reporter, deferred) =
+            (&mut self.trigger, &self.reporter, &mut self.deferred_busy);
+        let mut before_resume = || {
+            if reporter.pending() < BACKLOG {
+                trigger.clear_busy(tgid);
+            } else {
+                deferred.push(tgid);
             }
         };
-        let flushed = std::io::Write::flush(&mut out)
-            .map_err(|e| Failure::Sample(Error::internal(format!("stdout: {e}"))));
-        result.and(flushed)
+        let streams = match &mut self.in_target {
+            Some(in_target) => {
+                let probe = (ev.probe as usize, site);
+                in_target.sample(
+                    (tgid, tid),
+                    probe,
+                    &measurer,
+                    &ev.regs,
+                    bias,
+                    &mut before_resume,
+                )
+            }
+            None => {
+                let mem = RemoteReader::new(tgid);
+                let walked = measurer.walk_streams(&ev.regs, bias, &mem);
+                before_resume();
+                self.tracer.resume(tid, None);
+                walked.map_err(|e| Failure::Sample(Error::sample(e.to_string())))
+            }
+        };
+        timing.resumed_ns = monotonic_ns();
+        timing.walk_us = started.elapsed().as_micros() as u64;
+        self.reporter.submit(tgid, ev.hit, measurer, streams?);
+        Ok(())
+    }
+
+    /// Takes note of the reports written meanwhile; lifts busy marks kept for the backlog.
+    fn collect_reports(&mut self) {
+        for written in self.reporter.written() {
+            if let Err(e) = written.result {
+                self.failed_samples += 1;
+                eprintln!(
+                    "oi-trace: error: sample {} of pid {}: {e}",
+                    written.hit, written.tgid
+                );
+            }
+        }
+        if self.reporter.pending() < BACKLOG {
+            for tgid in self.deferred_busy.drain(..) {
+                self.trigger.clear_busy(tgid);
+            }
+        }
     }
 
     fn forget_process(&mut self, tgid: i32) {
@@ -541,6 +589,15 @@ impl Session {
     /// Disarms the probes, swallows SIGSTOPs already on their way, detaches every thread.
     fn shutdown(&mut self) {
         self.trigger.disarm();
+        for written in self.reporter.finish() {
+            if let Err(e) = written.result {
+                self.failed_samples += 1;
+                eprintln!(
+                    "oi-trace: error: sample {} of pid {}: {e}",
+                    written.hit, written.tgid
+                );
+            }
+        }
         self.drain_events();
         let processes: Vec<i32> = self.tracer.processes().collect();
         for tgid in processes {
@@ -562,6 +619,9 @@ impl Session {
             self.trigger.forget(tgid);
         }
         self.pending.clear();
+        if let Some(guardian) = &mut self.guardian {
+            guardian.clean();
+        }
     }
 
     fn print_summary(&mut self) -> Result<()> {

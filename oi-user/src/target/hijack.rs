@@ -30,6 +30,10 @@ const PAGE: u64 = 4096;
 const SAVE_AREA: u64 = 0; // 17 registers then the rip slot
 const RIP_SLOT: u64 = SAVE_AREA + 17 * 8;
 const FXSAVE_AREA: u64 = 256; // 512 bytes, 16-byte aligned
+/// Where the other mappings of this region are, so a later run can find and remove the
+/// segments of a run that was killed: magic, stack, stack length, output, output length.
+const HEADER: u64 = 768;
+const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG1");
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
 const _: () = assert!(size_of::<WalkFrame>() as u64 <= FRAME_MAX);
@@ -47,6 +51,8 @@ pub const STACK_LEN: u64 = crate::jit::RECOMMENDED_STACK;
 const INITIAL_OUTPUT: u64 = 1024 * 1024;
 /// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
 const STUB_DONE: u64 = 17;
+/// Offset of the stub's `syscall` instruction (followed by its self-restore).
+const STUB_SYSCALL: u64 = 15;
 const STUB_LEN: u64 = 64;
 
 /// The stub's machine code for a region whose data part starts `code_len` bytes after it.
@@ -115,7 +121,13 @@ pub struct Held {
     saved: Regs,
     fp: libc::user_fpregs_struct,
     held: HeldSignals,
+    /// A `syscall` instruction borrowed from the target's own code, for the first remote
+    /// syscalls (before our code segment exists).
     syscall_insn: u64,
+    /// Our stub's `syscall`, once the save area holds this thread's state: a remote syscall
+    /// through it is followed by the stub's self-restore, so even a tracer killed mid-call
+    /// leaves the thread intact.
+    gadget: Option<u64>,
 }
 
 /// How one call of a walker ended.
@@ -148,6 +160,7 @@ impl Held {
             fp,
             held: HeldSignals::default(),
             syscall_insn,
+            gadget: None,
         })
     }
 
@@ -156,7 +169,7 @@ impl Held {
     }
 
     fn mmap(&mut self, len: u64, prot: i32, extra_flags: i32) -> Result<u64, RemoteError> {
-        let (tid, insn) = (self.tid, self.syscall_insn);
+        let (tid, insn) = (self.tid, self.insn());
         remote::mmap(
             tid,
             &self.saved,
@@ -169,14 +182,37 @@ impl Held {
     }
 
     fn munmap(&mut self, addr: u64, len: u64) -> Result<(), RemoteError> {
-        remote::munmap(
-            self.tid,
-            &self.saved,
-            self.syscall_insn,
-            addr,
-            len,
-            &mut self.held,
-        )
+        let (tid, insn) = (self.tid, self.insn());
+        remote::munmap(tid, &self.saved, insn, addr, len, &mut self.held)
+    }
+
+    fn mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), RemoteError> {
+        let (tid, insn) = (self.tid, self.insn());
+        remote::mprotect(tid, &self.saved, insn, addr, len, prot, &mut self.held)
+    }
+
+    /// The `syscall` instruction remote syscalls use: our stub's once armed.
+    fn insn(&self) -> u64 {
+        self.gadget.unwrap_or(self.syscall_insn)
+    }
+
+    /// Writes this thread's registers (as they must be restored, syscall restart included)
+    /// and FPU state into the save area of the region at `base`, so the stub can restore the
+    /// thread by itself from here on.
+    pub fn arm(&mut self, base: u64, code_len: u64) -> Result<(), RemoteError> {
+        let mut image = save_area(&remote::restorable(&self.saved));
+        image.resize(FXSAVE_AREA as usize, 0);
+        // SAFETY: user_fpregs_struct is the 512-byte FXSAVE image, plain integers.
+        let fx = unsafe {
+            std::slice::from_raw_parts(
+                (&self.fp as *const libc::user_fpregs_struct).cast::<u8>(),
+                size_of::<libc::user_fpregs_struct>(),
+            )
+        };
+        image.extend_from_slice(fx);
+        remote::write_memory(self.tgid, base + code_len + SAVE_AREA, &image)?;
+        self.gadget = Some(base + STUB_SYSCALL);
+        Ok(())
     }
 
     /// Points the held thread at the stub → `walker(frame)`, with the save area filled so
@@ -192,7 +228,9 @@ impl Held {
                 status: "thread is inside a system call".into(),
             });
         }
-        remote::write_memory(self.tgid, seg.data() + SAVE_AREA, &save_area(&self.saved))?;
+        if self.gadget != Some(seg.base + STUB_SYSCALL) {
+            self.arm(seg.base, seg.code_len)?;
+        }
         let mut regs = self.saved;
         regs.rip = seg.base;
         regs.rsp = seg.stack + STACK_LEN;
@@ -288,6 +326,9 @@ impl Held {
     /// Puts the thread's own registers back and brings it to a quiet ptrace-stop, so that
     /// remote syscalls or another call can follow.
     fn land(&mut self, end: CallEnd) -> Result<(), RemoteError> {
+        // FPU first, then registers: at every instant in between, a tracer killed here leaves
+        // a thread that either finishes the stub's self-restore or is already restored.
+        remote::set_fpregs(self.tid, &self.fp)?;
         remote::set_regs(self.tid, &self.saved)?;
         if end == CallEnd::Returned {
             // At the getpid entry with orig_rax = -1: the kernel skips it; stop at its exit.
@@ -418,28 +459,23 @@ impl Segments {
             let base = h.mmap(code_len + DATA_LEN, rw, 0)?;
             mapped.push((base, code_len + DATA_LEN));
             remote::write_memory(h.tgid, base, &code)?;
-            let rx = libc::PROT_READ | libc::PROT_EXEC;
-            remote::mprotect(
-                h.tid,
-                &h.saved,
-                h.syscall_insn,
-                base,
-                code_len,
-                rx,
-                &mut h.held,
-            )?;
+            h.mprotect(base, code_len, libc::PROT_READ | libc::PROT_EXEC)?;
+            // From here on, remote syscalls go through our stub and restore themselves.
+            h.arm(base, code_len)?;
             let stack = h.mmap(STACK_LEN, rw, libc::MAP_NORESERVE)?;
             mapped.push((stack, STACK_LEN));
             let output = h.mmap(INITIAL_OUTPUT, rw, 0)?;
             mapped.push((output, INITIAL_OUTPUT));
-            Ok(Self {
+            let seg = Self {
                 base,
                 code_len,
                 walkers: entries.iter().map(|e| base + e).collect(),
                 stack,
                 output,
                 output_len: INITIAL_OUTPUT,
-            })
+            };
+            seg.write_header(h.tgid)?;
+            Ok(seg)
         })();
         if result.is_err() {
             for (addr, len) in mapped {
@@ -477,7 +513,70 @@ impl Segments {
         let _ = h.munmap(self.output, self.output_len);
         self.output = fresh;
         self.output_len = bigger;
-        Ok(())
+        self.write_header(h.tgid)
+    }
+
+    fn write_header(&self, tgid: i32) -> Result<(), RemoteError> {
+        let words = [MAGIC, self.stack, STACK_LEN, self.output, self.output_len];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        remote::write_memory(tgid, self.data() + HEADER, &bytes)
+    }
+
+    /// Segments a killed oi-trace left in `pid`: an anonymous RX mapping that starts with our
+    /// stub, followed by its data part whose header names the stack and output mappings.
+    pub fn leftovers(pid: i32) -> Vec<Self> {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return Vec::new();
+        };
+        let anon: Vec<(u64, u64, String)> = maps
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() != 5 || f[4] != "0" {
+                    return None;
+                }
+                let (a, b) = f[0].split_once('-')?;
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                    f[1].to_string(),
+                ))
+            })
+            .collect();
+        let mut found = Vec::new();
+        for pair in anon.windows(2) {
+            let ((base, code_end, perms), (data, data_end, data_perms)) = (&pair[0], &pair[1]);
+            if !perms.starts_with("r-x") || !data_perms.starts_with("rw-") || data != code_end {
+                continue;
+            }
+            let code_len = code_end - base;
+            if data_end - data != DATA_LEN {
+                continue;
+            }
+            let mut head = vec![0u8; STUB_LEN as usize];
+            let mut header = [0u8; 40];
+            if remote::read_memory(pid, *base, &mut head).is_err()
+                || head != stub(code_len)
+                || remote::read_memory(pid, data + HEADER, &mut header).is_err()
+            {
+                continue;
+            }
+            let w = |i: usize| {
+                u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
+            };
+            if w(0) != MAGIC || w(2) != STACK_LEN {
+                continue;
+            }
+            found.push(Self {
+                base: *base,
+                code_len,
+                walkers: Vec::new(),
+                stack: w(1),
+                output: w(3),
+                output_len: w(4),
+            });
+        }
+        found
     }
 
     /// Unmaps everything from the process of the held thread.
@@ -500,9 +599,8 @@ mod tests {
         // The jmp's rip-relative displacement lands on the rip slot.
         let disp = i32::from_le_bytes(code[59..63].try_into().unwrap()) as i64;
         assert_eq!(63 + disp, (2 * PAGE + RIP_SLOT) as i64);
-        assert_eq!(
-            save_area(&unsafe { std::mem::zeroed() }).len() as u64,
-            RIP_SLOT + 8
-        );
+        // SAFETY: an all-zero register set is a valid value (plain integers).
+        let zero: Regs = unsafe { std::mem::zeroed() };
+        assert_eq!(save_area(&zero).len() as u64, RIP_SLOT + 8);
     }
 }

@@ -125,7 +125,10 @@ pub fn find_syscall_instruction(pid: i32) -> Result<u64, RemoteError> {
         let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
             continue;
         };
-        if perms.as_bytes().get(2) != Some(&b'x') {
+        // The target's own code only (files and the vDSO): an anonymous executable mapping
+        // may be a leftover segment of ours, whose `syscall` falls into a stale restore.
+        let path = fields.nth(3).unwrap_or("");
+        if perms.as_bytes().get(2) != Some(&b'x') || !(path.starts_with('/') || path == "[vdso]") {
             continue;
         }
         let Some((start, end)) = range.split_once('-') else {

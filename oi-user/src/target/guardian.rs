@@ -1,0 +1,102 @@
+//! A last line of defence for when oi-trace is killed with SIGKILL.
+//!
+//! The in-target walk restores itself (see `hijack`), and the kernel drops a signal-delivery
+//! stop's signal when the tracer dies. One case remains: a SIGSTOP that the eBPF trigger sent
+//! an instant before the tracer died and that the thread had not yet taken. Untraced, it
+//! stops the whole process. So a small child process, forked before anything else exists
+//! (no eBPF fds, no threads), watches a pipe from oi-trace; if the pipe closes without a
+//! "clean" word, it resumes every watched process that it finds stopped.
+
+use std::{
+    fs::File,
+    io::{BufRead as _, BufReader, Write as _},
+    os::fd::{FromRawFd as _, OwnedFd},
+    time::Duration,
+};
+
+use super::procfs;
+
+pub struct Guardian {
+    pipe: File,
+}
+
+impl Guardian {
+    /// Forks the guardian. Call while the process is single-threaded and holds no eBPF fds.
+    pub fn spawn() -> std::io::Result<Self> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into the array we own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both fds were just created and are owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the caller guarantees a single-threaded process, so the child may run
+        // ordinary code; it never returns into the parent's code paths (it _exits).
+        match unsafe { libc::fork() } {
+            -1 => Err(std::io::Error::last_os_error()),
+            0 => {
+                drop(write);
+                detach_stdio();
+                watch(File::from(read));
+                // SAFETY: ends the child without running the parent's destructors.
+                unsafe { libc::_exit(0) }
+            }
+            _ => Ok(Self {
+                pipe: File::from(write),
+            }),
+        }
+    }
+
+    /// From now on, resume `pid` if oi-trace dies without saying "clean".
+    pub fn watch(&mut self, pid: i32) {
+        let _ = writeln!(self.pipe, "watch {pid}");
+    }
+
+    /// oi-trace has let every process go: nothing to repair.
+    pub fn clean(&mut self) {
+        let _ = writeln!(self.pipe, "clean");
+    }
+}
+
+/// The guardian's stdio goes to /dev/null, so that it never holds a pipe of the user's open.
+fn detach_stdio() {
+    // SAFETY: plain open/dup2 calls on fds 0-2.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+    }
+}
+
+fn watch(pipe: File) {
+    let mut watched: Vec<i32> = Vec::new();
+    let mut clean = false;
+    for line in BufReader::new(pipe).lines() {
+        let Ok(line) = line else { break };
+        if let Some(pid) = line.strip_prefix("watch ").and_then(|p| p.parse().ok()) {
+            watched.push(pid);
+            clean = false;
+        } else if line == "clean" {
+            clean = true;
+        }
+    }
+    if clean {
+        return;
+    }
+    // oi-trace is gone; the kernel has detached its tracees. A SIGSTOP in flight may still
+    // land: watch for a little while.
+    for _ in 0..50 {
+        for &pid in &watched {
+            if procfs::state(pid) == Some('T') {
+                // SAFETY: kill with plain integers.
+                unsafe {
+                    libc::kill(pid, libc::SIGCONT);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,179 @@
+//! The walker inside the target, end to end: a corrupt object faults in the walker and only
+//! the sample fails; the maps come back as they were and never hold an RWX mapping; oi-trace
+//! killed with SIGKILL at random moments of sampling leaves the target running and correct.
+//! (That JIT output equals the remote walker's, byte for byte, is checked by every footprint
+//! journey.)
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use oi_e2e::{Fixture, FixtureBuild, OiTrace, SIGKILL, privileged, run_oi_trace};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn jit_target() -> PathBuf {
+    FixtureBuild::new("jit_target").build()
+}
+
+/// `/proc/PID/maps` without the kernel's uprobe trampoline page, which the kernel adds at
+/// the first hit of any uprobe and keeps for the life of the process.
+fn maps_of(pid: i32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("maps")
+        .lines()
+        .filter(|l| !l.ends_with("[uprobes]"))
+        .map(String::from)
+        .collect()
+}
+
+fn has_rwx(maps: &[String]) -> bool {
+    maps.iter().any(|l| {
+        l.split_whitespace()
+            .nth(1)
+            .is_some_and(|p| p.starts_with("rwx"))
+    })
+}
+
+/// The fixture is alive, not stopped, not traced, and still doing (and checking) its work.
+fn assert_healthy(fixture: &mut Fixture) {
+    fixture.assert_running();
+    let tick = fixture.stdout.expect("tick", 20 * SECOND);
+    assert!(!tick.contains("CORRUPT"), "{tick}");
+}
+
+#[test]
+fn a_corrupt_object_fails_only_the_sample() {
+    if !privileged() {
+        return;
+    }
+    let mut fixture = Fixture::start(&jit_target(), &["garbage"]);
+    let pid = fixture.pid.to_string();
+    let out = run_oi_trace(
+        &[
+            "--pid",
+            &pid,
+            "--uprobe",
+            "shop::inspect_items",
+            "--count",
+            "1",
+        ],
+        60 * SECOND,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:#?}");
+    let error = out
+        .stderr
+        .iter()
+        .find(|l| l.contains("error: sample"))
+        .expect("an error line");
+    assert!(
+        error.contains("walk of arg0 faulted at 0xdead0000"),
+        "{error}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no result for a failed sample: {}",
+        out.stdout
+    );
+    assert_healthy(&mut fixture);
+    assert_healthy(&mut fixture);
+    assert!(fixture.finish().success());
+}
+
+#[test]
+fn maps_are_restored_and_never_rwx() {
+    if !privileged() {
+        return;
+    }
+    let mut fixture = Fixture::start(&jit_target(), &[]);
+    let pid = fixture.pid;
+    let before = maps_of(pid);
+    let pid_arg = pid.to_string();
+    let tracer = OiTrace::attached(&[
+        "--pid",
+        &pid_arg,
+        "--uprobe",
+        "shop::inspect",
+        "--every",
+        "100",
+        "--duration",
+        "2",
+    ]);
+    let mut saw_segments = false;
+    let deadline = Instant::now() + 2 * SECOND;
+    while Instant::now() < deadline {
+        let now = maps_of(pid);
+        assert!(!has_rwx(&now), "an RWX mapping appeared: {now:#?}");
+        saw_segments |= now.len() > before.len();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = tracer.finish(30 * SECOND);
+    assert!(out.status.success(), "{out:#?}");
+    assert!(
+        out.stdout.lines().count() > 10,
+        "samples were taken: {out:#?}"
+    );
+    assert!(
+        saw_segments,
+        "the walker's segments were seen while sampling"
+    );
+    assert_eq!(maps_of(pid), before, "segments left behind");
+    assert_healthy(&mut fixture);
+    assert!(fixture.finish().success());
+}
+
+/// A small deterministic generator, enough to spread kill moments.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
+    if !privileged() {
+        return;
+    }
+    let mut fixture = Fixture::start(&jit_target(), &[]);
+    let pid = fixture.pid.to_string();
+    let maps_before = maps_of(fixture.pid);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    eprintln!("kill moments from seed {seed}");
+    let mut rng = Lcg(seed);
+    for run in 0..50 {
+        let tracer =
+            OiTrace::attached(&["--pid", &pid, "--uprobe", "shop::inspect", "--every", "1"]);
+        std::thread::sleep(Duration::from_micros(rng.below(150_000)));
+        tracer.signal(SIGKILL);
+        let out = tracer.finish(10 * SECOND);
+        assert!(
+            out.status.code().is_none(),
+            "run {run}: oi-trace was killed"
+        );
+        // The kernel detaches the threads as the tracer dies; give it a moment.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_healthy(&mut fixture);
+    }
+    // A normal run finds the segments the killed runs left behind and removes them too.
+    let out = run_oi_trace(
+        &["--pid", &pid, "--uprobe", "shop::inspect", "--count", "1"],
+        60 * SECOND,
+    );
+    assert!(out.status.success(), "{out:#?}");
+    assert_eq!(
+        maps_of(fixture.pid),
+        maps_before,
+        "leftover segments removed"
+    );
+    assert_healthy(&mut fixture);
+    assert!(fixture.finish().success());
+}
