@@ -195,6 +195,13 @@ impl Lines {
         }
     }
 
+    /// The lines that arrived since the last call, without waiting.
+    pub fn take(&mut self) -> Vec<String> {
+        let fresh: Vec<String> = self.rx.try_iter().collect();
+        self.seen.extend(fresh.iter().cloned());
+        fresh
+    }
+
     /// Everything until the stream closes (the child exited).
     pub fn rest(&mut self) -> Vec<String> {
         while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(30)) {

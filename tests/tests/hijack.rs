@@ -130,7 +130,6 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
         let mut out = [0u8; 8];
         remote::read_memory(pid, seg.output, &mut out).expect("output");
         assert_eq!(out, expected, "the walker read the target's memory");
-        assert_eq!(remote::get_regs(pid).expect("regs").rsp, regs.rsp);
         held.end().expect("release");
     }
 

@@ -28,6 +28,16 @@ fn maps_of(pid: i32) -> Vec<String> {
         .collect()
 }
 
+/// Maps before and after must be identical; on failure, show only what differs.
+fn assert_same_maps(before: &[String], after: &[String]) {
+    let gone: Vec<&String> = before.iter().filter(|l| !after.contains(l)).collect();
+    let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
+    assert!(
+        gone.is_empty() && new.is_empty(),
+        "maps changed: gone {gone:#?}, new {new:#?}"
+    );
+}
+
 fn has_rwx(maps: &[String]) -> bool {
     maps.iter().any(|l| {
         l.split_whitespace()
@@ -118,7 +128,7 @@ fn maps_are_restored_and_never_rwx() {
         saw_segments,
         "the walker's segments were seen while sampling"
     );
-    assert_eq!(maps_of(pid), before, "segments left behind");
+    assert_same_maps(&before, &maps_of(pid));
     assert_healthy(&mut fixture);
     assert!(fixture.finish().success());
 }

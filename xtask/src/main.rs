@@ -8,6 +8,8 @@ use std::{
     process::{Command, Stdio},
 };
 
+mod bench;
+
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
 
@@ -32,6 +34,13 @@ enum Task {
     },
     /// Set up, build, start the bundled example program and trace it.
     Demo,
+    /// Set up, build, then measure pause, time to first result, probe cost, DWARF at scale
+    /// and throughput against baselines measured in the same run.
+    Bench {
+        /// Smaller objects and fewer repetitions (under two minutes).
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -42,6 +51,9 @@ fn main() -> Result<()> {
             .and_then(|()| build())
             .and_then(|()| test(&cargo_args)),
         Task::Demo => setup().and_then(|()| build()).and_then(|()| demo()),
+        Task::Bench { quick } => setup()
+            .and_then(|()| build())
+            .and_then(|()| bench::run(&root(), quick)),
     }
 }
 

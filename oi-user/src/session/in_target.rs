@@ -18,6 +18,9 @@ use crate::{
     },
 };
 
+/// Outputs up to this size are copied out before the sampled thread resumes.
+const EAGER_COPY: u64 = 1 << 20;
+
 /// What one process carries of ours.
 struct Mapped {
     seg: Segments,
@@ -93,11 +96,28 @@ impl InTarget {
         let mut held = Held::begin(tgid, tid, insn)?;
         let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
         if let Err(Failure::Gone) = result {
-            return result;
+            return Err(Failure::Gone);
         }
+        // Small outputs are copied while the thread waits (a target that exits right after the
+        // call keeps its sample); large ones after it runs again (the buffer is ours alone),
+        // so the pause is the walk, not the copy.
+        let read = |(output, out_used): (u64, u64)| -> Result<Vec<u8>, Failure> {
+            let mut bytes = vec![0u8; out_used as usize];
+            remote::read_memory(tgid, output, &mut bytes)?;
+            Ok(bytes)
+        };
+        let early = match &result {
+            Ok((output, used)) if *used <= EAGER_COPY => Some(read((*output, *used))),
+            _ => None,
+        };
         before_resume();
         held.end()?;
-        result
+        let bytes = match early {
+            Some(bytes) => bytes?,
+            None => read(result?)?,
+        };
+        jit::split_streams(&bytes, measurer.roots().len())
+            .map_err(|e| Failure::Sample(Error::sample(e.to_string())))
     }
 
     fn walk(
@@ -107,7 +127,7 @@ impl InTarget {
         measurer: &Measurer,
         regs: &EntryRegs,
         bias: u64,
-    ) -> Result<Vec<Vec<u64>>, Failure> {
+    ) -> Result<(u64, u64), Failure> {
         let tgid = held.tgid;
         if !self.processes.contains_key(&tgid) {
             let code: Vec<(&[u8], u64)> = self
@@ -205,10 +225,7 @@ impl InTarget {
             }
             jit::check_status(&done)
                 .map_err(|e| Failure::Sample(Error::sample(format!("walk of {names}: {e}"))))?;
-            let mut bytes = vec![0u8; done.out_used as usize];
-            remote::read_memory(tgid, mapped.seg.output, &mut bytes)?;
-            return jit::split_streams(&bytes, located.len())
-                .map_err(|e| Failure::Sample(Error::sample(e.to_string())));
+            return Ok((mapped.seg.output, done.out_used));
         }
     }
 

@@ -47,8 +47,9 @@ const DATA_LEN: u64 = SCRATCH + SCRATCH_LEN;
 /// The walker's private stack: deep enough for the interpreter's nesting limit, mapped
 /// without reserve so only the depth a walk reaches costs memory.
 pub const STACK_LEN: u64 = crate::jit::RECOMMENDED_STACK;
-/// First size of the output buffer; it grows to what a walk reports it needs.
-const INITIAL_OUTPUT: u64 = 1024 * 1024;
+/// First size of the output buffer (reserved lazily: only what walks write is touched); it
+/// grows to what a walk reports it needs.
+const INITIAL_OUTPUT: u64 = 16 * 1024 * 1024;
 /// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
 const STUB_DONE: u64 = 17;
 /// Offset of the stub's `syscall` instruction (followed by its self-restore).
@@ -128,6 +129,8 @@ pub struct Held {
     /// through it is followed by the stub's self-restore, so even a tracer killed mid-call
     /// leaves the thread intact.
     gadget: Option<u64>,
+    /// The thread waits at the entry of the stub's `getpid` after a walk (see `land`).
+    at_done_stop: bool,
 }
 
 /// How one call of a walker ended.
@@ -161,6 +164,7 @@ impl Held {
             held: HeldSignals::default(),
             syscall_insn,
             gadget: None,
+            at_done_stop: false,
         })
     }
 
@@ -169,6 +173,7 @@ impl Held {
     }
 
     fn mmap(&mut self, len: u64, prot: i32, extra_flags: i32) -> Result<u64, RemoteError> {
+        self.land()?;
         let (tid, insn) = (self.tid, self.insn());
         remote::mmap(
             tid,
@@ -182,11 +187,13 @@ impl Held {
     }
 
     fn munmap(&mut self, addr: u64, len: u64) -> Result<(), RemoteError> {
+        self.land()?;
         let (tid, insn) = (self.tid, self.insn());
         remote::munmap(tid, &self.saved, insn, addr, len, &mut self.held)
     }
 
     fn mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), RemoteError> {
+        self.land()?;
         let (tid, insn) = (self.tid, self.insn());
         remote::mprotect(tid, &self.saved, insn, addr, len, prot, &mut self.held)
     }
@@ -218,6 +225,7 @@ impl Held {
     /// Points the held thread at the stub → `walker(frame)`, with the save area filled so
     /// that the stub can bring the thread back by itself. Nothing runs until it is resumed.
     pub fn prepare_call(&mut self, seg: &Segments, walker: u64) -> Result<(), RemoteError> {
+        self.land()?;
         let tid = self.tid;
         if self.saved.orig_rax != u64::MAX {
             // Only ever called at a probe hit in user code; inside a syscall the stub's
@@ -319,23 +327,33 @@ impl Held {
                 }
             }
         };
-        self.land(end)?;
+        if end == CallEnd::Returned {
+            // Left at the stub's `getpid` entry: `end` resumes straight from there, and only a
+            // caller that needs more remote work pays for `land`.
+            self.at_done_stop = true;
+        } else {
+            self.put_back()?;
+        }
         Ok(end)
     }
 
-    /// Puts the thread's own registers back and brings it to a quiet ptrace-stop, so that
-    /// remote syscalls or another call can follow.
-    fn land(&mut self, end: CallEnd) -> Result<(), RemoteError> {
-        // FPU first, then registers: at every instant in between, a tracer killed here leaves
-        // a thread that either finishes the stub's self-restore or is already restored.
+    /// FPU first, then registers: at every instant in between, a tracer killed here leaves a
+    /// thread that either finishes the stub's self-restore or is already restored.
+    fn put_back(&self) -> Result<(), RemoteError> {
         remote::set_fpregs(self.tid, &self.fp)?;
-        remote::set_regs(self.tid, &self.saved)?;
-        if end == CallEnd::Returned {
+        remote::set_regs(self.tid, &remote::restorable(&self.saved))
+    }
+
+    /// Brings a thread left at the stub's `getpid` entry to a quiet ptrace-stop with its own
+    /// registers, so that remote syscalls or another call can follow.
+    pub fn land(&mut self) -> Result<(), RemoteError> {
+        if std::mem::take(&mut self.at_done_stop) {
+            self.put_back()?;
             // At the getpid entry with orig_rax = -1: the kernel skips it; stop at its exit.
             let pid = Pid::from_raw(self.tid);
             ptrace::syscall(pid, None).map_err(|e| ptrace_error(self.tid, e))?;
             match remote::wait_for(self.tid, &mut self.held, remote::ptrace_syscall)? {
-                WaitStatus::PtraceSyscall(_) => remote::set_regs(self.tid, &self.saved)?,
+                WaitStatus::PtraceSyscall(_) => self.put_back()?,
                 other => {
                     return Err(RemoteError::Unexpected {
                         tid: self.tid,
@@ -351,16 +369,15 @@ impl Held {
     /// Puts registers and FPU state back but leaves the thread stopped (for a caller that
     /// detaches it next); returns the signals held meanwhile, to be delivered after that.
     pub fn restore(self) -> Result<HeldSignals, RemoteError> {
-        remote::set_regs(self.tid, &remote::restorable(&self.saved))?;
-        remote::set_fpregs(self.tid, &self.fp)?;
+        self.put_back()?;
         Ok(self.held)
     }
 
     /// Gives the thread back: registers and FPU state as they were, running, our SIGSTOP
     /// suppressed, held signals delivered again in their order.
     pub fn end(mut self) -> Result<(), RemoteError> {
-        remote::set_regs(self.tid, &remote::restorable(&self.saved))?;
-        remote::set_fpregs(self.tid, &self.fp)?;
+        // From the stub's getpid entry too: with orig_rax = -1 the kernel skips the call.
+        self.put_back()?;
         ptrace::cont(Pid::from_raw(self.tid), None).map_err(|e| ptrace_error(self.tid, e))?;
         self.held.redeliver(self.tgid, self.tid);
         Ok(())
@@ -464,7 +481,7 @@ impl Segments {
             h.arm(base, code_len)?;
             let stack = h.mmap(STACK_LEN, rw, libc::MAP_NORESERVE)?;
             mapped.push((stack, STACK_LEN));
-            let output = h.mmap(INITIAL_OUTPUT, rw, 0)?;
+            let output = h.mmap(INITIAL_OUTPUT, rw, libc::MAP_NORESERVE)?;
             mapped.push((output, INITIAL_OUTPUT));
             let seg = Self {
                 base,

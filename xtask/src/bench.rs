@@ -1,0 +1,441 @@
+//! `cargo xtask bench`: the figures of oi-trace's speed promise, each a ratio against a
+//! baseline measured in the same run on the same machine. Prints a table and writes
+//! `target/bench/results.json`. `--quick` shrinks the objects and repetitions.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use oi_e2e::{Fixture, FixtureBuild, OiTrace, SIGINT, SIGUSR1, TempDir};
+use serde_json::json;
+
+/// One measured figure.
+struct Figure {
+    name: String,
+    value: f64,
+    baseline: f64,
+    unit: &'static str,
+    goal: String,
+    pass: Option<bool>,
+}
+
+impl Figure {
+    fn ratio(&self) -> f64 {
+        if self.baseline > 0.0 {
+            self.value / self.baseline
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+pub fn run(root: &Path, quick: bool) -> Result<()> {
+    // The fixtures' helpers run the same binary (`$OI_TRACE_BIN`, else this one).
+    let bin = oi_e2e::oi_trace_bin();
+    let mut figures = Vec::new();
+    pause(quick, &mut figures)?;
+    first_result(&bin, &mut figures)?;
+    probe_cost(quick, &mut figures)?;
+    dwarf_at_scale(root, &bin, quick, &mut figures)?;
+    throughput(quick, &mut figures)?;
+    report(root, &figures)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn value_of(line: &str, key: &str) -> Option<f64> {
+    line.strip_prefix(key)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// 1. The pause a sampled call feels, timed by the fixture itself, against the fixture's own
+/// walk of the same object.
+fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    let target = FixtureBuild::new("bench_target").build();
+    let scale = if quick { 10 } else { 1 };
+    let objects = [
+        ("vecstr", 1_000_000 / scale, "vector<string>"),
+        ("mapstr", 100_000 / scale, "map<int,string>"),
+        ("umap", 100_000 / scale, "unordered_map<string,vector<int>>"),
+        ("nested", 0, "struct of 20 members, 3 levels"),
+    ];
+    let samples = if quick { 3 } else { 7 };
+    for (kind, n, label) in objects {
+        let mut fixture = Fixture::start(&target, &["pause", kind, &n.to_string()]);
+        let native = value_of(
+            &fixture.stdout.expect("native_ns", Duration::from_secs(120)),
+            "native_ns ",
+        )
+        .context("native_ns")?;
+        let pid = fixture.pid.to_string();
+        for mode in ["jit", "remote"] {
+            fixture.stdout.take();
+            let symbol = format!("bench::inspect_{kind}");
+            let tracer = OiTrace::attached(&[
+                "--pid",
+                &pid,
+                "--uprobe",
+                &symbol,
+                "--mode",
+                mode,
+                "--count",
+                &samples.to_string(),
+            ]);
+            let out = tracer.finish(Duration::from_secs(300));
+            if !out.status.success() {
+                bail!("oi-trace --mode {mode} on {kind} failed: {:?}", out.stderr);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let mut calls: Vec<f64> = fixture
+                .stdout
+                .take()
+                .iter()
+                .filter_map(|l| value_of(l, "call_ns "))
+                .collect();
+            // The sampled calls are the slow ones; the others cost nanoseconds.
+            calls.sort_by(|a, b| b.total_cmp(a));
+            calls.truncate(samples);
+            let paused = median(calls);
+            let (goal, pass) = if mode == "jit" {
+                (
+                    "≤ 1.2× native + 50 µs".to_string(),
+                    paused <= 1.2 * native + 50_000.0,
+                )
+            } else {
+                ("≤ 30× native".to_string(), paused <= 30.0 * native)
+            };
+            figures.push(Figure {
+                name: format!(
+                    "pause per sample, {mode}, {label}{}",
+                    if n > 0 {
+                        format!(" of {n}")
+                    } else {
+                        String::new()
+                    }
+                ),
+                value: paused / 1e3,
+                baseline: native / 1e3,
+                unit: "µs",
+                goal,
+                pass: Some(pass),
+            });
+        }
+        drop(fixture);
+    }
+    Ok(())
+}
+
+/// Wall time of one command, which must succeed.
+fn timed(cmd: &mut Command) -> Result<f64> {
+    let started = Instant::now();
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output()?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// 2. Time to the first result, cold (empty cache) and warm, against gdb printing the object.
+fn first_result(bin: &Path, figures: &mut Vec<Figure>) -> Result<()> {
+    let target = FixtureBuild::new("demo_shop").build();
+    let fixture = Fixture::start(&target, &[]);
+    let pid = fixture.pid.to_string();
+    let cache = TempDir::new("bench-cache");
+    let run = || {
+        timed(
+            Command::new(bin)
+                .args([
+                    "--pid",
+                    &pid,
+                    "--uprobe",
+                    "shop::Ledger::inspect",
+                    "--arg",
+                    "this",
+                    "--count",
+                    "1",
+                ])
+                .env("XDG_CACHE_HOME", cache.path()),
+        )
+    };
+    let cold = run()?;
+    let warm = median((0..3).map(|_| run()).collect::<Result<Vec<_>>>()?);
+    let gdb = timed(Command::new("gdb").args([
+        "-p",
+        &pid,
+        "-batch",
+        "-ex",
+        "thread 1",
+        "-ex",
+        "frame function main",
+        "-ex",
+        "print ledger",
+    ]))
+    .unwrap_or(f64::NAN);
+    for (name, value, goal, limit) in [
+        ("cold", cold, "< 1 s and < gdb", 1.0),
+        ("warm", warm, "< 0.3 s and < gdb", 0.3),
+    ] {
+        figures.push(Figure {
+            name: format!("time to first result, {name} (baseline: gdb -p -batch print)"),
+            value: value * 1e3,
+            baseline: gdb * 1e3,
+            unit: "ms",
+            goal: goal.into(),
+            pass: Some(value < limit && (gdb.is_nan() || value < gdb)),
+        });
+    }
+    drop(fixture);
+    Ok(())
+}
+
+/// 3. Cost per call of the probed function: no probe, a counting probe, a sampling probe.
+fn probe_cost(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    let calls: u64 = if quick { 200_000 } else { 1_000_000 };
+    let target = FixtureBuild::new("bench_target").build();
+    let mut fixture = Fixture::start(&target, &["hot", &calls.to_string()]);
+    let pid = fixture.pid.to_string();
+    let mut per_call = |args: Option<&[&str]>| -> Result<f64> {
+        let tracer = args.map(|a| {
+            let mut all = vec!["--pid", &pid, "--uprobe", "bench::hot"];
+            all.extend_from_slice(a);
+            OiTrace::attached(&all)
+        });
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            fixture.signal(SIGUSR1);
+            let line = fixture.stdout.expect("hot_ns", Duration::from_secs(120));
+            runs.push(value_of(&line, "hot_ns ").context("hot_ns")? / calls as f64);
+        }
+        if let Some(t) = tracer {
+            t.signal(SIGINT);
+            t.finish(Duration::from_secs(60));
+        }
+        Ok(median(runs))
+    };
+    let none = per_call(None)?;
+    let counting = per_call(Some(&["--count-only"]))?;
+    let sampling = per_call(Some(&["--every", "1000"]))?;
+    figures.push(Figure {
+        name: "probe cost per call, counting probe (baseline: no probe)".into(),
+        value: counting,
+        baseline: none,
+        unit: "ns",
+        goal: "report".into(),
+        pass: None,
+    });
+    figures.push(Figure {
+        name: "probe cost per call, --every 1000 (baseline: counting probe)".into(),
+        value: sampling,
+        baseline: counting,
+        unit: "ns",
+        goal: "≤ 1.1× counting".into(),
+        pass: Some(sampling <= 1.1 * counting),
+    });
+    Ok(())
+}
+
+/// Writes a C++ program with `types` struct types and four functions per type.
+fn generate_program(path: &Path, types: usize) -> Result<()> {
+    let mut src = String::from(
+        "#include <map>\n#include <string>\n#include <vector>\n#include <unistd.h>\n#include <cstdio>\nnamespace gen {\nstruct T0 { int a; };\n",
+    );
+    for i in 1..types {
+        src.push_str(&format!(
+            "struct T{i} {{ int a{i}; double b; std::string name; std::vector<T{p}> items; std::map<int, T{q}*> index; }};\n",
+            p = i / 2,
+            q = i / 3
+        ));
+        for k in 0..4 {
+            src.push_str(&format!(
+                "__attribute__((noinline)) long f{i}_{k}(const T{i}& x) {{ asm volatile(\"\" ::: \"memory\"); return x.a{i} + {k} + (long)x.items.size(); }}\n"
+            ));
+        }
+    }
+    let last = types - 1;
+    src.push_str(&format!(
+        "}}\nint main() {{ static gen::T{last} t; std::printf(\"ready %d\\n\", getpid()); std::fflush(stdout); long s = 0; for (;;) {{ s += gen::f{last}_0(t); usleep(1000); }} }}\n"
+    ));
+    std::fs::write(path, src)?;
+    Ok(())
+}
+
+/// Runs `cmd` to completion; returns wall seconds and peak RSS in MiB (wait4's rusage).
+fn timed_with_rss(cmd: &mut Command) -> Result<(f64, f64)> {
+    let started = Instant::now();
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for the child we spawned, writing into locals we own.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let wall = started.elapsed().as_secs_f64();
+    if rc < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("{cmd:?} failed (status {status})");
+    }
+    Ok((wall, usage.ru_maxrss as f64 / 1024.0))
+}
+
+/// 4. Resolving a probe and building its type graph in a program with thousands of types.
+fn dwarf_at_scale(root: &Path, bin: &Path, quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    let types = if quick { 1_000 } else { 5_000 };
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join(format!("generated_{types}.cpp"));
+    let exe: PathBuf = dir.join(format!("generated_{types}"));
+    if !exe.exists() {
+        generate_program(&src, types)?;
+        eprintln!(
+            "bench: compiling a program with {types} types and {} functions",
+            4 * (types - 1)
+        );
+        let status = Command::new("g++")
+            .args(["-g", "-O0", "-std=c++17", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()?;
+        if !status.success() {
+            bail!("g++ failed on {}", src.display());
+        }
+    }
+    let fixture = Fixture::start(&exe, &[]);
+    let pid = fixture.pid.to_string();
+    let symbol = format!("gen::f{}_0", types - 1);
+    let cache = TempDir::new("bench-dwarf");
+    let (wall, rss) = timed_with_rss(
+        Command::new(bin)
+            .args(["--pid", &pid, "--uprobe", &symbol, "--count", "1"])
+            .env("XDG_CACHE_HOME", cache.path()),
+    )?;
+    // Baseline: the same run on a small program (the fixed cost of oi-trace itself).
+    let small = FixtureBuild::new("demo_shop").build();
+    let small_fixture = Fixture::start(&small, &[]);
+    let small_pid = small_fixture.pid.to_string();
+    let (base_wall, base_rss) = timed_with_rss(
+        Command::new(bin)
+            .args([
+                "--pid",
+                &small_pid,
+                "--uprobe",
+                "shop::Ledger::inspect",
+                "--arg",
+                "this",
+                "--count",
+                "1",
+            ])
+            .env("XDG_CACHE_HOME", cache.path()),
+    )?;
+    let functions = 4 * (types - 1);
+    figures.push(Figure {
+        name: format!(
+            "first sample, {types} types / {functions} functions: wall (baseline: small program)"
+        ),
+        value: wall * 1e3,
+        baseline: base_wall * 1e3,
+        unit: "ms",
+        goal: "< 1 s".into(),
+        pass: Some(wall < 1.0),
+    });
+    figures.push(Figure {
+        name: format!("first sample, {types} types / {functions} functions: peak RSS (baseline: small program)"),
+        value: rss,
+        baseline: base_rss,
+        unit: "MiB",
+        goal: "< 300 MiB".into(),
+        pass: Some(rss < 300.0),
+    });
+    Ok(())
+}
+
+/// 5. Samples per second with --every 1 on 4 threads calling 10,000 times a second in all.
+fn throughput(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    let target = FixtureBuild::new("bench_target").build();
+    let fixture = Fixture::start(&target, &["busy", "4", "2500"]);
+    let pid = fixture.pid.to_string();
+    let dir = TempDir::new("bench-throughput");
+    let summary = dir.file("summary.json");
+    let seconds = if quick { 2 } else { 5 };
+    let tracer = OiTrace::attached(&[
+        "--pid",
+        &pid,
+        "--uprobe",
+        "bench::hot",
+        "--every",
+        "1",
+        "--arg",
+        "arg0",
+        "--duration",
+        &seconds.to_string(),
+        "--summary",
+        summary.to_str().unwrap_or_default(),
+    ]);
+    let out = tracer.finish(Duration::from_secs(120));
+    if !out.status.success() {
+        bail!("throughput run failed: {:?}", out.stderr);
+    }
+    let sum: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary)?)?;
+    let per_s = |k: &str| sum[0][k].as_f64().unwrap_or(f64::NAN) / seconds as f64;
+    figures.push(Figure {
+        name: format!(
+            "samples per second, --every 1, 4 threads (baseline: hits per second; dropped {:.0}/s)",
+            per_s("dropped")
+        ),
+        value: per_s("sampled"),
+        baseline: per_s("hits"),
+        unit: "/s",
+        goal: "report".into(),
+        pass: None,
+    });
+    Ok(())
+}
+
+fn report(root: &Path, figures: &[Figure]) -> Result<()> {
+    println!(
+        "\n{:<92} {:>12} {:>12} {:>8}  {:<24} pass",
+        "figure", "value", "baseline", "ratio", "goal"
+    );
+    for f in figures {
+        println!(
+            "{:<92} {:>9.1} {:<2} {:>9.1} {:<2} {:>8.3}  {:<24} {}",
+            f.name,
+            f.value,
+            f.unit,
+            f.baseline,
+            f.unit,
+            f.ratio(),
+            f.goal,
+            match f.pass {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            }
+        );
+    }
+    let rows: Vec<_> = figures
+        .iter()
+        .map(|f| {
+            json!({"name": f.name, "value": f.value, "unit": f.unit, "baseline": f.baseline,
+                   "ratio": f.ratio(), "goal": f.goal, "pass": f.pass})
+        })
+        .collect();
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&rows)?,
+    )?;
+    println!("\nwritten to {}", dir.join("results.json").display());
+    Ok(())
+}
