@@ -65,7 +65,19 @@ enum End {
 pub fn run(args: &Args) -> Result<()> {
     args.validate().map_err(Error::input)?;
     let scope = match (args.pid, &args.cgroup) {
-        (Some(pid), _) => Scope::Pid(ProcessInfo::inspect(pid)?),
+        (Some(pid), _) => {
+            let info = ProcessInfo::inspect(pid)?;
+            // Sampling needs ptrace, and a process has one tracer at most: say who holds it
+            // before anything is loaded. (Counting only needs no ptrace.)
+            if !args.count_only
+                && let Some((tracer, name)) = ProcessInfo::tracer_of(pid)
+            {
+                return Err(Error::input(format!(
+                    "pid {pid} is already traced by pid {tracer} ({name})"
+                )));
+            }
+            Scope::Pid(info)
+        }
         (None, Some(path)) => Scope::Cgroup(Cgroup::resolve(path)?),
         (None, None) => return Err(Error::input("give --pid PID or --cgroup PATH")),
     };
@@ -119,11 +131,14 @@ pub fn run(args: &Args) -> Result<()> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
-    let result = session
-        .arm()
-        .and_then(|()| session.serve(&signals, deadline));
+    let armed = session.arm();
+    let was_armed = armed.is_ok();
+    let result = armed.and_then(|()| session.serve(&signals, deadline));
     session.shutdown();
-    session.print_summary()?;
+    // A target refused while arming (already traced) is bad input: its one line says it all.
+    if was_armed {
+        session.print_summary()?;
+    }
     match result? {
         End::TargetExited => Err(Error::sample("target exited")),
         End::Done if session.failed_samples > 0 => Err(Error::sample(format!(
@@ -172,11 +187,11 @@ fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
         let sites = match scope {
             Scope::Pid(info) => {
                 let place = format!("pid {} ({})", info.pid, info.comm);
-                vec![resolve::exactly_one(
-                    symbol,
-                    &place,
-                    resolve::in_process(&mut cache, info.pid, symbol)?,
-                )?]
+                let found = resolve::in_process(&mut cache, info.pid, symbol)?;
+                if found.is_empty() {
+                    return Err(resolve::not_found(&mut cache, info.pid, symbol, &place));
+                }
+                vec![resolve::exactly_one(symbol, &place, found)?]
             }
             Scope::Cgroup(cgroup) => resolve_in_cgroup(&mut cache, args, cgroup, symbol)?,
         };
