@@ -60,6 +60,8 @@ pub struct Probe {
 enum End {
     Done,
     TargetExited,
+    /// The target replaced its program (the path of the new one): its probes are gone.
+    TargetExec(String),
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -141,6 +143,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
     match result? {
         End::TargetExited => Err(Error::sample("target exited")),
+        End::TargetExec(program) => Err(Error::sample(format!(
+            "target exited (it executed {program})"
+        ))),
         End::Done if session.failed_samples > 0 => Err(Error::sample(format!(
             "{} of {} samples failed",
             session.failed_samples, session.samples
@@ -453,6 +458,21 @@ impl Session {
                     self.forget_process(tgid);
                     if matches!(self.scope, Scope::Pid(_)) {
                         return Ok(Some(End::TargetExited));
+                    }
+                }
+                Stop::Exec { tgid } => {
+                    // Our segments went with the old program: nothing to unmap at release.
+                    if let Some(in_target) = &mut self.in_target {
+                        in_target.forget(tgid);
+                    }
+                    self.sites.retain(|&(pid, _), _| pid != tgid);
+                    // The threads our SIGSTOPs were meant for are gone.
+                    self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
+                    self.trigger.clear_busy(tgid);
+                    if matches!(self.scope, Scope::Pid(_)) {
+                        let program = std::fs::read_link(format!("/proc/{tgid}/exe"))
+                            .map_or_else(|_| "another program".into(), |p| p.display().to_string());
+                        return Ok(Some(End::TargetExec(program)));
                     }
                 }
             }
