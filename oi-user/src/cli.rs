@@ -57,11 +57,11 @@ pub struct Args {
     pub arg: Vec<String>,
 
     /// Sample every Nth hit of each probe (counted exactly in the kernel).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub every: u64,
 
     /// Stop after K samples.
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "K")]
     pub count: Option<u64>,
 
     /// Stop after S seconds (decimals allowed).
@@ -120,6 +120,12 @@ pub enum Mode {
 impl Args {
     /// Checks that clap cannot express; the message is the user's error line.
     pub fn validate(&self) -> Result<(), String> {
+        if self.every == 0 {
+            return Err("--every must be at least 1 (sample every Nth hit), got 0".into());
+        }
+        if self.count == Some(0) {
+            return Err("--count must be at least 1 (stop after K samples), got 0".into());
+        }
         if let Some(d) = self.duration
             && !(d.is_finite() && d > 0.0)
         {

@@ -1,11 +1,21 @@
 //! The `oi-trace` binary: parse arguments, run a session, turn the outcome into an exit status.
 use std::process::ExitCode;
 
-use clap::Parser as _;
+use clap::{Parser as _, error::ErrorKind};
 use oi_trace::{cli::Args, session};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            e.exit()
+        }
+        Err(e) => {
+            // Usage errors follow the one-line rule of every other error.
+            eprintln!("oi-trace: error: {}", usage_line(&e.to_string()));
+            return ExitCode::from(2);
+        }
+    };
     match session::run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -13,4 +23,21 @@ fn main() -> ExitCode {
             e.exit_code()
         }
     }
+}
+
+/// clap's message on one line: without its `error: ` prefix, usage block and hint; a list it
+/// continues on indented lines (missing arguments) is joined in.
+fn usage_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().take_while(|l| !l.trim().is_empty());
+    let first = lines.next().unwrap_or_default();
+    let mut line = first
+        .strip_prefix("error: ")
+        .unwrap_or(first)
+        .trim_end()
+        .to_string();
+    let more: Vec<&str> = lines.map(str::trim).collect();
+    if !more.is_empty() {
+        line = format!("{} {}", line, more.join(", "));
+    }
+    format!("{line} (see --help)")
 }

@@ -22,10 +22,8 @@ pub type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DwarfError {
-    #[error(
-        "{path} has no debug information (no .debug_info, no separate debug file found); rebuild it with -g or install its debug package"
-    )]
-    NoDebugInfo { path: PathBuf },
+    #[error("{path} has no debug information (no .debug_info); {hint}")]
+    NoDebugInfo { path: PathBuf, hint: String },
     #[error("cannot read the debug information of {path}: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     #[error("no debug information for function {name} (at {address:#x}) in {path}")]
@@ -93,12 +91,14 @@ pub fn with_debug_info_in<T>(
         return Ok(f(&di));
     }
     let Some(debug_path) = separate_debug_file(&obj, &path, root) else {
-        return Err(DwarfError::NoDebugInfo { path });
+        let hint = debug_info_hint(&obj);
+        return Err(DwarfError::NoDebugInfo { path, hint });
     };
     let debug = Binary::open(&debug_path).map_err(|e| corrupt(e.to_string()))?;
     let dobj = debug.object().map_err(|e| corrupt(e.to_string()))?;
     if dobj.section_by_name(".debug_info").is_none() {
-        return Err(DwarfError::NoDebugInfo { path });
+        let hint = format!("its debug file {} has none either", debug_path.display());
+        return Err(DwarfError::NoDebugInfo { path, hint });
     }
     let di = DebugInfo::load(&dobj, &debug_path)?;
     Ok(f(&di))
@@ -135,6 +135,37 @@ fn separate_debug_file(obj: &object::File<'_>, path: &Path, root: &Path) -> Opti
         return candidates.into_iter().find(|p| p.is_file() && p != path);
     }
     None
+}
+
+/// Where the debug information of a file without it would be looked for, and how to get it
+/// there: for a user-facing message.
+pub fn debug_info_hint(obj: &object::File<'_>) -> String {
+    let mut places = Vec::new();
+    if let Ok(Some(id)) = obj.build_id()
+        && id.len() > 1
+    {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        places.push(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug (by its build-id {hex})",
+            &hex[..2],
+            &hex[2..]
+        ));
+    }
+    if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
+        places.push(format!(
+            "{} beside it or under /usr/lib/debug (by its .gnu_debuglink)",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    let looked = if places.is_empty() {
+        "it has no build-id and no .gnu_debuglink to find a separate debug file by".to_string()
+    } else {
+        format!("no separate debug file at {}", places.join(" or "))
+    };
+    format!(
+        "{looked}; rebuild it with -g, or install its debug info (the -dbg, -dbgsym or \
+         -debuginfo package of its distribution puts it under /usr/lib/debug)"
+    )
 }
 
 /// `/proc/PID/root` if `path` lies below one, else `/`.
@@ -185,6 +216,7 @@ impl<'a> DebugInfo<'a> {
         if units.is_empty() {
             return Err(DwarfError::NoDebugInfo {
                 path: path.to_path_buf(),
+                hint: "its .debug_info holds no unit".into(),
             });
         }
         Ok(Self {

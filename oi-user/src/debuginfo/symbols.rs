@@ -64,6 +64,79 @@ pub fn find_function(binary: &Binary, query: &str) -> Result<Vec<FunctionSymbol>
     Ok(found)
 }
 
+/// The demangled names (with parameters) of every function `binary` defines, without repeats.
+pub fn function_names(binary: &Binary) -> Result<Vec<String>, SymbolError> {
+    let obj = binary.object()?;
+    let mut names: Vec<String> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
+        .filter_map(|s| s.name().ok().map(demangle))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
+}
+
+/// Whether `binary` has a symbol table (`.symtab`); `strip` removes it.
+pub fn has_symbol_table(binary: &Binary) -> bool {
+    binary
+        .object()
+        .is_ok_and(|obj| obj.section_by_name(".symtab").is_some())
+}
+
+/// The at most `n` names among `names` (demangled, with parameters) closest to what the user
+/// typed, by edit distance; a query without a parameter list is compared with the names
+/// without theirs. Names too far to be a slip of the keyboard are left out.
+pub fn closest(query: &str, names: &[String], n: usize) -> Vec<String> {
+    let query = normalize(query);
+    let with_params = query.contains('(');
+    let limit = (query.chars().count() / 3).max(2);
+    let mut scored: Vec<(usize, &String)> = names
+        .iter()
+        .filter_map(|name| {
+            let full = normalize(name);
+            let compared = if with_params {
+                full
+            } else {
+                full.split_once('(')
+                    .map_or(full.clone(), |(bare, _)| bare.to_string())
+            };
+            let d = edit_distance(&query, &compared);
+            (d <= limit).then_some((d, name))
+        })
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(n)
+        .map(|(_, name)| name.clone())
+        .collect()
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // Far longer or shorter names cannot be close; skip the quadratic work.
+    if a.len().abs_diff(b.len()) > a.len().max(b.len()) / 2 + 2 {
+        return usize::MAX;
+    }
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Whether the ELF symbol `name` is what the (normalized) `query` names; returns its demangled
 /// form. A query matches the mangled name, the demangled name with parameters, or the
 /// demangled name without them (`ns::C::f` matches every overload of `ns::C::f`).
@@ -118,6 +191,33 @@ mod tests {
     fn normalize_drops_only_insignificant_spaces() {
         assert_eq!(normalize(" f(int, char const *) "), "f(int,char const*)");
         assert_eq!(normalize("unsigned long"), "unsigned long");
+    }
+
+    #[test]
+    fn closest_names_by_edit_distance() {
+        let names: Vec<String> = [
+            "shop::inspect(shop::Ledger const&, long)",
+            "shop::Ledger::audit(long) const",
+            "shop::price(int)",
+            "shop::price(double)",
+            "main",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            closest("shop::inspectt", &names, 3),
+            ["shop::inspect(shop::Ledger const&, long)"]
+        );
+        assert_eq!(
+            closest("shop::prize", &names, 3),
+            ["shop::price(double)", "shop::price(int)"]
+        );
+        assert_eq!(
+            closest("shop::price(lnog)", &names, 3),
+            ["shop::price(int)"]
+        );
+        assert!(closest("something::else::entirely", &names, 3).is_empty());
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

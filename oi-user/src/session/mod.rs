@@ -60,12 +60,26 @@ pub struct Probe {
 enum End {
     Done,
     TargetExited,
+    /// The target replaced its program (the path of the new one): its probes are gone.
+    TargetExec(String),
 }
 
 pub fn run(args: &Args) -> Result<()> {
     args.validate().map_err(Error::input)?;
     let scope = match (args.pid, &args.cgroup) {
-        (Some(pid), _) => Scope::Pid(ProcessInfo::inspect(pid)?),
+        (Some(pid), _) => {
+            let info = ProcessInfo::inspect(pid)?;
+            // Sampling needs ptrace, and a process has one tracer at most: say who holds it
+            // before anything is loaded. (Counting only needs no ptrace.)
+            if !args.count_only
+                && let Some((tracer, name)) = ProcessInfo::tracer_of(pid)
+            {
+                return Err(Error::input(format!(
+                    "pid {pid} is already traced by pid {tracer} ({name})"
+                )));
+            }
+            Scope::Pid(info)
+        }
         (None, Some(path)) => Scope::Cgroup(Cgroup::resolve(path)?),
         (None, None) => return Err(Error::input("give --pid PID or --cgroup PATH")),
     };
@@ -119,13 +133,19 @@ pub fn run(args: &Args) -> Result<()> {
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
-    let result = session
-        .arm()
-        .and_then(|()| session.serve(&signals, deadline));
+    let armed = session.arm();
+    let was_armed = armed.is_ok();
+    let result = armed.and_then(|()| session.serve(&signals, deadline));
     session.shutdown();
-    session.print_summary()?;
+    // A target refused while arming (already traced) is bad input: its one line says it all.
+    if was_armed {
+        session.print_summary()?;
+    }
     match result? {
         End::TargetExited => Err(Error::sample("target exited")),
+        End::TargetExec(program) => Err(Error::sample(format!(
+            "target exited (it executed {program})"
+        ))),
         End::Done if session.failed_samples > 0 => Err(Error::sample(format!(
             "{} of {} samples failed",
             session.failed_samples, session.samples
@@ -172,11 +192,11 @@ fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
         let sites = match scope {
             Scope::Pid(info) => {
                 let place = format!("pid {} ({})", info.pid, info.comm);
-                vec![resolve::exactly_one(
-                    symbol,
-                    &place,
-                    resolve::in_process(&mut cache, info.pid, symbol)?,
-                )?]
+                let found = resolve::in_process(&mut cache, info.pid, symbol)?;
+                if found.is_empty() {
+                    return Err(resolve::not_found(&mut cache, info.pid, symbol, &place));
+                }
+                vec![resolve::exactly_one(symbol, &place, found)?]
             }
             Scope::Cgroup(cgroup) => resolve_in_cgroup(&mut cache, args, cgroup, symbol)?,
         };
@@ -438,6 +458,21 @@ impl Session {
                     self.forget_process(tgid);
                     if matches!(self.scope, Scope::Pid(_)) {
                         return Ok(Some(End::TargetExited));
+                    }
+                }
+                Stop::Exec { tgid } => {
+                    // Our segments went with the old program: nothing to unmap at release.
+                    if let Some(in_target) = &mut self.in_target {
+                        in_target.forget(tgid);
+                    }
+                    self.sites.retain(|&(pid, _), _| pid != tgid);
+                    // The threads our SIGSTOPs were meant for are gone.
+                    self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
+                    self.trigger.clear_busy(tgid);
+                    if matches!(self.scope, Scope::Pid(_)) {
+                        let program = std::fs::read_link(format!("/proc/{tgid}/exe"))
+                            .map_or_else(|_| "another program".into(), |p| p.display().to_string());
+                        return Ok(Some(End::TargetExec(program)));
                     }
                 }
             }

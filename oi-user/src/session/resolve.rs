@@ -4,7 +4,7 @@
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use crate::{
-    debuginfo::{Binary, FunctionSymbol, find_function},
+    debuginfo::{Binary, FunctionSymbol, dwarf, find_function, symbols},
     error::{Error, Result},
     target::procfs,
 };
@@ -71,6 +71,45 @@ pub fn in_file(
             symbol,
         })
         .collect())
+}
+
+/// The error for a symbol that `pid` defines nowhere: the closest names it does define, and,
+/// when its executable is stripped, how to get the symbols back.
+pub fn not_found(cache: &mut BinaryCache, pid: i32, query: &str, place: &str) -> Error {
+    let files = procfs::executable_files(pid).unwrap_or_default();
+    let mut names = Vec::new();
+    let mut stripped = None;
+    for (i, target_path) in files.iter().enumerate() {
+        let Some((_, binary)) = cache.open(&procfs::host_path(pid, target_path)) else {
+            continue;
+        };
+        // Shared libraries of the system are usually stripped; only the program matters here.
+        if i == 0 && !symbols::has_symbol_table(&binary) {
+            stripped = Some((target_path.clone(), binary.clone()));
+        }
+        names.extend(symbols::function_names(&binary).unwrap_or_default());
+    }
+    names.sort_unstable();
+    names.dedup();
+    let mut msg = format!("symbol {query:?} not found in {place}");
+    let suggestions = symbols::closest(query, &names, 3);
+    if !suggestions.is_empty() {
+        msg += &format!("; did you mean {}?", suggestions.join(", "));
+    } else if stripped.is_none() {
+        msg += " (give a function name as in the source, `ns::Class::method`, or its mangled \
+                name)";
+    }
+    if let Some((path, binary)) = stripped {
+        let hint = binary
+            .object()
+            .map(|obj| dwarf::debug_info_hint(&obj))
+            .unwrap_or_default();
+        msg += &format!(
+            "; {} is stripped (no symbol table, no debug information): {hint}",
+            path.display()
+        );
+    }
+    Error::input(msg)
 }
 
 /// Exactly one definition, or an error that says what the user can do.

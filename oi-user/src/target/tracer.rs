@@ -33,6 +33,9 @@ pub enum Stop {
     Signal { tid: i32, tgid: i32, signal: Signal },
     /// The last thread of `tgid` is gone.
     ProcessExited { tgid: i32 },
+    /// `tgid` replaced its program (execve): the old mappings are gone, our segments and the
+    /// probed file's text with them. Its threads are still held (the survivor runs on).
+    Exec { tgid: i32 },
 }
 
 #[derive(Default)]
@@ -138,6 +141,8 @@ impl Tracer {
                     if let Some(tgid) = tgid {
                         self.threads.retain(|_, g| *g != tgid);
                         self.threads.insert(tgid, tgid);
+                        let _ = ptrace::cont(pid, None);
+                        return Some(Stop::Exec { tgid });
                     }
                 } else if event == libc::PTRACE_EVENT_STOP && is_stop_signal(signal) {
                     // A group-stop: keep the thread stopped as it would be without us.
