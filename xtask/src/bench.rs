@@ -61,7 +61,7 @@ fn value_of(line: &str, key: &str) -> Option<f64> {
         .ok()
 }
 
-/// 1. The pause a sampled call feels, timed by the fixture itself, against the fixture's own
+/// Figure 1: The pause a sampled call feels, timed by the fixture itself, against the fixture's own
 /// walk of the same object.
 fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let target = FixtureBuild::new("bench_target").build();
@@ -148,7 +148,7 @@ fn timed(cmd: &mut Command) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// 2. Time to the first result, cold (empty cache) and warm, against gdb printing the object.
+/// Figure 2: Time to the first result, cold (empty cache) and warm, against gdb printing the object.
 fn first_result(bin: &Path, figures: &mut Vec<Figure>) -> Result<()> {
     let target = FixtureBuild::new("demo_shop").build();
     let fixture = Fixture::start(&target, &[]);
@@ -201,7 +201,7 @@ fn first_result(bin: &Path, figures: &mut Vec<Figure>) -> Result<()> {
     Ok(())
 }
 
-/// 3. Cost per call of the probed function: no probe, a counting probe, a sampling probe.
+/// Figure 3: Cost per call of the probed function: no probe, a counting probe, a sampling probe.
 fn probe_cost(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let calls: u64 = if quick { 200_000 } else { 1_000_000 };
     let target = FixtureBuild::new("bench_target").build();
@@ -288,7 +288,7 @@ fn timed_with_rss(cmd: &mut Command) -> Result<(f64, f64)> {
     Ok((wall, usage.ru_maxrss as f64 / 1024.0))
 }
 
-/// 4. Resolving a probe and building its type graph in a program with thousands of types.
+/// Figure 4: Resolving a probe and building its type graph in a program with thousands of types.
 fn dwarf_at_scale(root: &Path, bin: &Path, quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let types = if quick { 1_000 } else { 5_000 };
     let dir = root.join("target/bench");
@@ -359,7 +359,7 @@ fn dwarf_at_scale(root: &Path, bin: &Path, quick: bool, figures: &mut Vec<Figure
     Ok(())
 }
 
-/// 5. Samples per second with --every 1 on 4 threads calling 10,000 times a second in all.
+/// Figure 5: Samples per second with --every 1 on 4 threads calling 10,000 times a second in all.
 fn throughput(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let target = FixtureBuild::new("bench_target").build();
     let fixture = Fixture::start(&target, &["busy", "4", "2500"]);
