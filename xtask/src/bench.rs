@@ -177,10 +177,6 @@ fn first_result(bin: &Path, figures: &mut Vec<Figure>) -> Result<()> {
         &pid,
         "-batch",
         "-ex",
-        "thread 1",
-        "-ex",
-        "frame function main",
-        "-ex",
         "print ledger",
     ]))
     .unwrap_or(f64::NAN);
