@@ -41,12 +41,15 @@ pub enum Failure {
     Sample(Error),
     /// The thread (or its process) vanished during the sample.
     Gone,
+    /// The process executed a new program during the sample.
+    Exec,
 }
 
 impl From<RemoteError> for Failure {
     fn from(e: RemoteError) -> Self {
         match e {
             RemoteError::Gone(_) => Self::Gone,
+            RemoteError::Exec(_) => Self::Exec,
             e => Self::Sample(Error::sample(e.to_string())),
         }
     }
@@ -92,7 +95,7 @@ impl InTarget {
         let insn = self.processes.get(&tgid).map(|m| m.syscall_insn);
         let mut held = Held::begin(tgid, tid, insn)?;
         let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
-        if let Err(Failure::Gone) = result {
+        if let Err(Failure::Gone | Failure::Exec) = result {
             return result;
         }
         before_resume();
