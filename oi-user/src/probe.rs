@@ -122,6 +122,13 @@ impl Trigger {
                 scope,
             )
             .map_err(|e| {
+                if refused_for_privileges(&e) {
+                    return Error::input(format!(
+                        "the kernel refused the uprobe on {} (permission denied): run \
+                         oi-trace as root (this kernel may want CAP_SYS_ADMIN for uprobes)",
+                        point.path.display()
+                    ));
+                }
                 Error::internal(format!(
                     "attaching a uprobe to {} at offset {:#x}: {e}",
                     point.path.display(),
@@ -197,4 +204,18 @@ fn raise_memlock_limit() {
     unsafe {
         libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
     }
+}
+
+/// Whether an error, or one of its causes, is the kernel's EACCES / EPERM.
+fn refused_for_privileges(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
 }

@@ -518,3 +518,119 @@ fn conflicting_and_missing_options() {
     }
     target.assert_untouched();
 }
+
+/// oi-trace run through `setpriv` with fewer privileges.
+fn run_with_privileges(setpriv: &[&str], args: &[&str]) -> Finished {
+    let out = Command::new("setpriv")
+        .args(setpriv)
+        .arg("--")
+        .arg(oi_e2e::oi_trace_bin())
+        .args(args)
+        .output()
+        .expect("setpriv runs");
+    Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .map(String::from)
+            .collect(),
+    }
+}
+
+#[test]
+fn missing_capabilities_are_named() {
+    if !privileged() {
+        return;
+    }
+    let target = Target::start(&races());
+    let pid = target.pid();
+    let args = ["--pid", &pid, "--uprobe", "shop::inspect", "--count", "1"];
+    let needs = "oi-trace needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (run it as root)";
+    let rows: [(&[&str], &str); 3] = [
+        (
+            &["--inh-caps=-all", "--bounding-set=-sys_ptrace"],
+            "missing capability CAP_SYS_PTRACE",
+        ),
+        (
+            // CAP_SYS_ADMIN would stand in for both.
+            &["--inh-caps=-all", "--bounding-set=-bpf,-perfmon,-sys_admin"],
+            "missing capabilities CAP_BPF, CAP_PERFMON",
+        ),
+        (
+            &["--reuid=65534", "--regid=65534", "--clear-groups"],
+            "missing capabilities CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE",
+        ),
+    ];
+    for (setpriv, missing) in rows {
+        let out = run_with_privileges(setpriv, &args);
+        assert_one_error_line(&out);
+        assert_eq!(
+            out.stderr[0],
+            format!("oi-trace: error: {missing}: {needs}"),
+            "{setpriv:?}"
+        );
+    }
+    target.assert_untouched();
+}
+
+#[test]
+fn already_traced_by_gdb() {
+    if !privileged() {
+        return;
+    }
+    if Command::new("gdb").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no gdb");
+        return;
+    }
+    let target = Target::start(&races());
+    // gdb attaches (stopping the target), holds it for a while, then detaches.
+    let mut gdb = Command::new("gdb")
+        .args([
+            "-q",
+            "-nx",
+            "-batch",
+            "-p",
+            &target.pid(),
+            "-ex",
+            "shell sleep 30",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("gdb");
+    let status_file = format!("/proc/{}/status", target.pid());
+    let deadline = std::time::Instant::now() + 20 * SECOND;
+    let tracer = loop {
+        let status = std::fs::read_to_string(&status_file).unwrap();
+        let tracer = status
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        if tracer != "0" {
+            break tracer;
+        }
+        assert!(std::time::Instant::now() < deadline, "gdb did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let line = bad_input(&["--pid", &target.pid(), "--uprobe", "shop::inspect"]);
+    assert_eq!(
+        line,
+        format!(
+            "oi-trace: error: pid {} is already traced by pid {tracer} (gdb)",
+            target.pid()
+        )
+    );
+    // gdb's detach lets the target run on; killing gdb (SIGKILL) detaches it too.
+    let _ = gdb.kill();
+    let _ = gdb.wait();
+    let deadline = std::time::Instant::now() + 5 * SECOND;
+    while target.fixture.state() != 'R' && target.fixture.state() != 'S' {
+        assert!(std::time::Instant::now() < deadline, "target left stopped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    target.assert_untouched();
+}

@@ -141,6 +141,20 @@ fn target_killed_while_oi_trace_is_idle() {
     target.assert_gone();
 }
 
+#[test]
+fn target_killed_while_only_counting() {
+    if !privileged() {
+        return;
+    }
+    // --count-only holds no ptrace: the exit is noticed without a tracer's wait.
+    let target = Target::start("100");
+    let tracer = sampling(&target, &["--count-only"]);
+    std::thread::sleep(Duration::from_millis(200));
+    target.fixture.signal(SIGKILL);
+    assert_target_exited(tracer);
+    target.assert_gone();
+}
+
 /// Waits until the main thread of `pid` is in a ptrace-stop: a sample is in flight.
 fn wait_for_sample(pid: i32) {
     let deadline = Instant::now() + 20 * SECOND;
@@ -172,6 +186,10 @@ fn target_killed_or_exiting_while_a_sample_is_in_flight() {
         ("remote", Signal::SIGUSR2, false),
         ("remote", Signal::SIGUSR2, true),
     ] {
+        eprintln!(
+            "{mode}: {signal} to the {}",
+            if to_thread { "thread" } else { "process" }
+        );
         let target = Target::start("20000");
         let tracer = sampling(&target, &["--mode", mode, "--format", "tree"]);
         wait_for_sample(target.fixture.pid);

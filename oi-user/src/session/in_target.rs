@@ -44,12 +44,15 @@ pub enum Failure {
     Sample(Error),
     /// The thread (or its process) vanished during the sample.
     Gone,
+    /// The process executed a new program during the sample.
+    Exec,
 }
 
 impl From<RemoteError> for Failure {
     fn from(e: RemoteError) -> Self {
         match e {
             RemoteError::Gone(_) => Self::Gone,
+            RemoteError::Exec(_) => Self::Exec,
             e => Self::Sample(Error::sample(e.to_string())),
         }
     }
@@ -95,9 +98,11 @@ impl InTarget {
         let insn = self.processes.get(&tgid).map(|m| m.syscall_insn);
         let mut held = Held::begin(tgid, tid, insn)?;
         let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
-        if let Err(Failure::Gone) = result {
-            return Err(Failure::Gone);
-        }
+        let result = match result {
+            Err(Failure::Gone) => return Err(Failure::Gone),
+            Err(Failure::Exec) => return Err(Failure::Exec),
+            other => other,
+        };
         // Small outputs are copied while the thread waits (a target that exits right after the
         // call keeps its sample); large ones after it runs again (the buffer is ours alone),
         // so the pause is the walk, not the copy.

@@ -66,6 +66,7 @@ enum End {
 
 pub fn run(args: &Args) -> Result<()> {
     args.validate().map_err(Error::input)?;
+    check_capabilities()?;
     let scope = match (args.pid, &args.cgroup) {
         (Some(pid), _) => {
             let info = ProcessInfo::inspect(pid)?;
@@ -152,6 +153,54 @@ pub fn run(args: &Args) -> Result<()> {
         ))),
         End::Done => Ok(()),
     }
+}
+
+/// Says which capabilities are missing before anything fails for lack of them in a less
+/// telling way (a process's files unreadable look like a missing symbol; the kernel refuses a
+/// map or a perf event without saying why). CAP_SYS_ADMIN stands in for CAP_BPF and
+/// CAP_PERFMON, as it does in the kernel (and on kernels older than 5.8, which lack them).
+fn check_capabilities() -> Result<()> {
+    const CAP_SYS_PTRACE: u32 = 19;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(effective) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    else {
+        return Ok(()); // Cannot tell: let the kernel decide.
+    };
+    let last_cap: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(CAP_BPF);
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    let admin = has(CAP_SYS_ADMIN);
+    let mut missing = Vec::new();
+    for (cap, name) in [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")] {
+        let covered = if cap <= last_cap {
+            has(cap) || admin
+        } else {
+            admin
+        };
+        if !covered {
+            missing.push(name);
+        }
+    }
+    if !has(CAP_SYS_PTRACE) {
+        missing.push("CAP_SYS_PTRACE");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::input(format!(
+        "missing capabilit{} {}: oi-trace needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (run \
+         it as root)",
+        if missing.len() == 1 { "y" } else { "ies" },
+        missing.join(", ")
+    )))
 }
 
 /// Reads the DWARF and plans the walk of every probe's arguments, before anything is armed:
@@ -461,23 +510,31 @@ impl Session {
                     }
                 }
                 Stop::Exec { tgid } => {
-                    // Our segments went with the old program: nothing to unmap at release.
-                    if let Some(in_target) = &mut self.in_target {
-                        in_target.forget(tgid);
-                    }
-                    self.sites.retain(|&(pid, _), _| pid != tgid);
-                    // The threads our SIGSTOPs were meant for are gone.
-                    self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
-                    self.trigger.clear_busy(tgid);
-                    if matches!(self.scope, Scope::Pid(_)) {
-                        let program = std::fs::read_link(format!("/proc/{tgid}/exe"))
-                            .map_or_else(|_| "another program".into(), |p| p.display().to_string());
-                        return Ok(Some(End::TargetExec(program)));
+                    if let Some(end) = self.on_exec(tgid) {
+                        return Ok(Some(end));
                     }
                 }
             }
         }
         Ok(None)
+    }
+
+    /// `tgid` replaced its program: what we knew of the old one is void. With --pid that
+    /// ends the run (the probe is gone with the old program).
+    fn on_exec(&mut self, tgid: i32) -> Option<End> {
+        // Our segments went with the old program: nothing to unmap at release.
+        if let Some(in_target) = &mut self.in_target {
+            in_target.forget(tgid);
+        }
+        self.sites.retain(|&(pid, _), _| pid != tgid);
+        // The threads our SIGSTOPs were meant for are gone.
+        self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
+        self.trigger.clear_busy(tgid);
+        matches!(self.scope, Scope::Pid(_)).then(|| {
+            let program = std::fs::read_link(format!("/proc/{tgid}/exe"))
+                .map_or_else(|_| "another program".into(), |p| p.display().to_string());
+            End::TargetExec(program)
+        })
     }
 
     /// The sampled thread is frozen at the probe: walk the arguments, print the result, then
@@ -510,6 +567,14 @@ impl Session {
                     if matches!(self.scope, Scope::Pid(_)) {
                         return Err(Error::sample("target exited"));
                     }
+                }
+            }
+            Err(Failure::Exec) => {
+                self.failed_samples += 1;
+                if let Some(End::TargetExec(program)) = self.on_exec(tgid) {
+                    return Err(Error::sample(format!(
+                        "target exited (it executed {program})"
+                    )));
                 }
             }
         }

@@ -22,7 +22,10 @@ use nix::{
     unistd::Pid,
 };
 
-use super::remote::{self, HeldSignals, Regs, RemoteError};
+use super::{
+    procfs,
+    remote::{self, HeldSignals, Regs, RemoteError},
+};
 use crate::jit::WalkFrame;
 
 const PAGE: u64 = 4096;
@@ -267,11 +270,16 @@ impl Held {
         let end = loop {
             let status = match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => {
+                    // Killed meanwhile: a dead thread-group leader is reported only once the
+                    // other threads are reaped, so waiting for it alone would never end.
+                    if !procfs::is_alive(tid) {
+                        return Err(RemoteError::Gone(tid));
+                    }
                     if !interrupted && Instant::now() >= deadline {
                         let _ = ptrace::interrupt(pid);
                         interrupted = true;
                     }
-                    wait_sigchld(deadline.saturating_duration_since(Instant::now()));
+                    remote::wait_sigchld(deadline.saturating_duration_since(Instant::now()));
                     continue;
                 }
                 Ok(status) => status,
@@ -280,6 +288,12 @@ impl Held {
             match status {
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     return Err(RemoteError::Gone(tid));
+                }
+                WaitStatus::PtraceEvent(_, _, ev) if ev == libc::PTRACE_EVENT_EXEC => {
+                    // Another thread's execve killed the walk; the survivor (reported under
+                    // this tid) runs the new program: nothing of the old one to restore.
+                    let _ = ptrace::cont(pid, None);
+                    return Err(RemoteError::Exec(tid));
                 }
                 WaitStatus::PtraceSyscall(_) => {
                     let now = remote::get_regs(tid)?;
@@ -393,25 +407,6 @@ fn ptrace_error(tid: i32, errno: nix::errno::Errno) -> RemoteError {
             what: "resume",
             errno,
         }
-    }
-}
-
-/// Sleeps until a SIGCHLD (a ptrace stop somewhere), `timeout`, or 1 ms. SIGCHLD is blocked
-/// by the session and read through its signalfd, so it wakes us at once; taking it here is
-/// harmless, the session polls every thread's status anyway. Where it is not blocked (a
-/// library caller) it may never be seen, hence the 1 ms bound.
-fn wait_sigchld(timeout: Duration) {
-    let timeout = timeout.clamp(Duration::from_micros(10), Duration::from_millis(1));
-    // SAFETY: plain libc calls on stack values we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: timeout.subsec_nanos() as i64,
-        };
-        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
     }
 }
 

@@ -7,7 +7,10 @@
 //! Registers are restored exactly afterwards, including the state the kernel needs to restart
 //! a system call the thread was blocked in.
 
-use std::io::{IoSlice, IoSliceMut};
+use std::{
+    io::{IoSlice, IoSliceMut},
+    time::Duration,
+};
 
 use nix::{
     errno::Errno,
@@ -26,6 +29,9 @@ pub type Regs = libc::user_regs_struct;
 pub enum RemoteError {
     #[error("the target thread {0} exited")]
     Gone(i32),
+    /// The process replaced its program meanwhile (execve); the thread runs the new one.
+    #[error("the target executed a new program (thread {0})")]
+    Exec(i32),
     #[error("ptrace on thread {tid}: {what}: {errno}")]
     Ptrace {
         tid: i32,
@@ -179,11 +185,30 @@ pub fn wait_for(
     resume: fn(Pid, Option<Signal>) -> nix::Result<()>,
 ) -> Result<WaitStatus, RemoteError> {
     loop {
-        let status = waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL))
-            .map_err(|_| RemoteError::Gone(tid))?;
+        let status = match waitpid(
+            Pid::from_raw(tid),
+            Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG),
+        ) {
+            Ok(WaitStatus::StillAlive) => {
+                // Killed meanwhile: a dead thread-group leader is reported only once the other
+                // threads are reaped, so a blocking wait for it alone would never end.
+                if !super::procfs::is_alive(tid) {
+                    return Err(RemoteError::Gone(tid));
+                }
+                wait_sigchld(Duration::from_millis(1));
+                continue;
+            }
+            Ok(status) => status,
+            Err(_) => return Err(RemoteError::Gone(tid)),
+        };
         match status {
             WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                 return Err(RemoteError::Gone(tid));
+            }
+            WaitStatus::PtraceEvent(pid, _, ev) if ev == libc::PTRACE_EVENT_EXEC => {
+                // Nothing of ours or of the old program is left to restore: let it run.
+                let _ = ptrace::cont(pid, None);
+                return Err(RemoteError::Exec(tid));
             }
             WaitStatus::Stopped(pid, sig)
                 if !matches!(
@@ -346,5 +371,24 @@ fn check(what: &'static str, r: i64) -> Result<i64, RemoteError> {
         })
     } else {
         Ok(r)
+    }
+}
+
+/// Sleeps until a SIGCHLD (a ptrace stop somewhere), `timeout`, or 1 ms. SIGCHLD is blocked
+/// by the session and read through its signalfd, so it wakes us at once; taking it here is
+/// harmless, the session polls every thread's status anyway. Where it is not blocked (a
+/// library caller) it may never be seen, hence the 1 ms bound.
+pub fn wait_sigchld(timeout: Duration) {
+    let timeout = timeout.clamp(Duration::from_micros(10), Duration::from_millis(1));
+    // SAFETY: plain libc calls on stack values we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: timeout.subsec_nanos() as i64,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
     }
 }
