@@ -562,7 +562,7 @@ impl Session {
             }
             Err(Failure::Gone) => {
                 self.failed_samples += 1;
-                if !procfs::is_alive(tgid) {
+                if !alive_after_exec(tgid) {
                     self.forget_process(tgid);
                     if matches!(self.scope, Scope::Pid(_)) {
                         return Err(Error::sample("target exited"));
@@ -736,6 +736,22 @@ impl Session {
         }
         self.logs.summary(&self.probes, &counters)
     }
+}
+
+/// Whether `tgid` is alive, allowing for an execve in progress: while a non-leader thread
+/// execs, the old leader is briefly a zombie before the exec'ing thread takes its pid.
+fn alive_after_exec(tgid: i32) -> bool {
+    for _ in 0..20 {
+        if procfs::is_alive(tgid) {
+            return true;
+        }
+        if procfs::threads(tgid).len() <= 1 {
+            // No other thread could be taking the leader's place.
+            return procfs::is_alive(tgid);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
 }
 
 /// When a sample's thread was let go, and how long its walk took.
