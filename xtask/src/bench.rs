@@ -172,14 +172,8 @@ fn first_result(bin: &Path, figures: &mut Vec<Figure>) -> Result<()> {
     };
     let cold = run()?;
     let warm = median((0..3).map(|_| run()).collect::<Result<Vec<_>>>()?);
-    let gdb = timed(Command::new("gdb").args([
-        "-p",
-        &pid,
-        "-batch",
-        "-ex",
-        "print ledger",
-    ]))
-    .unwrap_or(f64::NAN);
+    let gdb = timed(Command::new("gdb").args(["-p", &pid, "-batch", "-ex", "print ledger"]))
+        .unwrap_or(f64::NAN);
     for (name, value, goal, limit) in [
         ("cold", cold, "< 1 s and < gdb", 1.0),
         ("warm", warm, "< 0.3 s and < gdb", 0.3),
@@ -268,20 +262,33 @@ fn generate_program(path: &Path, types: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cmd` to completion; returns wall seconds and peak RSS in MiB (wait4's rusage).
+/// Runs `cmd` to completion; returns wall seconds and peak RSS in MiB: the child's own
+/// VmHWM, polled while it runs (wait4's ru_maxrss would also count what the forked child
+/// inherited from us).
 fn timed_with_rss(cmd: &mut Command) -> Result<(f64, f64)> {
     let started = Instant::now();
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for the child we spawned, writing into locals we own.
-    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0.0f64;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        {
+            peak_kib = peak_kib.max(kib);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
     let wall = started.elapsed().as_secs_f64();
-    if rc < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("{cmd:?} failed (status {status})");
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
     }
-    Ok((wall, usage.ru_maxrss as f64 / 1024.0))
+    Ok((wall, peak_kib / 1024.0))
 }
 
 /// Figure 4: Resolving a probe and building its type graph in a program with thousands of types.
