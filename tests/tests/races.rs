@@ -434,3 +434,25 @@ fn sigint_and_sigterm_to_oi_trace_at_random_moments() {
     }
     assert_eq!(target.signal_counts(), (0, 0, 0));
 }
+
+#[test]
+fn sigint_and_sigterm_while_a_sample_is_in_flight() {
+    if !privileged() {
+        return;
+    }
+    for (mode, signal) in [
+        ("jit", SIGINT),
+        ("jit", SIGTERM),
+        ("remote", SIGINT),
+        ("remote", SIGTERM),
+    ] {
+        let mut target = Target::start("20000");
+        let tracer = sampling(&target, &["--mode", mode, "--format", "tree"]);
+        wait_for_sample(target.fixture.pid);
+        tracer.signal(signal);
+        let out = tracer.finish(30 * SECOND);
+        assert!(out.status.success(), "{mode}, {signal}: {out:#?}");
+        target.assert_healthy();
+        assert_eq!(target.signal_counts(), (0, 0, 0));
+    }
+}
