@@ -562,7 +562,9 @@ impl Segments {
                 continue;
             }
             let code_len = code_end - base;
-            if data_end - data != DATA_LEN {
+            // The kernel merges adjacent anonymous mappings of equal protection, so the data
+            // part may have grown into a neighbour (another leftover's stack, say).
+            if data_end - data < DATA_LEN {
                 continue;
             }
             let mut head = vec![0u8; STUB_LEN as usize];
