@@ -469,3 +469,25 @@ pub fn cgroup2_root() -> Option<PathBuf> {
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"))
 }
+
+/// A small deterministic generator, enough to spread the moments of a random-timing test.
+/// Seeded from the clock; the seed is printed so a failing run can be replayed.
+pub struct Lcg(u64);
+
+impl Lcg {
+    pub fn from_clock(what: &str) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        eprintln!("{what} from seed {seed}");
+        Self(seed)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use oi_e2e::{Fixture, FixtureBuild, OiTrace, SIGKILL, privileged, run_oi_trace};
+use oi_e2e::{Fixture, FixtureBuild, Lcg, OiTrace, SIGKILL, privileged, run_oi_trace};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -133,19 +133,6 @@ fn maps_are_restored_and_never_rwx() {
     assert!(fixture.finish().success());
 }
 
-/// A small deterministic generator, enough to spread kill moments.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
     if !privileged() {
@@ -153,11 +140,7 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
     }
     let mut fixture = Fixture::start(&jit_target(), &[]);
     let pid = fixture.pid.to_string();
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    eprintln!("kill moments from seed {seed}");
-    let mut rng = Lcg(seed);
+    let mut rng = Lcg::from_clock("kill moments");
     for run in 0..50 {
         let tracer =
             OiTrace::attached(&["--pid", &pid, "--uprobe", "shop::inspect", "--every", "1"]);

@@ -15,7 +15,7 @@ use nix::{
     unistd::Pid,
 };
 use oi_e2e::{
-    Fixture, FixtureBuild, OiTrace, SIGINT, SIGKILL, SIGTERM, SIGUSR1, TempDir, privileged,
+    Fixture, FixtureBuild, Lcg, OiTrace, SIGINT, SIGKILL, SIGTERM, SIGUSR1, TempDir, privileged,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -378,19 +378,6 @@ fn signals_during_a_walk_are_delivered_afterwards_once() {
     }
 }
 
-/// A small deterministic generator, enough to spread the moments.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn sigint_and_sigterm_to_oi_trace_at_random_moments() {
     if !privileged() {
@@ -398,11 +385,7 @@ fn sigint_and_sigterm_to_oi_trace_at_random_moments() {
     }
     let mut target = Target::start("2000");
     let pid = target.pid();
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    eprintln!("moments from seed {seed}");
-    let mut rng = Lcg(seed);
+    let mut rng = Lcg::from_clock("moments");
     for run in 0..16 {
         let signal = if run % 2 == 0 { SIGINT } else { SIGTERM };
         let mode = if run % 4 < 2 { "jit" } else { "remote" };
