@@ -140,6 +140,7 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
     }
     let mut fixture = Fixture::start(&jit_target(), &[]);
     let pid = fixture.pid.to_string();
+    let before = maps_of(fixture.pid);
     let mut rng = Lcg::from_clock("kill moments");
     for run in 0..50 {
         let tracer =
@@ -157,13 +158,14 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
         std::thread::sleep(Duration::from_millis(20));
         assert_healthy(&mut fixture);
     }
-    // A normal run afterwards works and leaves the target healthy. (It also removes the
-    // segments the killed runs left, but not yet reliably: see the closing note of issue 4.)
+    // A normal run afterwards works, removes the segments the killed runs left, and leaves
+    // the target healthy.
     let out = run_oi_trace(
         &["--pid", &pid, "--uprobe", "shop::inspect", "--count", "1"],
         60 * SECOND,
     );
     assert!(out.status.success(), "{out:#?}");
+    assert_same_maps(&before, &maps_of(fixture.pid));
     assert_healthy(&mut fixture);
     assert!(fixture.finish().success());
 }

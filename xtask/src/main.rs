@@ -1,4 +1,4 @@
-//! Developer entry points: `cargo xtask setup | build | test | demo`.
+//! Developer entry points: `cargo xtask setup | build | test | demo | bench | fuzz | soak`.
 //!
 //! `setup` makes a fresh machine able to build oi-trace (idempotent, a second or two when
 //! nothing is missing); every other command runs it first.
@@ -9,6 +9,8 @@ use std::{
 };
 
 mod bench;
+mod fuzz;
+mod soak;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
@@ -41,6 +43,19 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// Set up, then fuzz the ELF/DWARF reader and the data-stream decoder with cargo-fuzz,
+    /// seeded with corrupted copies of the fixtures (not part of CI).
+    Fuzz {
+        /// How long to run each fuzz target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Set up, build, then sample an 8-thread fixture every 10 ms for N minutes and check
+    /// oi-trace's memory, the target's threads and every sample.
+    Soak {
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -54,6 +69,10 @@ fn main() -> Result<()> {
         Task::Bench { quick } => setup()
             .and_then(|()| build())
             .and_then(|()| bench::run(&root(), quick)),
+        Task::Fuzz { seconds } => setup().and_then(|()| fuzz::run(&root(), seconds)),
+        Task::Soak { minutes } => setup()
+            .and_then(|()| build())
+            .and_then(|()| soak::run(&root(), minutes)),
     }
 }
 

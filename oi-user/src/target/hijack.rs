@@ -1,9 +1,13 @@
 //! Running walker code inside a frozen thread of the target.
 //!
-//! Once per process, a region is mapped into the target by remote syscalls: a code part
-//! (written while RW, then made RX; never RWX) holding a call stub and the walkers, and a data
-//! part (RW) holding the stub's register save area, the walker's frame, a private stack and
-//! scratch memory; the walker's output buffer is a separate RW mapping that can grow.
+//! Once per process, one region is reserved in the target by remote syscalls (PROT_NONE, so
+//! it costs no memory and no commit charge until parts are opened) and laid out as:
+//! a code part (written while RW, then made RX; never RWX) holding a call stub and the
+//! walkers; a data part (RW) holding the stub's register save area, a header, the walker's
+//! frame and scratch memory; a guard page; the walker's private stack; a guard page; and the
+//! output buffer, whose RW part grows in place inside its reservation. One `munmap` removes
+//! it all, so the segments of a killed run are found and removed in one step, and no address
+//! recorded in the target can go stale.
 //!
 //! The stub is self-restoring: it saves the FPU/SSE state, calls the walker, makes a harmless
 //! `getpid` (the tracer's signal that the walk ended: it stops there under PTRACE_SYSCALL and
@@ -33,10 +37,11 @@ const PAGE: u64 = 4096;
 const SAVE_AREA: u64 = 0; // 17 registers then the rip slot
 const RIP_SLOT: u64 = SAVE_AREA + 17 * 8;
 const FXSAVE_AREA: u64 = 256; // 512 bytes, 16-byte aligned
-/// Where the other mappings of this region are, so a later run can find and remove the
-/// segments of a run that was killed: magic, stack, stack length, output, output length.
+/// What a later run needs to recognise and remove the region of a run that was killed:
+/// magic, length of the code part, length of the whole region.
 const HEADER: u64 = 768;
-const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG1");
+const HEADER_LEN: usize = 24;
+const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG2");
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
 const _: () = assert!(size_of::<WalkFrame>() as u64 <= FRAME_MAX);
@@ -47,12 +52,17 @@ const SCRATCH: u64 = REGISTER_OBJECTS + REGISTER_OBJECTS_LEN;
 /// The visited-address sets (generation-tagged, so zeroed once at mapping time).
 pub const SCRATCH_LEN: u64 = crate::jit::SCRATCH_BYTES;
 const DATA_LEN: u64 = SCRATCH + SCRATCH_LEN;
-/// The walker's private stack: deep enough for the interpreter's nesting limit, mapped
-/// without reserve so only the depth a walk reaches costs memory.
+/// The walker's private stack: deep enough for the interpreter's nesting limit; only the
+/// depth a walk reaches costs memory.
 pub const STACK_LEN: u64 = crate::jit::RECOMMENDED_STACK;
-/// First size of the output buffer (reserved lazily: only what walks write is touched); it
-/// grows to what a walk reports it needs.
+/// First size of the output buffer's open part (only what walks write is touched); it grows
+/// to what a walk reports it needs, up to the reservation.
 const INITIAL_OUTPUT: u64 = 16 * 1024 * 1024;
+const OUTPUT_RESERVE: u64 = 4 << 30;
+/// Offsets of the stack and the output from the start of the data part (guard pages between).
+const STACK_AFTER_DATA: u64 = DATA_LEN + PAGE;
+const OUTPUT_AFTER_DATA: u64 = STACK_AFTER_DATA + STACK_LEN + PAGE;
+const REGION_AFTER_CODE: u64 = OUTPUT_AFTER_DATA + OUTPUT_RESERVE;
 /// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
 const STUB_DONE: u64 = 17;
 /// Offset of the stub's `syscall` instruction (followed by its self-restore).
@@ -466,35 +476,36 @@ impl Segments {
             code.extend_from_slice(bytes);
         }
         let rw = libc::PROT_READ | libc::PROT_WRITE;
-        let mut mapped: Vec<(u64, u64)> = Vec::new();
+        let total = code_len + REGION_AFTER_CODE;
+        let base = h.mmap(total, libc::PROT_NONE, libc::MAP_NORESERVE)?;
+        let data = base + code_len;
+        let seg = Self {
+            base,
+            code_len,
+            walkers: entries.iter().map(|e| base + e).collect(),
+            stack: data + STACK_AFTER_DATA,
+            output: data + OUTPUT_AFTER_DATA,
+            output_len: INITIAL_OUTPUT,
+        };
         let result = (|| {
-            let base = h.mmap(code_len + DATA_LEN, rw, 0)?;
-            mapped.push((base, code_len + DATA_LEN));
+            h.mprotect(base, code_len + DATA_LEN, rw)?;
             remote::write_memory(h.tgid, base, &code)?;
+            let header: Vec<u8> = [MAGIC, code_len, total]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            remote::write_memory(h.tgid, data + HEADER, &header)?;
             h.mprotect(base, code_len, libc::PROT_READ | libc::PROT_EXEC)?;
             // From here on, remote syscalls go through our stub and restore themselves.
             h.arm(base, code_len)?;
-            let stack = h.mmap(STACK_LEN, rw, libc::MAP_NORESERVE)?;
-            mapped.push((stack, STACK_LEN));
-            let output = h.mmap(INITIAL_OUTPUT, rw, libc::MAP_NORESERVE)?;
-            mapped.push((output, INITIAL_OUTPUT));
-            let seg = Self {
-                base,
-                code_len,
-                walkers: entries.iter().map(|e| base + e).collect(),
-                stack,
-                output,
-                output_len: INITIAL_OUTPUT,
-            };
-            seg.write_header(h.tgid)?;
-            Ok(seg)
+            h.mprotect(seg.stack, STACK_LEN, rw)?;
+            h.mprotect(seg.output, seg.output_len, rw)
         })();
-        if result.is_err() {
-            for (addr, len) in mapped {
-                let _ = h.munmap(addr, len);
-            }
+        if let Err(e) = result {
+            let _ = h.munmap(base, total);
+            return Err(e);
         }
-        result
+        Ok(seg)
     }
 
     pub fn data(&self) -> u64 {
@@ -518,87 +529,122 @@ impl Segments {
         STACK_LEN - PAGE
     }
 
-    /// Replaces the output buffer by one of at least `needed` bytes.
+    fn total_len(&self) -> u64 {
+        self.code_len + REGION_AFTER_CODE
+    }
+
+    /// Opens at least `needed` bytes of the output buffer (in place: its address stays).
     pub fn grow_output(&mut self, h: &mut Held, needed: u64) -> Result<(), RemoteError> {
-        let bigger = round_up(needed.max(self.output_len * 2), PAGE);
-        let fresh = h.mmap(bigger, libc::PROT_READ | libc::PROT_WRITE, 0)?;
-        let _ = h.munmap(self.output, self.output_len);
-        self.output = fresh;
+        let bigger = round_up(needed.max(self.output_len * 2), PAGE).min(OUTPUT_RESERVE);
+        if bigger < needed {
+            return Err(RemoteError::OutputTooLarge {
+                needed,
+                limit: OUTPUT_RESERVE,
+            });
+        }
+        h.mprotect(
+            self.output + self.output_len,
+            bigger - self.output_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )?;
         self.output_len = bigger;
-        self.write_header(h.tgid)
+        Ok(())
     }
 
-    fn write_header(&self, tgid: i32) -> Result<(), RemoteError> {
-        let words = [MAGIC, self.stack, STACK_LEN, self.output, self.output_len];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        remote::write_memory(tgid, self.data() + HEADER, &bytes)
-    }
-
-    /// Segments a killed oi-trace left in `pid`: an anonymous RX mapping that starts with our
-    /// stub, followed by its data part whose header names the stack and output mappings.
+    /// Regions a killed oi-trace left in `pid`. Recognised by their data part: an anonymous
+    /// RW mapping of exactly the data part's size (guard pages keep the kernel from merging
+    /// it with anything), right after anonymous RX memory that holds our stub, with our header.
     pub fn leftovers(pid: i32) -> Vec<Self> {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return Vec::new();
         };
-        let anon: Vec<(u64, u64, String)> = maps
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                if f.len() != 5 || f[4] != "0" {
-                    return None;
-                }
-                let (a, b) = f[0].split_once('-')?;
-                Some((
-                    u64::from_str_radix(a, 16).ok()?,
-                    u64::from_str_radix(b, 16).ok()?,
-                    f[1].to_string(),
-                ))
-            })
-            .collect();
+        let anon: Vec<AnonMapping> = maps.lines().filter_map(AnonMapping::parse).collect();
         let mut found = Vec::new();
         for pair in anon.windows(2) {
-            let ((base, code_end, perms), (data, data_end, data_perms)) = (&pair[0], &pair[1]);
-            if !perms.starts_with("r-x") || !data_perms.starts_with("rw-") || data != code_end {
-                continue;
-            }
-            let code_len = code_end - base;
-            // The kernel merges adjacent anonymous mappings of equal protection, so the data
-            // part may have grown into a neighbour (another leftover's stack, say).
-            if data_end - data < DATA_LEN {
-                continue;
-            }
-            let mut head = vec![0u8; STUB_LEN as usize];
-            let mut header = [0u8; 40];
-            if remote::read_memory(pid, *base, &mut head).is_err()
-                || head != stub(code_len)
-                || remote::read_memory(pid, data + HEADER, &mut header).is_err()
+            let (code, data) = (&pair[0], &pair[1]);
+            if !code.perms.starts_with("r-x")
+                || !data.perms.starts_with("rw-")
+                || code.end != data.start
+                || data.end - data.start != DATA_LEN
             {
                 continue;
             }
-            let w = |i: usize| {
+            let mut header = [0u8; HEADER_LEN];
+            if remote::read_memory(pid, data.start + HEADER, &mut header).is_err() {
+                continue;
+            }
+            let word = |i: usize| {
                 u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
             };
-            if w(0) != MAGIC || w(2) != STACK_LEN {
+            let (magic, code_len, total) = (word(0), word(1), word(2));
+            if magic != MAGIC
+                || code_len % PAGE != 0
+                || code_len > data.start - code.start
+                || total != code_len + REGION_AFTER_CODE
+            {
+                continue;
+            }
+            let base = data.start - code_len;
+            let mut head = vec![0u8; STUB_LEN as usize];
+            if remote::read_memory(pid, base, &mut head).is_err()
+                || head != stub(code_len)
+                || !covered_by(&anon, base, base + total)
+            {
                 continue;
             }
             found.push(Self {
-                base: *base,
+                base,
                 code_len,
                 walkers: Vec::new(),
-                stack: w(1),
-                output: w(3),
-                output_len: w(4),
+                stack: data.start + STACK_AFTER_DATA,
+                output: data.start + OUTPUT_AFTER_DATA,
+                output_len: 0,
             });
         }
         found
     }
 
-    /// Unmaps everything from the process of the held thread.
+    /// Unmaps the whole region from the process of the held thread.
     pub fn destroy(&self, h: &mut Held) -> Result<(), RemoteError> {
-        h.munmap(self.output, self.output_len)?;
-        h.munmap(self.stack, STACK_LEN)?;
-        h.munmap(self.base, self.code_len + DATA_LEN)
+        h.munmap(self.base, self.total_len())
     }
+}
+
+/// One anonymous mapping of /proc/PID/maps (no file, no [stack]/[heap] name).
+struct AnonMapping {
+    start: u64,
+    end: u64,
+    perms: String,
+}
+
+impl AnonMapping {
+    fn parse(line: &str) -> Option<Self> {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 5 || f[4] != "0" {
+            return None;
+        }
+        let (a, b) = f[0].split_once('-')?;
+        Some(Self {
+            start: u64::from_str_radix(a, 16).ok()?,
+            end: u64::from_str_radix(b, 16).ok()?,
+            perms: f[1].to_string(),
+        })
+    }
+}
+
+/// Whether `[start, end)` is covered without gaps by anonymous mappings (the kernel may have
+/// merged the region's ends with neighbours; nothing else may lie inside it).
+fn covered_by(anon: &[AnonMapping], start: u64, end: u64) -> bool {
+    let mut at = start;
+    for m in anon {
+        if m.start <= at && at < m.end {
+            at = m.end;
+            if at >= end {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ pub enum RemoteError {
     NoSyscallInstruction,
     #[error("target memory at {addr:#x}: {errno}")]
     Memory { addr: u64, errno: Errno },
+    #[error("the walk's output needs {needed} bytes, more than the {limit}-byte buffer")]
+    OutputTooLarge { needed: u64, limit: u64 },
     #[error("thread {tid} stopped unexpectedly ({status}) during {what}")]
     Unexpected {
         tid: i32,
