@@ -106,6 +106,30 @@ pub struct Measurer {
     args: Vec<ArgPlan>,
 }
 
+/// A [`Measurer`] as the plan cache stores it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stored {
+    plan: Plan,
+    args: Vec<StoredArg>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredArg {
+    name: String,
+    root: NodeId,
+    location: StoredLocation,
+    deref: bool,
+    size: u64,
+}
+
+/// The [`Location`]s a built measurer can hold (unavailable ones are refused when building).
+#[derive(serde::Serialize, serde::Deserialize)]
+enum StoredLocation {
+    Regs(Vec<usize>),
+    Stack(u64),
+    Indirect(usize),
+}
+
 /// Stack of the walking thread (virtual; only the depth actually used is touched).
 pub const WALK_STACK: usize = 1 << 30;
 
@@ -319,6 +343,60 @@ impl Measurer {
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// The bytes the plan cache stores; `None` for a measurer it cannot hold.
+    pub fn to_bytes(&self) -> Option<Vec<u8>> {
+        let args = self
+            .args
+            .iter()
+            .map(|a| {
+                let location = match &a.location {
+                    Location::Regs(r) => StoredLocation::Regs(r.clone()),
+                    Location::Stack(o) => StoredLocation::Stack(*o),
+                    Location::Indirect(r) => StoredLocation::Indirect(*r),
+                    Location::Unavailable(_) => return None,
+                };
+                Some(StoredArg {
+                    name: a.name.clone(),
+                    root: a.root,
+                    location,
+                    deref: a.deref,
+                    size: a.size,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        serde_json::to_vec(&Stored {
+            plan: self.plan.clone(),
+            args,
+        })
+        .ok()
+    }
+
+    /// A measurer from [`Self::to_bytes`]; `None` for anything else. (The plan cache checks
+    /// a checksum first: a damaged file is rebuilt, never trusted.)
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let stored: Stored = serde_json::from_slice(bytes).ok()?;
+        let nodes = stored.plan.nodes.len();
+        let args: Vec<ArgPlan> = stored
+            .args
+            .into_iter()
+            .map(|a| ArgPlan {
+                name: a.name,
+                root: a.root,
+                location: match a.location {
+                    StoredLocation::Regs(r) => Location::Regs(r),
+                    StoredLocation::Stack(o) => Location::Stack(o),
+                    StoredLocation::Indirect(r) => Location::Indirect(r),
+                },
+                deref: a.deref,
+                size: a.size,
+            })
+            .collect();
+        args.iter().all(|a| a.root < nodes).then_some(Self {
+            plan: stored.plan,
+            args,
+        })
     }
 
     /// Walks every requested argument of one sample and writes the result to `out`.

@@ -315,8 +315,14 @@ pub struct Finished {
 
 impl OiTrace {
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// Starts with extra environment variables (e.g. its own cache directory).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> Self {
         let mut child = Command::new(oi_trace_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

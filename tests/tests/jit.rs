@@ -1,6 +1,7 @@
 //! The walker inside the target, end to end: a corrupt object faults in the walker and only
 //! the sample fails; the maps come back as they were and never hold an RWX mapping; oi-trace
-//! killed with SIGKILL at random moments of sampling leaves the target running and correct.
+//! killed with SIGKILL at random moments of sampling leaves the target running and correct;
+//! a second run takes its plan and walker from the caches.
 //! (That JIT output equals the remote walker's, byte for byte, is checked by every footprint
 //! journey.)
 
@@ -9,7 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use oi_e2e::{Fixture, FixtureBuild, Lcg, OiTrace, SIGKILL, privileged, run_oi_trace};
+use oi_e2e::{
+    Fixture, FixtureBuild, Lcg, OiTrace, SIGKILL, TempDir, json, privileged, run_oi_trace,
+};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -166,6 +169,70 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
     );
     assert!(out.status.success(), "{out:#?}");
     assert_same_maps(&before, &maps_of(fixture.pid));
+    assert_healthy(&mut fixture);
+    assert!(fixture.finish().success());
+}
+
+/// The names and types of a sample's tree, without its sizes (the object changes meanwhile).
+fn shape(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(o) => o
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "name" | "typeNames" | "members"))
+            .map(|(k, v)| (k.clone(), shape(v)))
+            .collect(),
+        serde_json::Value::Array(a) => a.iter().map(shape).collect(),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn a_second_run_takes_plan_and_walker_from_the_caches() {
+    if !privileged() {
+        return;
+    }
+    let mut fixture = Fixture::start(&jit_target(), &[]);
+    let pid = fixture.pid.to_string();
+    let cache = TempDir::new("caches");
+    let summary = cache.file("summary.json");
+    let run = || {
+        let args = [
+            "--pid",
+            &pid,
+            "--uprobe",
+            "shop::inspect",
+            "--count",
+            "1",
+            "--summary",
+            summary.to_str().unwrap_or_default(),
+        ];
+        let out = OiTrace::start_with_env(&args, &[("XDG_CACHE_HOME", cache.path())])
+            .finish(60 * SECOND);
+        assert!(out.status.success(), "{out:#?}");
+        let sum = json(&std::fs::read_to_string(&summary).expect("summary"));
+        let cached = (
+            sum[0]["plans_cached"].as_u64(),
+            sum[0]["walkers_cached"].as_u64(),
+        );
+        (shape(&json(&out.stdout)), cached)
+    };
+    let (first, cached) = run();
+    assert_eq!(cached, (Some(0), Some(0)), "an empty cache: all built");
+    let (second, cached) = run();
+    assert_eq!(cached, (Some(1), Some(1)), "the second run built nothing");
+    assert_eq!(first, second);
+    // A damaged plan file is rebuilt from the DWARF, not trusted.
+    let plans = cache.path().join("oi-trace/plans");
+    for entry in std::fs::read_dir(&plans).expect("plan cache") {
+        let path = entry.expect("entry").path();
+        let mut bytes = std::fs::read(&path).expect("plan file");
+        let last = bytes.len() - 2;
+        bytes[last] ^= 0x20;
+        std::fs::write(&path, bytes).expect("damage it");
+    }
+    let (third, cached) = run();
+    assert_eq!(cached, (Some(0), Some(1)), "the plan was rebuilt");
+    assert_eq!(first, third);
     assert_healthy(&mut fixture);
     assert!(fixture.finish().success());
 }

@@ -6,7 +6,7 @@
 use super::{LayoutError, field};
 use crate::typegraph::{TypeGraph, TypeId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DequeLayout {
     pub map_off: u64,
     pub map_size_off: u64,

@@ -7,7 +7,7 @@
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HashLayout {
     pub bucket_count_off: u64,
     pub before_begin_off: u64,

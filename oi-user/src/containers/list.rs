@@ -4,7 +4,7 @@
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListLayout {
     pub head_off: u64,
     pub size_off: u64,

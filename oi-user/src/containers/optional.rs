@@ -4,7 +4,7 @@
 use super::{LayoutError, field};
 use crate::typegraph::{TypeGraph, TypeId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OptionalLayout {
     pub value_off: u64,
     pub engaged_off: u64,

@@ -5,7 +5,7 @@
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RbLayout {
     pub header_off: u64,
     pub count_off: u64,

@@ -6,7 +6,7 @@
 use super::{LayoutError, field, unexpected};
 use crate::typegraph::{TypeGraph, TypeId, layout};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StringLayout {
     pub ptr_off: u64,
     pub len_off: u64,

@@ -5,7 +5,7 @@
 use super::{LayoutError, field};
 use crate::typegraph::{TypeGraph, TypeId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VectorLayout {
     pub start_off: u64,
     pub finish_off: u64,
@@ -41,7 +41,7 @@ impl VectorLayout {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VectorBoolLayout {
     pub start_p: u64,
     pub start_bit: u64,

@@ -2,17 +2,16 @@
 //! unchanged probe costs no Cranelift work on the next run.
 //!
 //! Content-addressed: the key is a hash of the plan (its `Debug` form, which spells every
-//! field), the roots and this compiler's version, so a changed plan or compiler can never
-//! pick up stale code. (Skipping the DWARF work too needs the plan itself cached by whoever
-//! builds it; this cache only answers "plan → code".) The only side effects are files under
+//! field), the roots and this oi-trace build, so a changed plan or compiler can never pick up
+//! stale code. (`plan_cache` spares the DWARF work that makes the plan.) The only side effects are files under
 //! the cache directory; a corrupt or unreadable entry is ignored and rewritten.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::{CompiledWalker, JitError, compile};
+use crate::disk_cache::{self, stable_hash};
 use crate::plan::{NodeId, Plan};
 
 /// Bumped whenever the generated code changes for the same plan.
@@ -21,24 +20,7 @@ const MAGIC: &[u8; 8] = b"OIJIT\0\0\x01";
 
 /// Cache key of (plan, roots) for this compiler.
 pub fn key(plan: &Plan, roots: &[NodeId]) -> u64 {
-    // FNV-1a over the Debug text: stable across runs (unlike std's RandomState).
-    struct Fnv(u64);
-    impl Hasher for Fnv {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            for b in bytes {
-                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-            }
-        }
-    }
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-    CODEGEN_VERSION.hash(&mut h);
-    env!("CARGO_PKG_VERSION").hash(&mut h);
-    format!("{:?}", plan.nodes).hash(&mut h);
-    roots.hash(&mut h);
-    h.finish()
+    stable_hash((CODEGEN_VERSION, format!("{:?}", plan.nodes), roots))
 }
 
 pub struct WalkerCache {
@@ -57,34 +39,31 @@ impl WalkerCache {
 
     /// `$XDG_CACHE_HOME/oi-trace/jit` or `~/.cache/oi-trace/jit`.
     pub fn default_dir() -> Option<PathBuf> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
-        Some(base.join("oi-trace").join("jit"))
+        disk_cache::dir("jit")
     }
 
-    /// The walker of (plan, roots): from memory, from disk, or compiled (then stored).
+    /// The walker of (plan, roots): from memory, from disk, or compiled (then stored); and
+    /// whether it was found rather than compiled.
     pub fn get_or_compile(
         &self,
         plan: &Plan,
         roots: &[NodeId],
-    ) -> Result<Arc<CompiledWalker>, JitError> {
+    ) -> Result<(Arc<CompiledWalker>, bool), JitError> {
         let k = key(plan, roots);
         if let Some(w) = self.lock().get(&k) {
-            return Ok(w.clone());
+            return Ok((w.clone(), true));
         }
-        let w = match self.load(k) {
-            Some(w) => w,
+        let (w, found) = match self.load(k) {
+            Some(w) => (w, true),
             None => {
                 let w = compile(plan, roots)?;
                 self.store(k, &w);
-                w
+                (w, false)
             }
         };
         let w = Arc::new(w);
         self.lock().insert(k, w.clone());
-        Ok(w)
+        Ok((w, found))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<CompiledWalker>>> {
@@ -100,18 +79,9 @@ impl WalkerCache {
         decode(&std::fs::read(self.path(k)?).ok()?)
     }
 
-    /// Best effort: a cache that cannot be written only costs a compilation next time.
     fn store(&self, k: u64, w: &CompiledWalker) {
-        let (Some(dir), Some(path)) = (self.dir.as_ref(), self.path(k)) else {
-            return;
-        };
-        if std::fs::create_dir_all(dir).is_err() {
-            return;
-        }
-        // Write then rename: a concurrent reader never sees half a file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, encode(w)).is_ok() && std::fs::rename(&tmp, &path).is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        if let (Some(dir), Some(path)) = (self.dir.as_ref(), self.path(k)) {
+            disk_cache::store(dir, &path, &encode(w));
         }
     }
 }
@@ -169,7 +139,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("oi-jit-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let a = WalkerCache::new(Some(dir.clone()));
-        let w1 = a.get_or_compile(&plan(8), &[0]).expect("compile");
+        let (w1, found) = a.get_or_compile(&plan(8), &[0]).expect("compile");
+        assert!(!found, "compiled the first time");
         // A second cache (a new run) finds it on disk.
         let b = WalkerCache::new(Some(dir.clone()));
         let k = key(&plan(8), &[0]);

@@ -38,12 +38,12 @@ use crate::containers::{
 
 pub type NodeId = usize;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     pub nodes: Vec<Node>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Node {
     pub name: String,
     pub type_names: Vec<String>,
@@ -55,7 +55,7 @@ pub struct Node {
 }
 
 /// How a map key is captured into `data` (SEMANTICS.md §9).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Capture {
     /// Integral / enum / other scalar key of this byte size, as an unsigned number.
     /// `signed` keys are sign-extended, as a C++ cast to `uint64_t` would.
@@ -66,7 +66,7 @@ pub enum Capture {
     Address,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// Primitive, enum, union, stubbed pointer, weak_ptr, empty class: E = S.
     Leaf,

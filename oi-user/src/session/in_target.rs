@@ -60,16 +60,17 @@ impl From<RemoteError> for Failure {
 
 impl InTarget {
     /// Compiles (or finds in the cache) the walker of every probe site.
-    pub fn prepare(probes: &[Probe], timeout: Duration) -> Result<Self> {
+    pub fn prepare(probes: &mut [Probe], timeout: Duration) -> Result<Self> {
         let cache = WalkerCache::new(WalkerCache::default_dir());
         let mut walkers = Vec::new();
         let mut index = Vec::new();
         for probe in probes {
             let mut sites = Vec::new();
             for m in &probe.measurers {
-                let w = cache.get_or_compile(m.plan(), &m.roots()).map_err(|e| {
+                let (w, found) = cache.get_or_compile(m.plan(), &m.roots()).map_err(|e| {
                     Error::internal(format!("compiling the walker of {}: {e}", probe.symbol))
                 })?;
+                probe.walkers_cached += usize::from(found);
                 sites.push(walkers.len());
                 walkers.push(w);
             }

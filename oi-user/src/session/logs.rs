@@ -77,7 +77,11 @@ impl Logs {
             .iter()
             .zip(counters)
             .map(|(p, c)| {
-                json!({"probe": p.symbol, "hits": c.hits, "sampled": c.sampled, "dropped": c.dropped, "filtered": c.filtered})
+                json!({
+                    "probe": p.symbol, "hits": c.hits, "sampled": c.sampled,
+                    "dropped": c.dropped, "filtered": c.filtered, "sites": p.sites.len(),
+                    "plans_cached": p.plans_cached, "walkers_cached": p.walkers_cached,
+                })
             })
             .collect();
         let mut out = create(path)?;

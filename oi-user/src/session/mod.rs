@@ -31,6 +31,7 @@ use crate::{
     error::{Error, Result},
     interp::RemoteReader,
     measure::{Measurer, OutputFormat},
+    plan_cache::{PlanCache, Source},
     probe::{AttachPoint, Trigger},
     target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs},
 };
@@ -53,6 +54,10 @@ pub struct Probe {
     pub sites: Vec<Resolved>,
     /// The walk of the requested arguments, per site; empty with --count-only.
     pub measurers: Vec<Arc<Measurer>>,
+    /// How many sites' plans came from the plan cache, and their walkers from the walker
+    /// cache (reported in `--summary`: a warm run does no DWARF or Cranelift work).
+    pub plans_cached: usize,
+    pub walkers_cached: usize,
 }
 
 /// Why the event loop ended.
@@ -107,7 +112,7 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let in_target = match (args.mode, args.count_only) {
         (Mode::Jit, false) => Some(InTarget::prepare(
-            &probes,
+            &mut probes,
             Duration::from_secs_f64(args.walk_timeout),
         )?),
         _ => None,
@@ -206,23 +211,26 @@ fn check_capabilities() -> Result<()> {
 /// Reads the DWARF and plans the walk of every probe's arguments, before anything is armed:
 /// a missing argument or missing debug info is bad input, found before the target is touched.
 fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
+    let cache = PlanCache::new(PlanCache::default_dir());
     for probe in probes {
         for site in &probe.sites {
-            let measurer = Measurer::new(
-                &site.binary,
-                &site.symbol,
-                &args.arg,
-                &args.feature,
-                probe.is_return,
-            )
-            .map_err(|e| {
-                let msg = format!("{}: {e}", site.symbol.demangled);
-                if e.is_bad_input() {
-                    Error::input(msg)
-                } else {
-                    Error::internal(msg)
-                }
-            })?;
+            let (measurer, source) = cache
+                .get_or_build(
+                    &site.binary,
+                    &site.symbol,
+                    &args.arg,
+                    &args.feature,
+                    probe.is_return,
+                )
+                .map_err(|e| {
+                    let msg = format!("{}: {e}", site.symbol.demangled);
+                    if e.is_bad_input() {
+                        Error::input(msg)
+                    } else {
+                        Error::internal(msg)
+                    }
+                })?;
+            probe.plans_cached += usize::from(source == Source::Cache);
             probe.measurers.push(Arc::new(measurer));
         }
     }
@@ -254,6 +262,8 @@ fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
             is_return,
             sites,
             measurers: Vec::new(),
+            plans_cached: 0,
+            walkers_cached: 0,
         });
     }
     if probes.len() > oi_common::MAX_PROBES as usize {
