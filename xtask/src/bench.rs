@@ -32,15 +32,31 @@ impl Figure {
     }
 }
 
-pub fn run(root: &Path, quick: bool) -> Result<()> {
+const FIGURES: [&str; 5] = ["pause", "first-result", "probe-cost", "dwarf", "throughput"];
+
+pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
+    if let Some(bad) = only.iter().find(|f| !FIGURES.contains(&f.as_str())) {
+        bail!("unknown figure `{bad}` (known: {})", FIGURES.join(", "));
+    }
+    let wanted = |f: &str| only.is_empty() || only.iter().any(|o| o == f);
     // The fixtures' helpers run the same binary (`$OI_TRACE_BIN`, else this one).
     let bin = oi_e2e::oi_trace_bin();
     let mut figures = Vec::new();
-    pause(quick, &mut figures)?;
-    first_result(&bin, &mut figures)?;
-    probe_cost(quick, &mut figures)?;
-    dwarf_at_scale(root, &bin, quick, &mut figures)?;
-    throughput(quick, &mut figures)?;
+    if wanted("pause") {
+        pause(quick, &mut figures)?;
+    }
+    if wanted("first-result") {
+        first_result(&bin, &mut figures)?;
+    }
+    if wanted("probe-cost") {
+        probe_cost(quick, &mut figures)?;
+    }
+    if wanted("dwarf") {
+        dwarf_at_scale(root, &bin, quick, &mut figures)?;
+    }
+    if wanted("throughput") {
+        throughput(quick, &mut figures)?;
+    }
     report(root, &figures)
 }
 

@@ -42,6 +42,9 @@ enum Task {
         /// Smaller objects and fewer repetitions (under two minutes).
         #[arg(long)]
         quick: bool,
+        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput.
+        #[arg(long, value_name = "FIGURE")]
+        only: Vec<String>,
     },
     /// Set up, then fuzz the ELF/DWARF reader and the data-stream decoder with cargo-fuzz,
     /// seeded with corrupted copies of the fixtures (not part of CI).
@@ -66,9 +69,9 @@ fn main() -> Result<()> {
             .and_then(|()| build())
             .and_then(|()| test(&cargo_args)),
         Task::Demo => setup().and_then(|()| build()).and_then(|()| demo()),
-        Task::Bench { quick } => setup()
+        Task::Bench { quick, only } => setup()
             .and_then(|()| build())
-            .and_then(|()| bench::run(&root(), quick)),
+            .and_then(|()| bench::run(&root(), quick, &only)),
         Task::Fuzz { seconds } => setup().and_then(|()| fuzz::run(&root(), seconds)),
         Task::Soak { minutes } => setup()
             .and_then(|()| build())
