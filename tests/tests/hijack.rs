@@ -11,6 +11,7 @@ use nix::{
 use oi_e2e::{Fixture, FixtureBuild, SIGUSR1, privileged};
 use oi_trace::target::{
     Tracer,
+    bootstrap::{self, Bootstrap},
     hijack::{CallEnd, Held, Segments},
     remote,
 };
@@ -100,7 +101,7 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
 
     freeze(pid);
     let mut held = Held::begin(pid, pid, None).expect("hold");
-    let insn = held.syscall_insn();
+    let bootstrap = held.bootstrap();
     let seg = Segments::create(&mut held, &[(READ_ARG0, 0), (SPIN, 0)]).expect("segments");
     assert!(
         !maps_of(pid).lines().any(|l| l
@@ -113,7 +114,7 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
 
     for round in 0..20 {
         freeze_in_user_code(pid);
-        let mut held = Held::begin(pid, pid, Some(insn)).expect("hold");
+        let mut held = Held::begin(pid, pid, Some(bootstrap)).expect("hold");
         let regs = remote::get_regs(pid).expect("regs");
         let mut expected = [0u8; 8];
         remote::read_memory(pid, regs.rsp, &mut expected).expect("read stack");
@@ -135,7 +136,7 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
 
     // A bad pointer: the fault is caught and the thread goes on.
     freeze_in_user_code(pid);
-    let mut held = Held::begin(pid, pid, Some(insn)).expect("hold");
+    let mut held = Held::begin(pid, pid, Some(bootstrap)).expect("hold");
     remote::write_memory(pid, seg.frame(), &frame_image(&seg, 0x10)).expect("frame");
     let end = held
         .call(&seg, seg.walkers[0], Duration::from_secs(2))
@@ -148,7 +149,7 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
 
     // An endless walker is interrupted.
     freeze_in_user_code(pid);
-    let mut held = Held::begin(pid, pid, Some(insn)).expect("hold");
+    let mut held = Held::begin(pid, pid, Some(bootstrap)).expect("hold");
     let end = held
         .call(&seg, seg.walkers[1], Duration::from_millis(100))
         .expect("call");
@@ -218,5 +219,53 @@ fn the_stub_restores_the_thread_when_the_tracer_is_gone() {
         format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
     );
     fixture.assert_running();
+    assert!(fixture.finish().success());
+}
+
+/// The system calls that map our segments run before any stub of ours exists: their
+/// `syscall` is written into slack code bytes and restores the thread itself, so a tracer
+/// that dies between setting the call's registers and taking them back leaves the thread
+/// intact too. Done five times in a loop that checks its own sum.
+#[test]
+fn a_tracer_gone_during_a_bootstrap_syscall_leaves_the_thread_intact() {
+    if !privileged() {
+        return;
+    }
+    let binary = FixtureBuild::new("trigger")
+        .shared_lib("trigger_lib")
+        .build();
+    let mut fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let pid = fixture.pid;
+    let maps_before = maps_of(pid);
+    let mut tracer = Tracer::default();
+    tracer.seize(pid).expect("seize");
+    fixture.signal(SIGUSR1);
+    let Bootstrap::Slack(at) = Bootstrap::find(pid).expect("bootstrap") else {
+        panic!("the fixture's code mappings have slack for the restoring stub");
+    };
+    for _ in 0..5 {
+        freeze_in_user_code(pid);
+        let saved = remote::get_regs(pid).expect("regs");
+        bootstrap::poke(pid, at, &bootstrap::restoring_syscall(&saved)).expect("poke");
+        let mut call = saved;
+        call.rip = at;
+        call.rax = libc::SYS_getpid as u64;
+        call.orig_rax = u64::MAX;
+        (call.rdi, call.rsi, call.rdx, call.r10, call.r8, call.r9) = (1, 2, 3, 4, 5, 6);
+        remote::set_regs(pid, &call).expect("set regs");
+        // The tracer dies here: the kernel lets the thread go as it is.
+        nix::sys::ptrace::detach(Pid::from_raw(pid), None).expect("detach");
+        std::thread::sleep(Duration::from_millis(20));
+        tracer = Tracer::default();
+        tracer.seize(pid).expect("seize again");
+    }
+    tracer.release(pid);
+    let done = fixture.stdout.expect("done", Duration::from_secs(60));
+    assert_eq!(
+        done,
+        format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
+    );
+    fixture.assert_running();
+    assert_eq!(maps_of(pid), maps_before, "nothing was mapped");
     assert!(fixture.finish().success());
 }

@@ -141,7 +141,12 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
     if !privileged() {
         return;
     }
-    let mut fixture = Fixture::start(&jit_target(), &[]);
+    // A file of its own: 50 uprobes registered and torn down in quick succession on the file
+    // the other tests probe were seen to cost a parallel test its probe hits (kernel side).
+    let binary = FixtureBuild::new("jit_target")
+        .variant("jit_target-kill", &[])
+        .build();
+    let mut fixture = Fixture::start(&binary, &[]);
     let pid = fixture.pid.to_string();
     let before = maps_of(fixture.pid);
     let mut rng = Lcg::from_clock("kill moments");
@@ -206,8 +211,8 @@ fn a_second_run_takes_plan_and_walker_from_the_caches() {
             "--summary",
             summary.to_str().unwrap_or_default(),
         ];
-        let out = OiTrace::start_with_env(&args, &[("XDG_CACHE_HOME", cache.path())])
-            .finish(60 * SECOND);
+        let out =
+            OiTrace::start_with_env(&args, &[("XDG_CACHE_HOME", cache.path())]).finish(60 * SECOND);
         assert!(out.status.success(), "{out:#?}");
         let sum = json(&std::fs::read_to_string(&summary).expect("summary"));
         let cached = (

@@ -13,6 +13,7 @@ use crate::{
     jit::{self, CompiledWalker, STATUS_FULL, WalkFrame, cache::WalkerCache},
     measure::{Located, Measurer},
     target::{
+        bootstrap::Bootstrap,
         hijack::{CallEnd, Held, Segments},
         remote::{self, RemoteError},
     },
@@ -24,7 +25,7 @@ const EAGER_COPY: u64 = 1 << 20;
 /// What one process carries of ours.
 struct Mapped {
     seg: Segments,
-    syscall_insn: u64,
+    bootstrap: Bootstrap,
     /// Last generation tag used in the visited-set table.
     generation: u64,
 }
@@ -96,8 +97,8 @@ impl InTarget {
         bias: u64,
         before_resume: &mut dyn FnMut(),
     ) -> Result<Vec<Vec<u64>>, Failure> {
-        let insn = self.processes.get(&tgid).map(|m| m.syscall_insn);
-        let mut held = Held::begin(tgid, tid, insn)?;
+        let bootstrap = self.processes.get(&tgid).map(|m| m.bootstrap);
+        let mut held = Held::begin(tgid, tid, bootstrap)?;
         let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
         let result = match result {
             Err(Failure::Gone) => return Err(Failure::Gone),
@@ -141,22 +142,21 @@ impl InTarget {
                 .iter()
                 .map(|w| (w.code.as_slice(), w.entry))
                 .collect();
-            // A killed oi-trace may have left its segments: their stub makes the system calls
-            // that map ours self-restoring too; then they are removed.
-            let leftovers = Segments::leftovers(tgid);
-            if let Some(old) = leftovers.first() {
-                held.arm(old.base, old.code_len)?;
-            }
+            // A run killed while reserving its region left a note of it: remove that first.
+            held.remove_pending();
             let seg = Segments::create(held, &code)?;
-            for old in &leftovers {
-                let _ = old.destroy(held);
+            // Segments a killed oi-trace left (no thread inside) go, through our new stub.
+            for old in Segments::leftovers(tgid, held.tid) {
+                if old.base != seg.base {
+                    let _ = old.destroy(held);
+                }
             }
-            let syscall_insn = held.syscall_insn();
+            let bootstrap = held.bootstrap();
             self.processes.insert(
                 tgid,
                 Mapped {
                     seg,
-                    syscall_insn,
+                    bootstrap,
                     generation: 0,
                 },
             );
@@ -239,7 +239,7 @@ impl InTarget {
     /// ptrace-stop and stays stopped; returns the signals to deliver once it is detached.
     pub fn unmap(&mut self, tgid: i32, tid: i32) -> Option<remote::HeldSignals> {
         let mapped = self.processes.remove(&tgid)?;
-        let mut held = Held::begin(tgid, tid, Some(mapped.syscall_insn)).ok()?;
+        let mut held = Held::begin(tgid, tid, Some(mapped.bootstrap)).ok()?;
         if let Err(e) = mapped.seg.destroy(&mut held) {
             eprintln!("oi-trace: warning: pid {tgid}: could not unmap oi-trace's segments: {e}");
         }

@@ -27,6 +27,7 @@ use nix::{
 };
 
 use super::{
+    bootstrap::{self, Bootstrap},
     procfs,
     remote::{self, HeldSignals, Regs, RemoteError},
 };
@@ -38,9 +39,14 @@ const SAVE_AREA: u64 = 0; // 17 registers then the rip slot
 const RIP_SLOT: u64 = SAVE_AREA + 17 * 8;
 const FXSAVE_AREA: u64 = 256; // 512 bytes, 16-byte aligned
 /// What a later run needs to recognise and remove the region of a run that was killed:
-/// magic, length of the code part, length of the whole region.
+/// magic, length of the code part, length of the whole region, and the busy word.
 const HEADER: u64 = 768;
-const HEADER_LEN: usize = 24;
+const HEADER_LEN: usize = 32;
+/// Offset in the header of the id of the thread armed to run in the region (0: none): set
+/// before the thread can be pointed at the stub, cleared once it has its registers back. A
+/// killed run may leave it set; a later run removes the region only when that thread is
+/// provably outside (see [`Segments::leftovers`]).
+const BUSY: u64 = 24;
 const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG2");
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
@@ -135,13 +141,16 @@ pub struct Held {
     saved: Regs,
     fp: libc::user_fpregs_struct,
     held: HeldSignals,
-    /// A `syscall` instruction borrowed from the target's own code, for the first remote
-    /// syscalls (before our code segment exists).
-    syscall_insn: u64,
+    /// Where remote syscalls go while no stub of ours is armed.
+    bootstrap: Bootstrap,
+    /// The bytes our restoring stub replaced in the slack, while it is written there.
+    slack_saved: Option<Vec<u8>>,
     /// Our stub's `syscall`, once the save area holds this thread's state: a remote syscall
     /// through it is followed by the stub's self-restore, so even a tracer killed mid-call
     /// leaves the thread intact.
     gadget: Option<u64>,
+    /// The busy word of the armed region (see [`BUSY`]).
+    busy_word: Option<u64>,
     /// The thread waits at the entry of the stub's `getpid` after a walk (see `land`).
     at_done_stop: bool,
 }
@@ -162,12 +171,13 @@ pub enum CallEnd {
 impl Held {
     /// Takes hold of `tid`, which must be in a ptrace-stop (e.g. the signal-delivery-stop of the
     /// trigger's SIGSTOP, which is thereby suppressed).
-    pub fn begin(tgid: i32, tid: i32, syscall_insn: Option<u64>) -> Result<Self, RemoteError> {
+    /// `bootstrap`: what [`Bootstrap::find`] gave for this process before (None: find it).
+    pub fn begin(tgid: i32, tid: i32, bootstrap: Option<Bootstrap>) -> Result<Self, RemoteError> {
         let saved = remote::get_regs(tid)?;
         let fp = remote::get_fpregs(tid)?;
-        let syscall_insn = match syscall_insn {
-            Some(a) => a,
-            None => remote::find_syscall_instruction(tgid)?,
+        let bootstrap = match bootstrap {
+            Some(b) => b,
+            None => Bootstrap::find(tgid)?,
         };
         Ok(Self {
             tgid,
@@ -175,23 +185,26 @@ impl Held {
             saved,
             fp,
             held: HeldSignals::default(),
-            syscall_insn,
+            bootstrap,
+            slack_saved: None,
             gadget: None,
+            busy_word: None,
             at_done_stop: false,
         })
     }
 
-    pub fn syscall_insn(&self) -> u64 {
-        self.syscall_insn
+    pub fn bootstrap(&self) -> Bootstrap {
+        self.bootstrap
     }
 
-    fn mmap(&mut self, len: u64, prot: i32, extra_flags: i32) -> Result<u64, RemoteError> {
+    fn mmap(&mut self, at: u64, len: u64, prot: i32, extra_flags: i32) -> Result<u64, RemoteError> {
         self.land()?;
-        let (tid, insn) = (self.tid, self.insn());
+        let (tid, insn) = (self.tid, self.insn()?);
         remote::mmap(
             tid,
             &self.saved,
             insn,
+            at,
             len,
             prot,
             extra_flags,
@@ -201,19 +214,102 @@ impl Held {
 
     fn munmap(&mut self, addr: u64, len: u64) -> Result<(), RemoteError> {
         self.land()?;
-        let (tid, insn) = (self.tid, self.insn());
+        let (tid, insn) = (self.tid, self.insn()?);
         remote::munmap(tid, &self.saved, insn, addr, len, &mut self.held)
     }
 
     fn mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), RemoteError> {
         self.land()?;
-        let (tid, insn) = (self.tid, self.insn());
+        let (tid, insn) = (self.tid, self.insn()?);
         remote::mprotect(tid, &self.saved, insn, addr, len, prot, &mut self.held)
     }
 
-    /// The `syscall` instruction remote syscalls use: our stub's once armed.
-    fn insn(&self) -> u64 {
-        self.gadget.unwrap_or(self.syscall_insn)
+    /// The `syscall` instruction remote syscalls use: our segment's stub once armed; before,
+    /// a restoring stub written into the slack (or, without slack, a borrowed one).
+    fn insn(&mut self) -> Result<u64, RemoteError> {
+        if let Some(gadget) = self.gadget {
+            return Ok(gadget);
+        }
+        match self.bootstrap {
+            Bootstrap::Borrowed(insn) => Ok(insn),
+            Bootstrap::Slack(at) => {
+                if self.slack_saved.is_none() {
+                    let mut original = vec![0u8; bootstrap::STUB_LEN as usize];
+                    remote::read_memory(self.tgid, at, &mut original)?;
+                    let stub = bootstrap::restoring_syscall(&remote::restorable(&self.saved));
+                    bootstrap::poke(self.tgid, at, &stub)?;
+                    self.slack_saved = Some(original);
+                }
+                Ok(at)
+            }
+        }
+    }
+
+    /// Reserves `len` bytes (PROT_NONE) for a region. With slack, the address is chosen
+    /// first, in a hole with a free page on each side (so the kernel merges it with nothing),
+    /// and noted in the slack before the call: a run killed before the region has its header
+    /// still leaves a way to find and remove it ([`Self::remove_pending`]).
+    fn reserve(&mut self, len: u64) -> Result<u64, RemoteError> {
+        let Bootstrap::Slack(at) = self.bootstrap else {
+            return self.mmap(0, len, libc::PROT_NONE, libc::MAP_NORESERVE);
+        };
+        let mut last = None;
+        for _ in 0..8 {
+            let Some(addr) = bootstrap::free_hole(self.tgid, len) else {
+                break;
+            };
+            bootstrap::poke(self.tgid, at + bootstrap::NOTE, &bootstrap::note(addr, len))?;
+            let flags = libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+            match self.mmap(addr, len, libc::PROT_NONE, flags) {
+                Ok(got) if got == addr => return Ok(got),
+                // A kernel without MAP_FIXED_NOREPLACE may place it elsewhere: give it back.
+                Ok(got) => {
+                    let _ = self.munmap(got, len);
+                    self.forget_pending();
+                    break;
+                }
+                // Taken meanwhile by the target itself: look again.
+                Err(e) => last = Some(e),
+            }
+        }
+        self.forget_pending();
+        match last {
+            Some(RemoteError::Syscall { errno, .. }) if errno != nix::errno::Errno::EEXIST => {
+                Err(RemoteError::Syscall {
+                    what: "mmap",
+                    errno,
+                })
+            }
+            _ => self.mmap(0, len, libc::PROT_NONE, libc::MAP_NORESERVE),
+        }
+    }
+
+    fn forget_pending(&mut self) {
+        if let Bootstrap::Slack(at) = self.bootstrap {
+            let _ = bootstrap::poke(self.tgid, at + bootstrap::NOTE, &[0; bootstrap::NOTE_LEN]);
+        }
+    }
+
+    /// Removes the region a killed run had reserved but not yet given its header, if its
+    /// note in the slack says so and the maps agree exactly.
+    pub fn remove_pending(&mut self) {
+        let Bootstrap::Slack(at) = self.bootstrap else {
+            return;
+        };
+        if let Some((addr, len)) = bootstrap::read_note(self.tgid, at)
+            && bootstrap::is_lone_anonymous(self.tgid, addr, len)
+        {
+            let _ = self.munmap(addr, len);
+        }
+        self.forget_pending();
+    }
+
+    /// Puts back what our restoring stub replaced (never executed bytes, but the process is
+    /// left exactly as it was). Only once no remote syscall of this hold is in flight.
+    fn clear_slack(&mut self) {
+        if let (Some(original), Bootstrap::Slack(at)) = (self.slack_saved.take(), self.bootstrap) {
+            let _ = bootstrap::poke(self.tgid, at, &original);
+        }
     }
 
     /// Writes this thread's registers (as they must be restored, syscall restart included)
@@ -231,7 +327,11 @@ impl Held {
         };
         image.extend_from_slice(fx);
         remote::write_memory(self.tgid, base + code_len + SAVE_AREA, &image)?;
+        let busy_word = base + code_len + HEADER + BUSY;
+        remote::write_memory(self.tgid, busy_word, &(self.tid as u64).to_le_bytes())?;
+        self.busy_word = Some(busy_word);
         self.gadget = Some(base + STUB_SYSCALL);
+        self.clear_slack();
         Ok(())
     }
 
@@ -368,6 +468,13 @@ impl Held {
         remote::set_regs(self.tid, &remote::restorable(&self.saved))
     }
 
+    /// Once the thread has its own registers back: it will not run in the region any more.
+    fn not_busy(&mut self) {
+        if let Some(word) = self.busy_word.take() {
+            let _ = remote::write_memory(self.tgid, word, &0u64.to_le_bytes());
+        }
+    }
+
     /// Brings a thread left at the stub's `getpid` entry to a quiet ptrace-stop with its own
     /// registers, so that remote syscalls or another call can follow.
     pub fn land(&mut self) -> Result<(), RemoteError> {
@@ -392,8 +499,10 @@ impl Held {
 
     /// Puts registers and FPU state back but leaves the thread stopped (for a caller that
     /// detaches it next); returns the signals held meanwhile, to be delivered after that.
-    pub fn restore(self) -> Result<HeldSignals, RemoteError> {
+    pub fn restore(mut self) -> Result<HeldSignals, RemoteError> {
+        self.clear_slack();
         self.put_back()?;
+        self.not_busy();
         Ok(self.held)
     }
 
@@ -401,7 +510,9 @@ impl Held {
     /// suppressed, held signals delivered again in their order.
     pub fn end(mut self) -> Result<(), RemoteError> {
         // From the stub's getpid entry too: with orig_rax = -1 the kernel skips the call.
+        self.clear_slack();
         self.put_back()?;
+        self.not_busy();
         ptrace::cont(Pid::from_raw(self.tid), None).map_err(|e| ptrace_error(self.tid, e))?;
         self.held.redeliver(self.tgid, self.tid);
         Ok(())
@@ -477,7 +588,7 @@ impl Segments {
         }
         let rw = libc::PROT_READ | libc::PROT_WRITE;
         let total = code_len + REGION_AFTER_CODE;
-        let base = h.mmap(total, libc::PROT_NONE, libc::MAP_NORESERVE)?;
+        let base = h.reserve(total)?;
         let data = base + code_len;
         let seg = Self {
             base,
@@ -490,12 +601,14 @@ impl Segments {
         let result = (|| {
             h.mprotect(base, code_len + DATA_LEN, rw)?;
             remote::write_memory(h.tgid, base, &code)?;
-            let header: Vec<u8> = [MAGIC, code_len, total]
+            let header: Vec<u8> = [MAGIC, code_len, total, 0]
                 .iter()
                 .flat_map(|w| w.to_le_bytes())
                 .collect();
             remote::write_memory(h.tgid, data + HEADER, &header)?;
             h.mprotect(base, code_len, libc::PROT_READ | libc::PROT_EXEC)?;
+            // Recognisable by its header from here on: the note is no longer needed.
+            h.forget_pending();
             // From here on, remote syscalls go through our stub and restore themselves.
             h.arm(base, code_len)?;
             h.mprotect(seg.stack, STACK_LEN, rw)?;
@@ -551,10 +664,12 @@ impl Segments {
         Ok(())
     }
 
-    /// Regions a killed oi-trace left in `pid`. Recognised by their data part: an anonymous
-    /// RW mapping of exactly the data part's size (guard pages keep the kernel from merging
-    /// it with anything), right after anonymous RX memory that holds our stub, with our header.
-    pub fn leftovers(pid: i32) -> Vec<Self> {
+    /// Regions a killed oi-trace left in `pid` that no thread is inside. Recognised by their
+    /// data part: an anonymous RW mapping of exactly the data part's size (guard pages keep
+    /// the kernel from merging it with anything), right after anonymous RX memory that holds
+    /// our stub, with our header.
+    /// `held_tid`: the thread the caller holds (stopped at a probe, so not inside).
+    pub fn leftovers(pid: i32, held_tid: i32) -> Vec<Self> {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return Vec::new();
         };
@@ -589,6 +704,12 @@ impl Segments {
             if remote::read_memory(pid, base, &mut head).is_err()
                 || head != stub(code_len)
                 || !covered_by(&anon, base, base + total)
+                || !outside(
+                    pid,
+                    word((BUSY / 8) as usize),
+                    held_tid,
+                    (base, base + total),
+                )
             {
                 continue;
             }
@@ -607,6 +728,29 @@ impl Segments {
     /// Unmaps the whole region from the process of the held thread.
     pub fn destroy(&self, h: &mut Held) -> Result<(), RemoteError> {
         h.munmap(self.base, self.total_len())
+    }
+}
+
+/// Whether thread `busy` (a region's busy word) is surely not running inside `region`: none,
+/// the thread we hold, a thread that is gone, or one blocked in a system call with its
+/// instruction and stack pointers elsewhere (our code makes no blocking call). A thread
+/// that is running cannot be told: the region is left for a later run.
+fn outside(pid: i32, busy: u64, held_tid: i32, (start, end): (u64, u64)) -> bool {
+    if busy == 0 || busy == held_tid as u64 {
+        return true;
+    }
+    let Ok(line) = std::fs::read_to_string(format!("/proc/{pid}/task/{busy}/syscall")) else {
+        return !std::path::Path::new(&format!("/proc/{pid}/task/{busy}")).exists();
+    };
+    // "NR args... SP PC" when blocked, "running" otherwise.
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let addr = |w: &str| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok();
+    match words.as_slice() {
+        [.., sp, pc] if words.len() >= 3 => match (addr(sp), addr(pc)) {
+            (Some(sp), Some(pc)) => !(start..end).contains(&sp) && !(start..end).contains(&pc),
+            _ => false,
+        },
+        _ => false,
     }
 }
 

@@ -3,6 +3,7 @@
 //! Must never leave a thread stopped or traced when the tracer ends, and never deliver a
 //! signal of ours to the target: the SIGSTOPs the eBPF trigger sends are always suppressed.
 
+pub mod bootstrap;
 pub mod guardian;
 pub mod hijack;
 pub mod procfs;

@@ -311,17 +311,20 @@ pub fn restorable(saved: &Regs) -> Regs {
 }
 
 /// mmap of anonymous private memory in the target; returns the address.
+/// `at`: the address wanted (with MAP_FIXED_NOREPLACE among `extra_flags`), or 0.
+#[allow(clippy::too_many_arguments)]
 pub fn mmap(
     tid: i32,
     saved: &Regs,
     insn: u64,
+    at: u64,
     len: u64,
     prot: i32,
     extra_flags: i32,
     held: &mut HeldSignals,
 ) -> Result<u64, RemoteError> {
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags) as u64;
-    let args = [0, len, prot as u64, flags, u64::MAX, 0];
+    let args = [at, len, prot as u64, flags, u64::MAX, 0];
     let r = syscall(tid, saved, insn, libc::SYS_mmap, args, held)?;
     check("mmap", r).map(|v| v as u64)
 }
