@@ -36,13 +36,19 @@ fn tree_format_summarises_a_million_strings() {
         .find(|e| e.1 == "size")
         .map(|e| e.2)
         .expect("size");
-    let first = text.lines().next().unwrap_or("");
+    let mut lines = text.lines();
+    let title = lines.next().unwrap_or("");
+    assert!(
+        title.starts_with("# pid ") && title.contains(", hit "),
+        "{text}"
+    );
+    let first = lines.next().unwrap_or("");
     assert!(first.starts_with("a0: std::vector<"), "{text}");
     assert!(first.contains("[len 1,000,000, cap "), "{first}");
     assert!(first.ends_with("(100.0%)"), "{first}");
     assert!(text.contains("… 999,990 more elements"), "{text}");
     // Largest first: the ten shown are heap strings of the longest length (69 chars).
-    let shown: Vec<&str> = text.lines().skip(1).take(10).collect();
+    let shown: Vec<&str> = text.lines().skip(2).take(10).collect();
     assert!(
         shown.iter().all(|l| l.contains("[len 69, cap 69]")),
         "{shown:?}"

@@ -58,10 +58,19 @@ impl Reporter {
             .spawn(move || {
                 let mut out = std::io::stdout().lock();
                 for job in queue {
-                    let result = job
-                        .measurer
-                        .write_report(&job.streams, format, &mut out)
-                        .map_err(|e| e.to_string())
+                    // JSON lines speak for themselves; trees of several samples need a title.
+                    let title = if format == OutputFormat::Tree {
+                        writeln!(out, "# pid {}, hit {}", job.tgid, job.hit)
+                    } else {
+                        Ok(())
+                    };
+                    let result = title
+                        .map_err(|e| format!("writing the report: {e}"))
+                        .and_then(|()| {
+                            job.measurer
+                                .write_report(&job.streams, format, &mut out)
+                                .map_err(|e| e.to_string())
+                        })
                         .and_then(|()| out.flush().map_err(|e| format!("writing the report: {e}")));
                     let _ = done.send(Written {
                         tgid: job.tgid,
