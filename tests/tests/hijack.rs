@@ -80,6 +80,28 @@ fn freeze_in_user_code(pid: i32) {
     }
 }
 
+/// The fixture's checked loop (300,000,000 calls), started, with its process seized.
+fn seized_loop() -> (Fixture, Tracer) {
+    let binary = FixtureBuild::new("trigger")
+        .shared_lib("trigger_lib")
+        .build();
+    let fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let mut tracer = Tracer::default();
+    tracer.seize(fixture.pid).expect("seize");
+    fixture.signal(SIGUSR1);
+    (fixture, tracer)
+}
+
+/// The loop finished with its own sum right, and the fixture runs on.
+fn assert_loop_done(fixture: &mut Fixture) {
+    let done = fixture.stdout.expect("done", Duration::from_secs(60));
+    assert_eq!(
+        done,
+        format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
+    );
+    fixture.assert_running();
+}
+
 fn maps_of(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps")
 }
@@ -89,15 +111,9 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
     if !privileged() {
         return;
     }
-    let binary = FixtureBuild::new("trigger")
-        .shared_lib("trigger_lib")
-        .build();
-    let mut fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let (mut fixture, mut tracer) = seized_loop();
     let pid = fixture.pid;
     let maps_before = maps_of(pid);
-    let mut tracer = Tracer::default();
-    tracer.seize(pid).expect("seize");
-    fixture.signal(SIGUSR1);
 
     freeze(pid);
     let mut held = Held::begin(pid, pid, None).expect("hold");
@@ -189,14 +205,8 @@ fn the_stub_restores_the_thread_when_the_tracer_is_gone() {
     if !privileged() {
         return;
     }
-    let binary = FixtureBuild::new("trigger")
-        .shared_lib("trigger_lib")
-        .build();
-    let mut fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let (mut fixture, mut tracer) = seized_loop();
     let pid = fixture.pid;
-    let mut tracer = Tracer::default();
-    tracer.seize(pid).expect("seize");
-    fixture.signal(SIGUSR1);
     freeze_in_user_code(pid);
     let mut held = Held::begin(pid, pid, None).expect("hold");
     let seg = Segments::create(&mut held, &[(SLOW_CLOBBER, 0)]).expect("segments");
@@ -213,12 +223,7 @@ fn the_stub_restores_the_thread_when_the_tracer_is_gone() {
         tracer.seize(pid).expect("seize again");
     }
     tracer.release(pid);
-    let done = fixture.stdout.expect("done", Duration::from_secs(60));
-    assert_eq!(
-        done,
-        format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
-    );
-    fixture.assert_running();
+    assert_loop_done(&mut fixture);
     assert!(fixture.finish().success());
 }
 
@@ -231,15 +236,9 @@ fn a_tracer_gone_during_a_bootstrap_syscall_leaves_the_thread_intact() {
     if !privileged() {
         return;
     }
-    let binary = FixtureBuild::new("trigger")
-        .shared_lib("trigger_lib")
-        .build();
-    let mut fixture = Fixture::start(&binary, &["loop", "300000000"]);
+    let (mut fixture, mut tracer) = seized_loop();
     let pid = fixture.pid;
     let maps_before = maps_of(pid);
-    let mut tracer = Tracer::default();
-    tracer.seize(pid).expect("seize");
-    fixture.signal(SIGUSR1);
     let Bootstrap::Slack(at) = Bootstrap::find(pid).expect("bootstrap") else {
         panic!("the fixture's code mappings have slack for the restoring stub");
     };
@@ -260,12 +259,7 @@ fn a_tracer_gone_during_a_bootstrap_syscall_leaves_the_thread_intact() {
         tracer.seize(pid).expect("seize again");
     }
     tracer.release(pid);
-    let done = fixture.stdout.expect("done", Duration::from_secs(60));
-    assert_eq!(
-        done,
-        format!("done 300000000 {}", 300_000_000u64 * 300_000_001)
-    );
-    fixture.assert_running();
+    assert_loop_done(&mut fixture);
     assert_eq!(maps_of(pid), maps_before, "nothing was mapped");
     assert!(fixture.finish().success());
 }
