@@ -5,15 +5,25 @@
 //! Pure: reads files only. Sections are borrowed from the mapped file when they are not
 //! compressed; nothing here outlives the [`with_debug_info`] callback, so the type graph built
 //! inside it must own its data.
+//!
+//! Built for programs with millions of DIEs: whole units are only ever scanned raw (attributes
+//! decoded for the few DIEs whose abbreviation can matter, the rest skipped by size), and the
+//! tree is navigated by sibling links, listing the children of only the scopes a lookup
+//! passes through.
 
 use std::{
     borrow::Cow,
     cell::RefCell,
     collections::HashMap,
+    ops::ControlFlow,
     path::{Path, PathBuf},
+    rc::Rc,
 };
 
-use gimli::{AttributeValue, DwAt, DwTag, EndianSlice, RunTimeEndian, UnitOffset, constants as dw};
+use gimli::{
+    Abbreviation, Attribute, AttributeValue, DwAt, DwTag, EndianSlice, RunTimeEndian, UnitOffset,
+    constants as dw,
+};
 use object::{Object as _, ObjectSection as _};
 
 use super::{Binary, FunctionSymbol};
@@ -41,16 +51,39 @@ pub struct DieRef {
     pub offset: UnitOffset<usize>,
 }
 
-/// The parsed DWARF of one binary, with lazily built per-unit parent maps (for qualified names)
-/// and a lazily built index of complete type definitions (to complete declarations).
+/// The parsed DWARF of one binary, with what lookups learn kept for the next ones: the
+/// children of the scopes looked into (for parents, hence qualified names) and an index of
+/// class definitions (to complete declarations).
 pub struct DebugInfo<'a> {
     dwarf: gimli::Dwarf<R<'a>>,
     units: Vec<gimli::Unit<R<'a>>>,
     /// Start offset of each unit in `.debug_info`, ascending (to resolve `DW_FORM_ref_addr`).
     unit_starts: Vec<usize>,
-    parents: RefCell<HashMap<usize, HashMap<usize, usize>>>,
-    definitions: RefCell<Option<HashMap<String, DieRef>>>,
+    scopes: RefCell<ScopeChildren>,
+    definitions: RefCell<DefinitionIndex<'a>>,
     path: PathBuf,
+}
+
+/// Offsets of the children of each scope listed so far, by (unit, scope offset).
+type ScopeChildren = HashMap<(usize, usize), Rc<[usize]>>;
+
+/// Named class/struct/union definitions by unqualified name, filled a unit at a time: by the
+/// first lookup of a definition, or on the way by the scan that finds the probed function.
+struct DefinitionIndex<'a> {
+    by_name: HashMap<Cow<'a, str>, Vec<DieRef>>,
+    /// Which units' definitions are in `by_name`.
+    indexed: Vec<bool>,
+}
+
+impl<'a> DefinitionIndex<'a> {
+    fn add(&mut self, unit: usize, definitions: Vec<(Cow<'a, str>, DieRef)>) {
+        // Growing step by step would hash every (long, templated) name again at each step.
+        self.by_name.reserve(definitions.len());
+        for (name, die) in definitions {
+            self.by_name.entry(name).or_default().push(die);
+        }
+        self.indexed[unit] = true;
+    }
 }
 
 /// An attribute value reduced to what the type builder needs.
@@ -219,12 +252,16 @@ impl<'a> DebugInfo<'a> {
                 hint: "its .debug_info holds no unit".into(),
             });
         }
+        let definitions = DefinitionIndex {
+            by_name: HashMap::new(),
+            indexed: vec![false; units.len()],
+        };
         Ok(Self {
             dwarf,
             units,
             unit_starts,
-            parents: RefCell::new(HashMap::new()),
-            definitions: RefCell::new(None),
+            scopes: RefCell::new(HashMap::new()),
+            definitions: RefCell::new(definitions),
             path: path.to_path_buf(),
         })
     }
@@ -368,18 +405,35 @@ impl<'a> DebugInfo<'a> {
 
     /// Direct children of `die`, in order.
     pub fn children(&self, die: DieRef) -> Result<Vec<DieRef>, DwarfError> {
-        let unit = &self.units[die.unit];
-        let mut tree = unit
-            .entries_tree(Some(die.offset))
-            .map_err(|e| self.corrupt(e))?;
-        let root = tree.root().map_err(|e| self.corrupt(e))?;
-        let mut it = root.children();
-        let mut out = Vec::new();
-        while let Some(child) = it.next().map_err(|e| self.corrupt(e))? {
-            out.push(DieRef {
+        Ok(self
+            .list_children(die.unit, die.offset.0)?
+            .into_iter()
+            .map(|offset| DieRef {
                 unit: die.unit,
-                offset: child.entry().offset(),
-            });
+                offset: UnitOffset(offset),
+            })
+            .collect())
+    }
+
+    /// Offsets of the children of the DIE at `offset`, walking the sibling chain (subtrees are
+    /// jumped over by `DW_AT_sibling` when the producer wrote it, as g++ and clang do).
+    fn list_children(&self, unit: usize, offset: usize) -> Result<Vec<usize>, DwarfError> {
+        let corrupt = |e| self.corrupt(e);
+        let mut cursor = self.units[unit]
+            .entries_at_offset(UnitOffset(offset))
+            .map_err(corrupt)?;
+        let mut out = Vec::new();
+        if !cursor
+            .next_dfs()
+            .map_err(corrupt)?
+            .is_some_and(|e| e.has_children())
+        {
+            return Ok(out);
+        }
+        cursor.next_entry().map_err(corrupt)?;
+        while let Some(child) = cursor.current() {
+            out.push(child.offset().0);
+            cursor.next_sibling().map_err(corrupt)?;
         }
         Ok(out)
     }
@@ -405,34 +459,38 @@ impl<'a> DebugInfo<'a> {
         Ok(None)
     }
 
-    fn parent_map(&self, unit_idx: usize) -> Result<(), DwarfError> {
-        if self.parents.borrow().contains_key(&unit_idx) {
-            return Ok(());
-        }
-        let unit = &self.units[unit_idx];
-        let mut map = HashMap::new();
-        let mut stack: Vec<usize> = Vec::new();
-        let mut cursor = unit.entries();
-        while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
-            let depth = entry.depth().max(0) as usize;
-            stack.truncate(depth);
-            if let Some(&p) = stack.last() {
-                map.insert(entry.offset().0, p);
+    /// The DIE `die` is a child of; `None` for a unit's root. Descends from the root through
+    /// the scopes that contain `die`, listing each one's children once: a lookup costs the
+    /// siblings on its path the first time and a few binary searches after that.
+    pub fn parent(&self, die: DieRef) -> Result<Option<DieRef>, DwarfError> {
+        let target = die.offset.0;
+        let mut scope = self.units[die.unit].header.root_offset().0;
+        loop {
+            let children = self.scope_children(die.unit, scope)?;
+            // The last child at or before `die`: `die` itself or the subtree holding it.
+            let Some(&child) = children[..children.partition_point(|&c| c <= target)].last() else {
+                return Ok(None);
+            };
+            if child == target {
+                return Ok(Some(DieRef {
+                    unit: die.unit,
+                    offset: UnitOffset(scope),
+                }));
             }
-            stack.push(entry.offset().0);
+            scope = child;
         }
-        self.parents.borrow_mut().insert(unit_idx, map);
-        Ok(())
     }
 
-    pub fn parent(&self, die: DieRef) -> Result<Option<DieRef>, DwarfError> {
-        self.parent_map(die.unit)?;
-        Ok(self.parents.borrow()[&die.unit]
-            .get(&die.offset.0)
-            .map(|&p| DieRef {
-                unit: die.unit,
-                offset: UnitOffset(p),
-            }))
+    /// [`Self::list_children`], remembered.
+    fn scope_children(&self, unit: usize, scope: usize) -> Result<Rc<[usize]>, DwarfError> {
+        if let Some(children) = self.scopes.borrow().get(&(unit, scope)) {
+            return Ok(children.clone());
+        }
+        let children: Rc<[usize]> = self.list_children(unit, scope)?.into();
+        self.scopes
+            .borrow_mut()
+            .insert((unit, scope), children.clone());
+        Ok(children)
     }
 
     /// `ns::Outer::Name` for a type or function DIE: enclosing namespaces and classes, with
@@ -470,45 +528,106 @@ impl<'a> DebugInfo<'a> {
     /// Every named class/struct/union definition (not declarations), in all units.
     pub fn class_definitions(&self) -> Result<Vec<DieRef>, DwarfError> {
         let mut out = Vec::new();
-        for (ui, unit) in self.units.iter().enumerate() {
-            let mut cursor = unit.entries();
-            while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
-                if matches!(
-                    entry.tag(),
-                    dw::DW_TAG_structure_type | dw::DW_TAG_class_type | dw::DW_TAG_union_type
-                ) && entry.attr(dw::DW_AT_declaration).is_none()
-                    && entry.attr(dw::DW_AT_name).is_some()
-                {
-                    out.push(DieRef {
-                        unit: ui,
-                        offset: entry.offset(),
-                    });
-                }
-            }
+        for unit in 0..self.units.len() {
+            self.scan_unit(unit, is_named_class_definition, |offset, _, _| {
+                out.push(DieRef { unit, offset });
+                Ok(ControlFlow::Continue(()))
+            })?;
         }
         Ok(out)
     }
 
-    /// The complete definition of a declared (incomplete) class, searched by qualified name in
-    /// every unit; built once on first use.
+    /// The complete definition of a declared (incomplete) class: the first in unit and DIE
+    /// order whose qualified name is `qualified`. Only definitions whose own name could end
+    /// `qualified` are looked at, through the index by unqualified name.
     pub fn find_definition(&self, qualified: &str) -> Result<Option<DieRef>, DwarfError> {
-        if self.definitions.borrow().is_none() {
-            let mut defs = HashMap::new();
-            {
-                let todo = self.class_definitions()?;
-                for d in todo {
-                    if let Some(q) = self.qualified_name(d)? {
-                        defs.entry(q).or_insert(d);
-                    }
-                }
+        self.index_definitions()?;
+        let mut candidates: Vec<DieRef> = {
+            let index = self.definitions.borrow();
+            name_suffixes(qualified)
+                .filter_map(|name| index.by_name.get(name))
+                .flatten()
+                .copied()
+                .collect()
+        };
+        candidates.sort_unstable();
+        for die in candidates {
+            if self.qualified_name(die)?.as_deref() == Some(qualified) {
+                return Ok(Some(die));
             }
-            *self.definitions.borrow_mut() = Some(defs);
         }
-        Ok(self
-            .definitions
-            .borrow()
-            .as_ref()
-            .and_then(|d| d.get(qualified).copied()))
+        Ok(None)
+    }
+
+    /// Puts the class definitions of every unit not yet indexed into the index.
+    fn index_definitions(&self) -> Result<(), DwarfError> {
+        for unit in 0..self.units.len() {
+            if self.definitions.borrow().indexed[unit] {
+                continue;
+            }
+            let mut found = Vec::new();
+            self.scan_unit(unit, is_named_class_definition, |offset, _, attrs| {
+                found.extend(self.named(unit, offset, attrs));
+                Ok(ControlFlow::Continue(()))
+            })?;
+            self.definitions.borrow_mut().add(unit, found);
+        }
+        Ok(())
+    }
+
+    /// A DIE of `unit` with its `DW_AT_name` (among its `attrs`), if that is a string.
+    fn named(
+        &self,
+        unit: usize,
+        offset: UnitOffset<usize>,
+        attrs: &[Attribute<R<'a>>],
+    ) -> Option<(Cow<'a, str>, DieRef)> {
+        let name = self.string_attr(unit, attrs, dw::DW_AT_name)?;
+        Some((String::from_utf8_lossy(name), DieRef { unit, offset }))
+    }
+
+    /// A string attribute among `attrs` (of a DIE of `unit`), as stored.
+    fn string_attr(&self, unit: usize, attrs: &[Attribute<R<'a>>], at: DwAt) -> Option<&'a [u8]> {
+        let value = attr_value(attrs, at)?;
+        let s = self.dwarf.attr_string(&self.units[unit], value).ok()?;
+        Some(s.slice())
+    }
+
+    /// Visits the DIEs of `unit` in DFS order whose abbreviation `wanted` accepts, with their
+    /// attributes, until `visit` breaks. Every other DIE costs an abbreviation lookup and a
+    /// skip over its attributes' bytes, so a whole unit of millions of DIEs is cheap to scan.
+    fn scan_unit(
+        &self,
+        unit: usize,
+        wanted: impl Fn(&Abbreviation) -> bool,
+        mut visit: impl FnMut(
+            UnitOffset<usize>,
+            DwTag,
+            &[Attribute<R<'a>>],
+        ) -> Result<ControlFlow<DieRef>, DwarfError>,
+    ) -> Result<Option<DieRef>, DwarfError> {
+        let corrupt = |e| self.corrupt(e);
+        let mut entries = self.units[unit].entries_raw(None).map_err(corrupt)?;
+        let mut attrs = Vec::new();
+        while !entries.is_empty() {
+            let offset = entries.next_offset();
+            let Some(abbrev) = entries.read_abbreviation().map_err(corrupt)? else {
+                continue; // the end of a list of children
+            };
+            if !wanted(abbrev) {
+                entries
+                    .skip_attributes(abbrev.attributes())
+                    .map_err(corrupt)?;
+                continue;
+            }
+            entries
+                .read_attributes(abbrev.attributes(), &mut attrs)
+                .map_err(corrupt)?;
+            if let ControlFlow::Break(die) = visit(offset, abbrev.tag(), &attrs)? {
+                return Ok(Some(die));
+            }
+        }
+        Ok(None)
     }
 
     /// The out-of-line (concrete) DIE of `function`: a `DW_TAG_subprogram` whose `low_pc` is
@@ -521,44 +640,9 @@ impl<'a> DebugInfo<'a> {
         let order = first
             .into_iter()
             .chain((0..self.units.len()).filter(|u| Some(*u) != first));
-        for ui in order {
-            let unit = &self.units[ui];
-            let mut cursor = unit.entries();
-            while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
-                if entry.tag() != dw::DW_TAG_subprogram {
-                    continue;
-                }
-                let die = DieRef {
-                    unit: ui,
-                    offset: entry.offset(),
-                };
-                // Code in one piece (low_pc) or split hot/cold (DW_AT_ranges).
-                if let Some(low) = entry.attr_value(dw::DW_AT_low_pc) {
-                    if let Ok(Some(addr)) = self.dwarf.attr_address(unit, low)
-                        && addr == function.address
-                    {
-                        return Ok(die);
-                    }
-                } else if entry.attr(dw::DW_AT_ranges).is_some() {
-                    let mut ranges = self
-                        .dwarf
-                        .die_ranges(unit, entry)
-                        .map_err(|e| self.corrupt(e))?;
-                    while let Some(r) = ranges.next().map_err(|e| self.corrupt(e))? {
-                        if r.begin == function.address {
-                            return Ok(die);
-                        }
-                    }
-                } else {
-                    continue;
-                }
-                if by_name.is_none()
-                    && let Some(v) = entry.attr_value(dw::DW_AT_linkage_name)
-                    && let Ok(s) = self.dwarf.attr_string(unit, v)
-                    && s.slice() == function.mangled.as_bytes()
-                {
-                    by_name = Some(die);
-                }
+        for unit in order {
+            if let Some(die) = self.find_code_in_unit(unit, function, &mut by_name)? {
+                return Ok(die);
             }
         }
         // The linkage name may also sit on the declaration that the concrete DIE specifies.
@@ -570,6 +654,71 @@ impl<'a> DebugInfo<'a> {
             address: function.address,
             path: self.path.clone(),
         })
+    }
+
+    /// The first subprogram of `unit` whose code starts at `function`'s address; notes in
+    /// `by_name` the first whose linkage name is `function`'s. A unit not yet in the
+    /// definitions index is read to its end and indexed on the way: the types of the
+    /// function's arguments nearly always need it, and it would cost a second scan.
+    fn find_code_in_unit(
+        &self,
+        unit: usize,
+        function: &FunctionSymbol,
+        by_name: &mut Option<DieRef>,
+    ) -> Result<Option<DieRef>, DwarfError> {
+        let index_too = !self.definitions.borrow().indexed[unit];
+        let wanted = |abbrev: &Abbreviation| {
+            is_subprogram_with_code(abbrev) || (index_too && is_named_class_definition(abbrev))
+        };
+        let mut found = None;
+        let mut definitions = Vec::new();
+        self.scan_unit(unit, wanted, |offset, tag, attrs| {
+            let die = DieRef { unit, offset };
+            if tag != dw::DW_TAG_subprogram {
+                definitions.extend(self.named(unit, offset, attrs));
+            } else if found.is_none() {
+                if self.code_starts_at(die, attrs, function.address)? {
+                    found = Some(die);
+                    if !index_too {
+                        return Ok(ControlFlow::Break(die));
+                    }
+                } else if by_name.is_none()
+                    && self.string_attr(unit, attrs, dw::DW_AT_linkage_name)
+                        == Some(function.mangled.as_bytes())
+                {
+                    *by_name = Some(die);
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if index_too {
+            self.definitions.borrow_mut().add(unit, definitions);
+        }
+        Ok(found)
+    }
+
+    /// Whether the code of subprogram `die` (with attributes `attrs`) starts at `address`: code
+    /// in one piece (`low_pc`) or split hot/cold (`DW_AT_ranges`).
+    fn code_starts_at(
+        &self,
+        die: DieRef,
+        attrs: &[Attribute<R<'a>>],
+        address: u64,
+    ) -> Result<bool, DwarfError> {
+        let unit = &self.units[die.unit];
+        if let Some(low) = attr_value(attrs, dw::DW_AT_low_pc) {
+            return Ok(matches!(self.dwarf.attr_address(unit, low), Ok(Some(a)) if a == address));
+        }
+        // Split code is rare: the entry is parsed again for gimli's range reader.
+        let entry = self.entry(die)?;
+        let corrupt = |e| self.corrupt(e);
+        let mut ranges = self.dwarf.die_ranges(unit, &entry).map_err(corrupt)?;
+        while let Some(r) = ranges.next().map_err(corrupt)? {
+            if r.begin == address {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The unit whose `.debug_aranges` entry covers `address`, if the section is there.
@@ -594,20 +743,12 @@ impl<'a> DebugInfo<'a> {
         &self,
         function: &FunctionSymbol,
     ) -> Result<Option<DieRef>, DwarfError> {
-        for (ui, unit) in self.units.iter().enumerate() {
-            let mut cursor = unit.entries();
+        for unit in 0..self.units.len() {
             let mut candidates = Vec::new();
-            while let Some(entry) = cursor.next_dfs().map_err(|e| self.corrupt(e))? {
-                if entry.tag() == dw::DW_TAG_subprogram
-                    && (entry.attr(dw::DW_AT_low_pc).is_some()
-                        || entry.attr(dw::DW_AT_ranges).is_some())
-                {
-                    candidates.push(DieRef {
-                        unit: ui,
-                        offset: entry.offset(),
-                    });
-                }
-            }
+            self.scan_unit(unit, is_subprogram_with_code, |offset, _, _| {
+                candidates.push(DieRef { unit, offset });
+                Ok(ControlFlow::Continue(()))
+            })?;
             for c in candidates {
                 if let Some(Attr::Str(s)) = self.attr_inherited(c, dw::DW_AT_linkage_name)?
                     && s == function.mangled
@@ -618,6 +759,40 @@ impl<'a> DebugInfo<'a> {
         }
         Ok(None)
     }
+}
+
+/// The value of attribute `at` among `attrs`, as `DebuggingInformationEntry::attr_value`.
+fn attr_value<'a>(attrs: &[Attribute<R<'a>>], at: DwAt) -> Option<AttributeValue<R<'a>>> {
+    attrs.iter().find(|a| a.name() == at).map(|a| a.value())
+}
+
+fn has_attr(abbrev: &Abbreviation, at: DwAt) -> bool {
+    abbrev.attributes().iter().any(|spec| spec.name() == at)
+}
+
+/// A subprogram with code (`low_pc` or `DW_AT_ranges`): what a probed function's concrete
+/// DIE is; the declarations inside classes, far more numerous, are not.
+fn is_subprogram_with_code(abbrev: &Abbreviation) -> bool {
+    abbrev.tag() == dw::DW_TAG_subprogram
+        && (has_attr(abbrev, dw::DW_AT_low_pc) || has_attr(abbrev, dw::DW_AT_ranges))
+}
+
+/// A class, struct or union with a name that is not a declaration.
+fn is_named_class_definition(abbrev: &Abbreviation) -> bool {
+    matches!(
+        abbrev.tag(),
+        dw::DW_TAG_structure_type | dw::DW_TAG_class_type | dw::DW_TAG_union_type
+    ) && has_attr(abbrev, dw::DW_AT_name)
+        && !has_attr(abbrev, dw::DW_AT_declaration)
+}
+
+/// The unqualified names a class whose qualified name is `qualified` could have: `qualified`
+/// itself and every tail of it that follows a `::` (`a::b<c::d>` gives `a::b<c::d>`, `b<c::d>`,
+/// `d>`), since a qualified name is its scopes and its own name joined by `::`.
+fn name_suffixes(qualified: &str) -> impl Iterator<Item = &str> {
+    (0..=qualified.len())
+        .filter(|&at| at == 0 || qualified.as_bytes()[..at].ends_with(b"::"))
+        .map(|at| &qualified[at..])
 }
 
 /// One formal parameter of a function, as declared.
@@ -685,5 +860,118 @@ impl DebugInfo<'_> {
             params,
             return_type,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object as _, ObjectSymbol as _};
+
+    use super::*;
+    use crate::interp::live_tests::build_fixture;
+
+    #[test]
+    fn names_a_qualified_name_can_end_with() {
+        let tails: Vec<&str> = name_suffixes("a::b<c::d>").collect();
+        assert_eq!(tails, ["a::b<c::d>", "b<c::d>", "d>"]);
+        assert_eq!(name_suffixes("T").collect::<Vec<_>>(), ["T"]);
+    }
+
+    /// What a plain walk of every DIE finds, to check the lookups that jump along sibling
+    /// links and through indexes against.
+    #[derive(Default)]
+    struct Walked {
+        /// The first definition of each qualified class name.
+        first_definitions: HashMap<String, DieRef>,
+        /// The first subprogram whose code starts at each address.
+        code_at: HashMap<u64, DieRef>,
+    }
+
+    /// Walks every DIE of `di`, checking [`DebugInfo::parent`] on each.
+    fn walk_checking_parents(di: &DebugInfo<'_>) -> Walked {
+        let mut walked = Walked::default();
+        for unit in 0..di.units.len() {
+            let mut path: Vec<DieRef> = Vec::new();
+            let mut cursor = di.units[unit].entries();
+            while let Some(entry) = cursor.next_dfs().unwrap() {
+                let die = DieRef {
+                    unit,
+                    offset: entry.offset(),
+                };
+                path.truncate(entry.depth() as usize);
+                assert_eq!(di.parent(die).unwrap(), path.last().copied());
+                path.push(die);
+                let tag = entry.tag();
+                if matches!(
+                    tag,
+                    dw::DW_TAG_structure_type | dw::DW_TAG_class_type | dw::DW_TAG_union_type
+                ) && !entry.has_attr(dw::DW_AT_declaration)
+                    && let Some(name) = di.qualified_name(die).unwrap()
+                {
+                    walked.first_definitions.entry(name).or_insert(die);
+                }
+                if tag == dw::DW_TAG_subprogram
+                    && let Some(Attr::Uint(low)) = di.attr(die, dw::DW_AT_low_pc).unwrap()
+                {
+                    walked.code_at.entry(low).or_insert(die);
+                }
+            }
+        }
+        walked
+    }
+
+    fn check_definitions(di: &DebugInfo<'_>, walked: &Walked) {
+        assert!(walked.first_definitions.len() > 500);
+        for (name, die) in &walked.first_definitions {
+            assert_eq!(di.find_definition(name).unwrap(), Some(*die), "{name}");
+        }
+        assert_eq!(di.find_definition("no::such<a::b>").unwrap(), None);
+    }
+
+    fn check_functions(di: &DebugInfo<'_>, walked: &Walked, symbols: &[(String, u64)]) {
+        let mut found = 0;
+        // Each lookup scans the unit up to the function: every tenth keeps the test quick.
+        let with_code = symbols
+            .iter()
+            .filter(|(_, address)| walked.code_at.contains_key(address));
+        for (mangled, address) in with_code.step_by(10) {
+            let die = walked.code_at[address];
+            let function = FunctionSymbol {
+                mangled: mangled.clone(),
+                demangled: String::new(),
+                address: *address,
+                size: 0,
+                file_offset: 0,
+            };
+            assert_eq!(di.find_function(&function).unwrap(), die, "{mangled}");
+            found += 1;
+        }
+        assert!(found > 100, "{found}");
+    }
+
+    /// The lookups find what a plain walk of every DIE finds (parents, first definitions by
+    /// qualified name, concrete functions), whichever fills the definitions index first.
+    #[test]
+    fn lookups_agree_with_a_walk_of_every_die() {
+        let binary = Binary::open(build_fixture("footprint_containers", &[])).unwrap();
+        let symbols: Vec<(String, u64)> = binary
+            .object()
+            .unwrap()
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
+            .collect();
+        with_debug_info(&binary, |di| {
+            let walked = walk_checking_parents(di);
+            check_functions(di, &walked, &symbols);
+            check_definitions(di, &walked);
+        })
+        .unwrap();
+        with_debug_info(&binary, |di| {
+            let walked = walk_checking_parents(di);
+            check_definitions(di, &walked);
+            check_functions(di, &walked, &symbols);
+        })
+        .unwrap();
     }
 }
