@@ -33,11 +33,16 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `oi-trace` binary under test: `$OI_TRACE_BIN`, else `target/release/oi-trace`.
+/// The `oi-trace` binary under test: `$OI_TRACE_BIN`, else `release/oi-trace` under
+/// `$CARGO_TARGET_DIR` (which the build honours), else under the workspace's `target/`.
 pub fn oi_trace_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || workspace_root().join("target"),
+        |d| workspace_root().join(d),
+    );
     let path = std::env::var_os("OI_TRACE_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/release/oi-trace"));
+        .unwrap_or_else(|| target.join("release/oi-trace"));
     assert!(
         path.exists(),
         "{} missing: run `cargo xtask test` (it builds it first)",

@@ -75,7 +75,7 @@ fn main() -> Result<()> {
         Task::Fuzz { seconds } => setup().and_then(|()| fuzz::run(&root(), seconds)),
         Task::Soak { minutes } => setup()
             .and_then(|()| build())
-            .and_then(|()| soak::run(&root(), minutes)),
+            .and_then(|()| soak::run(minutes)),
     }
 }
 
