@@ -44,18 +44,6 @@ pub struct Reporter {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Decoding and printing a large sample takes a core for a while; on a busy machine that
-/// core is taken from the target (and from the tracer, which makes every pause longer). At a
-/// lower priority the report waits instead, and the backlog limit turns that wait into
-/// dropped samples, never into a slower target.
-fn yield_to_the_target() {
-    // SAFETY: plain syscalls on this thread's own id.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-    }
-}
-
 impl Reporter {
     pub fn start(format: OutputFormat) -> std::io::Result<Self> {
         let (jobs, queue) = channel::<Job>();
@@ -68,7 +56,6 @@ impl Reporter {
             .name("oi-report".into())
             .stack_size(WALK_STACK)
             .spawn(move || {
-                yield_to_the_target();
                 let mut out = std::io::stdout().lock();
                 for job in queue {
                     // JSON lines speak for themselves; trees of several samples need a title.
