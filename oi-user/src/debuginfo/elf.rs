@@ -69,10 +69,13 @@ impl Binary {
         let obj = self.object().ok()?;
         obj.segments().find_map(|seg| {
             let (seg_off, seg_size) = seg.file_range();
-            let contains = seg_off <= map_offset && map_offset < seg_off + seg_size.max(1);
+            // Checked: a damaged file may declare segments that overflow.
+            let end = seg_off.checked_add(seg_size.max(1))?;
+            let contains = seg_off <= map_offset && map_offset < end;
             // The mapping starts at map_offset's page; the segment's vaddr corresponds to
             // seg_off, so the address of map_offset is vaddr + (map_offset - seg_off).
-            contains.then(|| map_start.wrapping_sub(seg.address() + (map_offset - seg_off)))
+            let at = seg.address().checked_add(map_offset - seg_off)?;
+            contains.then(|| map_start.wrapping_sub(at))
         })
     }
 }

@@ -54,7 +54,8 @@ pub fn find_function(binary: &Binary, query: &str) -> Result<Vec<FunctionSymbol>
             .and_then(|i| obj.section_by_index(i).ok())
             .and_then(|s| {
                 let (off, _) = s.file_range()?;
-                Some(sym.address() - s.address() + off)
+                // A symbol outside its section (a damaged file) is skipped.
+                sym.address().checked_sub(s.address())?.checked_add(off)
             })
         else {
             continue;

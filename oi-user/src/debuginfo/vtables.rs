@@ -28,11 +28,9 @@ pub fn vtable_ranges(binary: &Binary) -> HashMap<String, (u64, u64)> {
             .strip_prefix("{vtable(")
             .and_then(|c| c.strip_suffix(")}"))
             .or_else(|| d.strip_prefix("vtable for "));
-        if let Some(class) = class {
-            out.insert(
-                class.to_string(),
-                (sym.address(), sym.address() + sym.size()),
-            );
+        // A size that overflows the address space (a damaged file) is no vtable.
+        if let (Some(class), Some(end)) = (class, sym.address().checked_add(sym.size())) {
+            out.insert(class.to_string(), (sym.address(), end));
         }
     }
     out

@@ -6,17 +6,23 @@
 //! over the stream: the first computes the size of every dynamic node that has children (a
 //! flat `Vec<u64>` in pre-order, one word per such node, none for leaves such as the strings
 //! of a `vector<string>`), the second prints. No result tree is ever held for JSON.
+//!
+//! The stream is not trusted: the JIT walker writes it inside the target, whose threads could
+//! overwrite it. Counts and nesting beyond the walker's own bounds are errors (never a loop of
+//! 2^64 elements or a stack overflow), and sizes add up saturating.
 
 pub mod json;
 pub mod tree;
 
-use crate::interp::walk::MAX_CAPTURED_KEY;
+use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
 use crate::plan::{Capture, Node, NodeId, Op, Plan};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error("data stream ended early (walker and plan disagree)")]
     Truncated,
+    #[error("data stream is corrupt: {0}")]
+    Corrupt(String),
     #[error("cannot write the report: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -55,9 +61,26 @@ impl Data {
     }
 }
 
+/// Largest byte count a stream may claim (a string's capacity, a bucket array): beyond the
+/// 47-bit user address space of x86-64, it cannot be a real allocation.
+const MAX_BYTES: u64 = 1 << 47;
+
 pub trait Sink {
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError>;
     fn end(&mut self) -> Result<(), ReportError>;
+
+    /// Of `count` identical siblings about to be printed (elements that read nothing at
+    /// runtime, all alike), how many this sink needs to see: all of them unless it
+    /// summarises. A corrupt vector may claim 2^28 of them.
+    fn wanted(&self, count: u64) -> u64 {
+        count
+    }
+
+    /// The siblings beyond [`Sink::wanted`]: `count` more like the ones just printed, of
+    /// `size` bytes each.
+    fn skip(&mut self, _count: u64, _size: u64) -> Result<(), ReportError> {
+        Ok(())
+    }
 }
 
 /// Decodes one root's stream into `sink`.
@@ -77,6 +100,7 @@ pub fn decode(
         sink: None,
         path: Vec::new(),
         statics: &mut statics,
+        depth: 0,
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
@@ -89,6 +113,7 @@ pub fn decode(
         sink: Some(sink),
         path: Vec::new(),
         statics: &mut statics,
+        depth: 0,
     };
     print.node(root, None)?;
     Ok(())
@@ -106,6 +131,7 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u64]) -> Result<u64, Repo
         sink: None,
         path: Vec::new(),
         statics: &mut statics,
+        depth: 0,
     };
     d.node(root, None)
 }
@@ -130,6 +156,8 @@ struct Decoder<'a, 's> {
     sink: Option<&'s mut dyn Sink>,
     path: Vec<String>,
     statics: &'s mut Vec<Option<u64>>,
+    /// Dynamic nodes open above this one (counted as the walker counts its nesting).
+    depth: u32,
 }
 
 impl Decoder<'_, '_> {
@@ -137,6 +165,20 @@ impl Decoder<'_, '_> {
         let w = *self.stream.get(self.pos).ok_or(ReportError::Truncated)?;
         self.pos += 1;
         Ok(w)
+    }
+
+    /// A word that is at most `max`: an element count or a size the walker bounds (or that
+    /// no real object exceeds).
+    fn bounded(&mut self, max: u64, what: &str) -> Result<u64, ReportError> {
+        let w = self.word()?;
+        if w > max {
+            return Err(ReportError::Corrupt(format!("implausible {what} {w}")));
+        }
+        Ok(w)
+    }
+
+    fn count(&mut self) -> Result<u64, ReportError> {
+        self.bounded(MAX_ELEMENTS, "element count")
     }
 
     /// Inclusive size of a non-dynamic subtree (no stream words), memoised per node.
@@ -148,15 +190,15 @@ impl Decoder<'_, '_> {
         let n = &plan.nodes[id];
         let s = match &n.op {
             Op::Bitfield => 0,
-            Op::Struct { members, padding } => {
-                padding + members.iter().map(|m| self.static_total(m.1)).sum::<u64>()
-            }
+            Op::Struct { members, padding } => members
+                .iter()
+                .fold(*padding, |t, m| t.saturating_add(self.static_total(m.1))),
             Op::Array {
                 elem,
                 count,
                 exclusive,
                 ..
-            } => exclusive + count * self.static_total(*elem),
+            } => exclusive.saturating_add(count.saturating_mul(self.static_total(*elem))),
             Op::Pair { first, second }
             | Op::Entry {
                 key: first,
@@ -164,9 +206,12 @@ impl Decoder<'_, '_> {
                 ..
             } => {
                 let e = n.static_size.saturating_sub(
-                    plan.nodes[first.1].static_size + plan.nodes[second.1].static_size,
+                    plan.nodes[first.1]
+                        .static_size
+                        .saturating_add(plan.nodes[second.1].static_size),
                 );
-                e + self.static_total(first.1) + self.static_total(second.1)
+                e.saturating_add(self.static_total(first.1))
+                    .saturating_add(self.static_total(second.1))
             }
             _ => n.static_size,
         };
@@ -192,6 +237,23 @@ impl Decoder<'_, '_> {
 
     /// Decodes node `id`; returns its inclusive size. `name` overrides the plan's name.
     fn node(&mut self, id: NodeId, name: Option<String>) -> Result<u64, ReportError> {
+        if !self.plan.nodes[id].dynamic {
+            return self.node_here(id, name);
+        }
+        // The walker nests at most MAX_DEPTH dynamic nodes: deeper is a forged stream, and
+        // would overflow the stack.
+        if self.depth >= MAX_DEPTH {
+            return Err(ReportError::Corrupt(format!(
+                "nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        self.depth += 1;
+        let size = self.node_here(id, name);
+        self.depth -= 1;
+        size
+    }
+
+    fn node_here(&mut self, id: NodeId, name: Option<String>) -> Result<u64, ReportError> {
         let plan = self.plan;
         let n = &plan.nodes[id];
         let printing = self.sink.is_some();
@@ -230,7 +292,9 @@ impl Decoder<'_, '_> {
             }
             Op::Pair { first, second } => {
                 let e = s.saturating_sub(
-                    plan.nodes[first.1].static_size + plan.nodes[second.1].static_size,
+                    plan.nodes[first.1]
+                        .static_size
+                        .saturating_add(plan.nodes[second.1].static_size),
                 );
                 (e, Children::Members(vec![first.1, second.1]))
             }
@@ -243,25 +307,27 @@ impl Decoder<'_, '_> {
                     data = Some(self.read_capture(*c)?);
                 }
                 let e = s.saturating_sub(
-                    plan.nodes[key.1].static_size + plan.nodes[value.1].static_size,
+                    plan.nodes[key.1]
+                        .static_size
+                        .saturating_add(plan.nodes[value.1].static_size),
                 );
                 (e, Children::Members(vec![key.1, value.1]))
             }
             Op::String(l) => {
-                let (len, cap) = (self.word()?, self.word()?);
+                let (len, cap) = (self.word()?, self.bounded(MAX_BYTES, "string capacity")?);
                 let (e, l, c) = l.account(len, cap);
                 lc = Some((l, c));
                 (e, Children::None)
             }
             Op::Vector { layout, elem } => {
                 pointer = Some(self.word()?);
-                let (len, cap) = (self.word()?, self.word()?);
+                let (len, cap) = (self.count()?, self.count()?);
                 lc = Some((len, cap));
                 (layout.exclusive(len, cap), Children::Repeat(*elem, len))
             }
             Op::VectorBool { layout, elem } => {
                 pointer = Some(self.word()?);
-                let (len, cap) = (self.word()?, self.word()?);
+                let (len, cap) = (self.count()?, self.count()?);
                 lc = Some((len, cap));
                 (
                     layout.size + cap.saturating_sub(len),
@@ -270,14 +336,17 @@ impl Decoder<'_, '_> {
             }
             Op::Deque { layout, elem } => {
                 pointer = Some(self.word()?);
-                let (len, slots, blocks) = (self.word()?, self.word()?, self.word()?);
+                let len = self.count()?;
+                // As the walker checks: the map holds the blocks.
+                let slots = self.bounded(MAX_ELEMENTS, "deque map size")?;
+                let blocks = self.bounded(slots.max(1), "deque block count")?;
                 let (e, cap) = layout.account(len, slots, blocks);
                 lc = Some((len, cap));
                 (e, Children::Repeat(*elem, len))
             }
             Op::List { layout, elem } => {
                 pointer = Some(self.word()?);
-                let len = self.word()?;
+                let len = self.count()?;
                 lc = Some((len, len));
                 (layout.exclusive(len), Children::Repeat(*elem, len))
             }
@@ -287,7 +356,7 @@ impl Decoder<'_, '_> {
                 is_map,
             } => {
                 pointer = Some(self.word()?);
-                let len = self.word()?;
+                let len = self.count()?;
                 lc = Some((len, len));
                 (layout.exclusive(len, *is_map), Children::Repeat(*elem, len))
             }
@@ -297,7 +366,8 @@ impl Decoder<'_, '_> {
                 is_map,
             } => {
                 pointer = Some(self.word()?);
-                let (len, buckets) = (self.word()?, self.word()?);
+                let len = self.count()?;
+                let buckets = self.bounded(MAX_BYTES / 8, "bucket count")?;
                 lc = Some((len, len));
                 let key_size = match &plan.nodes[*elem].op {
                     Op::Entry { key, .. } if *is_map => plan.nodes[key.1].static_size,
@@ -369,7 +439,7 @@ impl Decoder<'_, '_> {
                 self.sizes.push(0);
                 self.sizes.len() - 1
             });
-            let size = exclusive + self.children_size(&children)?;
+            let size = exclusive.saturating_add(self.children_size(&children)?);
             if let Some(i) = slot {
                 self.sizes[i] = size;
             }
@@ -412,9 +482,9 @@ impl Decoder<'_, '_> {
         Ok(match c {
             Children::None => 0,
             Children::Members(m) => {
-                let mut t = 0;
+                let mut t = 0u64;
                 for &id in m {
-                    t += self.node(id, None)?;
+                    t = t.saturating_add(self.node(id, None)?);
                 }
                 t
             }
@@ -422,9 +492,9 @@ impl Decoder<'_, '_> {
                 if !self.plan.nodes[*id].dynamic {
                     self.static_total(*id).saturating_mul(*count)
                 } else {
-                    let mut t = 0;
+                    let mut t = 0u64;
                     for _ in 0..*count {
-                        t += self.node(*id, None)?;
+                        t = t.saturating_add(self.node(*id, None)?);
                     }
                     t
                 }
@@ -442,8 +512,19 @@ impl Decoder<'_, '_> {
                 }
             }
             Children::Repeat(id, count) => {
-                for _ in 0..*count {
+                let alike = !self.plan.nodes[*id].dynamic;
+                let shown = match &self.sink {
+                    Some(sink) if alike => sink.wanted(*count).min(*count),
+                    _ => *count,
+                };
+                for _ in 0..shown {
                     self.node(*id, None)?;
+                }
+                if shown < *count {
+                    let size = self.static_total(*id);
+                    if let Some(sink) = self.sink.as_mut() {
+                        sink.skip(count - shown, size)?;
+                    }
                 }
             }
             Children::One(id) => {
@@ -554,6 +635,54 @@ mod tests {
             total_size(&plan, 0, &[0x1000, 3]),
             Err(ReportError::Truncated)
         ));
+    }
+
+    /// A vector (corrupt, or just huge) of 2^28 ints: the tree keeps ten and counts the rest
+    /// without visiting them (found by `cargo xtask fuzz` as a minutes-long decode).
+    #[test]
+    fn tree_counts_identical_elements_without_visiting_them() {
+        let (plan, _) = fixture();
+        let mut sink = tree::TreeSink::new();
+        let stream = [0x1000, MAX_ELEMENTS, MAX_ELEMENTS, 35, 35];
+        decode(&plan, 0, &stream, &mut sink).expect("decode");
+        let mut out = Vec::new();
+        sink.write(&mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(
+            text.contains("    … 268,435,446 more elements (1024.0 MiB)"),
+            "{text}"
+        );
+    }
+
+    /// Streams no walker writes (found by `cargo xtask fuzz`): errors, not a loop over 2^64
+    /// elements, an overflow or a stack overflow.
+    #[test]
+    fn forged_streams_are_errors() {
+        let (plan, _) = fixture();
+        let corrupt = |stream: &[u64]| {
+            let mut sink = tree::TreeSink::new();
+            matches!(
+                decode(&plan, 0, stream, &mut sink),
+                Err(ReportError::Corrupt(_))
+            )
+        };
+        assert!(corrupt(&[0x1000, u64::MAX, u64::MAX, 35, 35]));
+        assert!(corrupt(&[0x1000, 3, 1 << 40, 35, 35]));
+        assert!(corrupt(&[0x1000, 3, 10, 35, u64::MAX]));
+
+        // A pointer to its own type, chased deeper than any walker goes.
+        let mut deep = Plan::default();
+        deep.nodes
+            .push(node("a0", "Link*", 8, Op::RawPointer { target: Some(0) }));
+        deep.compute_dynamic();
+        let stream: Vec<u64> = (0..=MAX_DEPTH).flat_map(|_| [0x1000, 1]).collect();
+        let result = std::thread::Builder::new()
+            .stack_size(crate::measure::WALK_STACK)
+            .spawn(move || total_size(&deep, 0, &stream))
+            .expect("spawn")
+            .join()
+            .expect("no panic");
+        assert!(matches!(result, Err(ReportError::Corrupt(_))), "{result:?}");
     }
 
     #[test]

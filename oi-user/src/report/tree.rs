@@ -134,10 +134,26 @@ impl Sink for TreeSink {
             .unwrap_or((0, 0));
         parent.omitted += 1;
         if done.size > smallest {
-            parent.omitted_size += smallest;
+            parent.omitted_size = parent.omitted_size.saturating_add(smallest);
             parent.children[i] = done;
         } else {
-            parent.omitted_size += done.size;
+            parent.omitted_size = parent.omitted_size.saturating_add(done.size);
+        }
+        Ok(())
+    }
+
+    /// Only the first [`KEEP`] of identical elements can be shown: the rest are equally
+    /// large, never replace a kept one, and are only counted.
+    fn wanted(&self, count: u64) -> u64 {
+        count.min(KEEP as u64)
+    }
+
+    fn skip(&mut self, count: u64, size: u64) -> Result<(), ReportError> {
+        if let Some(parent) = self.stack.last_mut() {
+            parent.omitted = parent.omitted.saturating_add(count);
+            parent.omitted_size = parent
+                .omitted_size
+                .saturating_add(count.saturating_mul(size));
         }
         Ok(())
     }
