@@ -476,6 +476,17 @@ pub fn cgroup2_root() -> Option<PathBuf> {
     })
 }
 
+/// `/proc/PID/maps` without the kernel's uprobe trampoline page, which the kernel adds at the
+/// first hit of any uprobe and keeps for the life of the process. Empty once it is gone.
+pub fn maps_of(pid: i32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.ends_with("[uprobes]"))
+        .map(String::from)
+        .collect()
+}
+
 /// Parses a JSON document.
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"))

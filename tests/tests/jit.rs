@@ -11,24 +11,13 @@ use std::{
 };
 
 use oi_e2e::{
-    Fixture, FixtureBuild, Lcg, OiTrace, SIGKILL, TempDir, json, privileged, run_oi_trace,
+    Fixture, FixtureBuild, Lcg, OiTrace, SIGKILL, TempDir, json, maps_of, privileged, run_oi_trace,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
 
 fn jit_target() -> PathBuf {
     FixtureBuild::new("jit_target").build()
-}
-
-/// `/proc/PID/maps` without the kernel's uprobe trampoline page, which the kernel adds at
-/// the first hit of any uprobe and keeps for the life of the process.
-fn maps_of(pid: i32) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .expect("maps")
-        .lines()
-        .filter(|l| !l.ends_with("[uprobes]"))
-        .map(String::from)
-        .collect()
 }
 
 /// Maps before and after must be identical; on failure, show only what differs.

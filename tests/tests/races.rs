@@ -15,23 +15,14 @@ use nix::{
     unistd::Pid,
 };
 use oi_e2e::{
-    Fixture, FixtureBuild, Lcg, OiTrace, SIGINT, SIGKILL, SIGTERM, SIGUSR1, TempDir, privileged,
+    Fixture, FixtureBuild, Lcg, OiTrace, SIGINT, SIGKILL, SIGTERM, SIGUSR1, TempDir, maps_of,
+    privileged,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
 
 fn races() -> PathBuf {
     FixtureBuild::new("races").build()
-}
-
-/// `/proc/PID/maps` without the kernel's uprobe trampoline page.
-fn maps_of(pid: i32) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.ends_with("[uprobes]"))
-        .map(String::from)
-        .collect()
 }
 
 /// The one-letter state of thread `tid` of `pid`.

@@ -25,7 +25,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use oi_e2e::{Fixture, FixtureBuild, TempDir};
+use oi_e2e::{Fixture, FixtureBuild, TempDir, maps_of};
 use serde_json::Value;
 
 /// Target threads and the period of each one's calls: 8 × 125 calls/s = 1,000 calls/s.
@@ -567,16 +567,6 @@ fn thread_states(pid: i32) -> Vec<(i32, char)> {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
             Some((tid, stat.rsplit_once(')')?.1.trim_start().chars().next()?))
         })
-        .collect()
-}
-
-/// `/proc/PID/maps` without the kernel's uprobe page, which stays for the process's life.
-fn maps_of(pid: i32) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.ends_with("[uprobes]"))
-        .map(String::from)
         .collect()
 }
 

@@ -71,11 +71,13 @@ impl Binary {
             let (seg_off, seg_size) = seg.file_range();
             // Checked: a damaged file may declare segments that overflow.
             let end = seg_off.checked_add(seg_size.max(1))?;
-            let contains = seg_off <= map_offset && map_offset < end;
+            if !(seg_off <= map_offset && map_offset < end) {
+                return None;
+            }
             // The mapping starts at map_offset's page; the segment's vaddr corresponds to
             // seg_off, so the address of map_offset is vaddr + (map_offset - seg_off).
             let at = seg.address().checked_add(map_offset - seg_off)?;
-            contains.then(|| map_start.wrapping_sub(at))
+            Some(map_start.wrapping_sub(at))
         })
     }
 }
