@@ -14,6 +14,7 @@ use std::os::unix::fs::FileExt;
 
 use object::{Object, ObjectSegment, SegmentFlags};
 
+use super::procfs::{self, Mapping};
 use super::remote::{self, Regs, RemoteError};
 use crate::debuginfo::Binary;
 
@@ -61,37 +62,21 @@ pub fn read_note(pid: i32, at: u64) -> Option<(u64, u64)> {
     (word(0) == NOTE_MAGIC).then(|| (word(1), word(2)))
 }
 
-/// The anonymous mappings of `pid`, in order: (start, end).
-fn mappings(pid: i32) -> Vec<(u64, u64, bool)> {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    maps.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (a, b) = f.first()?.split_once('-')?;
-            let anonymous = f.len() == 5 && f[4] == "0";
-            Some((
-                u64::from_str_radix(a, 16).ok()?,
-                u64::from_str_radix(b, 16).ok()?,
-                anonymous,
-            ))
-        })
-        .collect()
-}
-
 /// Whether `[addr, addr + len)` is exactly a run of anonymous mappings with free pages on
 /// both sides: what a reservation of ours looks like, however far it got.
 pub fn is_lone_anonymous(pid: i32, addr: u64, len: u64) -> bool {
     let end = addr + len;
-    let maps = mappings(pid);
-    let inside: Vec<_> = maps.iter().filter(|m| m.0 < end && m.1 > addr).collect();
-    let neighbours = maps.iter().any(|m| m.1 == addr || m.0 == end);
+    let maps = procfs::regions(pid);
+    let inside: Vec<_> = maps
+        .iter()
+        .filter(|m| m.start < end && m.end > addr)
+        .collect();
+    let neighbours = maps.iter().any(|m| m.end == addr || m.start == end);
     !neighbours
-        && inside.first().is_some_and(|m| m.0 == addr)
-        && inside.last().is_some_and(|m| m.1 == end)
-        && inside.windows(2).all(|w| w[0].1 == w[1].0)
-        && inside.iter().all(|m| m.2)
+        && inside.first().is_some_and(|m| m.start == addr)
+        && inside.last().is_some_and(|m| m.end == end)
+        && inside.windows(2).all(|w| w[0].end == w[1].start)
+        && inside.iter().all(|m| m.anonymous)
 }
 
 /// A page-aligned address for `len` bytes in the highest hole of `pid`'s address space
@@ -100,17 +85,17 @@ pub fn free_hole(pid: i32, len: u64) -> Option<u64> {
     const PAGE: u64 = 4096;
     const CEILING: u64 = 0x7f00_0000_0000;
     const FLOOR: u64 = 0x1000_0000;
-    let maps = mappings(pid);
+    let maps = procfs::regions(pid);
     let mut above = CEILING;
     for m in maps.iter().rev() {
-        if m.0 >= CEILING {
+        if m.start >= CEILING {
             continue;
         }
-        let below = m.1.max(FLOOR);
+        let below = m.end.max(FLOOR);
         if above > below && above - below >= len + 2 * PAGE {
             return Some((above - PAGE - len) & !(PAGE - 1));
         }
-        above = above.min(m.0);
+        above = above.min(m.start);
     }
     (above > FLOOR && above - FLOOR >= len + 2 * PAGE).then(|| (above - PAGE - len) & !(PAGE - 1))
 }
@@ -164,19 +149,15 @@ pub fn poke(pid: i32, addr: u64, bytes: &[u8]) -> Result<(), RemoteError> {
 /// The first executable file mapping of `tgid` whose tail, past the end of its ELF
 /// segment's bytes, has room for the stub and the note.
 fn find_slack(tgid: i32) -> Option<u64> {
-    let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).ok()?;
-    maps.lines().find_map(|line| slack_in(tgid, line))
+    procfs::mappings(tgid)
+        .ok()?
+        .iter()
+        .filter(|m| m.executable)
+        .find_map(|m| slack_in(tgid, m))
 }
 
-fn slack_in(tgid: i32, line: &str) -> Option<u64> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() < 6 || !f[1].starts_with("r-x") || !f[5].starts_with('/') {
-        return None;
-    }
-    let (start, end) = f[0].split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    let offset = u64::from_str_radix(f[2], 16).ok()?;
+fn slack_in(tgid: i32, m: &Mapping) -> Option<u64> {
+    let (start, end, offset) = (m.start, m.end, m.offset);
     // The very file mapped here, whatever mount namespace or deletion it went through.
     let binary = Binary::open(format!("/proc/{tgid}/map_files/{start:x}-{end:x}")).ok()?;
     let obj = binary.object().ok()?;

@@ -28,7 +28,7 @@ use nix::{
 
 use super::{
     bootstrap::{self, Bootstrap},
-    procfs,
+    procfs::{self, Region},
     remote::{self, HeldSignals, Regs, RemoteError},
 };
 use crate::jit::WalkFrame;
@@ -670,10 +670,10 @@ impl Segments {
     /// our stub, with our header.
     /// `held_tid`: the thread the caller holds (stopped at a probe, so not inside).
     pub fn leftovers(pid: i32, held_tid: i32) -> Vec<Self> {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-            return Vec::new();
-        };
-        let anon: Vec<AnonMapping> = maps.lines().filter_map(AnonMapping::parse).collect();
+        let anon: Vec<Region> = procfs::regions(pid)
+            .into_iter()
+            .filter(|r| r.anonymous)
+            .collect();
         let mut found = Vec::new();
         for pair in anon.windows(2) {
             let (code, data) = (&pair[0], &pair[1]);
@@ -754,31 +754,9 @@ fn outside(pid: i32, busy: u64, held_tid: i32, (start, end): (u64, u64)) -> bool
     }
 }
 
-/// One anonymous mapping of /proc/PID/maps (no file, no [stack]/[heap] name).
-struct AnonMapping {
-    start: u64,
-    end: u64,
-    perms: String,
-}
-
-impl AnonMapping {
-    fn parse(line: &str) -> Option<Self> {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() != 5 || f[4] != "0" {
-            return None;
-        }
-        let (a, b) = f[0].split_once('-')?;
-        Some(Self {
-            start: u64::from_str_radix(a, 16).ok()?,
-            end: u64::from_str_radix(b, 16).ok()?,
-            perms: f[1].to_string(),
-        })
-    }
-}
-
 /// Whether `[start, end)` is covered without gaps by anonymous mappings (the kernel may have
 /// merged the region's ends with neighbours; nothing else may lie inside it).
-fn covered_by(anon: &[AnonMapping], start: u64, end: u64) -> bool {
+fn covered_by(anon: &[Region], start: u64, end: u64) -> bool {
     let mut at = start;
     for m in anon {
         if m.start <= at && at < m.end {

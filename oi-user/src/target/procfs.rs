@@ -131,6 +131,35 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
     })
 }
 
+/// Any line of `/proc/PID/maps`: its range, permissions, and whether it is anonymous (no
+/// file and no name such as `[heap]` or `[stack]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub anonymous: bool,
+}
+
+/// Every mapping of `pid`, in address order; empty once the process is gone.
+pub fn regions(pid: i32) -> Vec<Region> {
+    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    maps.lines().filter_map(parse_region).collect()
+}
+
+fn parse_region(line: &str) -> Option<Region> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let (start, end) = f.first()?.split_once('-')?;
+    Some(Region {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms: f.get(1)?.to_string(),
+        anonymous: f.len() == 5 && f[4] == "0",
+    })
+}
+
 /// The files `pid` executes code from (its executable first), as target-side paths.
 pub fn executable_files(pid: i32) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = Vec::new();
@@ -174,6 +203,20 @@ mod tests {
         );
         assert_eq!(m.path, PathBuf::from("/usr/lib/lib foo.so"));
         assert!(parse_mapping("7ffd-7ffe rw-p 00000000 00:00 0  [stack]").is_none());
+    }
+
+    #[test]
+    fn tells_anonymous_regions_from_named_ones() {
+        let r = parse_region("7f00a000-7f00b000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!(
+            (r.start, r.end, r.perms.as_str()),
+            (0x7f00a000, 0x7f00b000, "rw-p")
+        );
+        assert!(r.anonymous);
+        let stack = parse_region("7ffd-7ffe rw-p 00000000 00:00 0  [stack]").unwrap();
+        assert!(!stack.anonymous);
+        let file = parse_region("1000-2000 r-xp 00000000 08:01 1234 /bin/x").unwrap();
+        assert!(!file.anonymous);
     }
 
     #[test]
