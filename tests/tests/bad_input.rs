@@ -329,11 +329,9 @@ fn binary_without_dwarf_says_how_to_get_debug_info() {
     target.assert_untouched();
 }
 
-#[test]
-fn arg7_of_a_two_parameter_function() {
-    if !privileged() {
-        return;
-    }
+/// The error line of `--arg ARG` on `shop::inspect` of a live target, which must be left
+/// untouched.
+fn bad_arg_of_inspect(arg: &str) -> String {
     let target = Target::start(&races());
     let line = bad_input(&[
         "--pid",
@@ -341,8 +339,18 @@ fn arg7_of_a_two_parameter_function() {
         "--uprobe",
         "shop::inspect",
         "--arg",
-        "arg0,arg7",
+        arg,
     ]);
+    target.assert_untouched();
+    line
+}
+
+#[test]
+fn arg7_of_a_two_parameter_function() {
+    if !privileged() {
+        return;
+    }
+    let line = bad_arg_of_inspect("arg0,arg7");
     let f = "shop::inspect(shop::Ledger const&, long)";
     assert_eq!(
         line,
@@ -350,7 +358,6 @@ fn arg7_of_a_two_parameter_function() {
             "oi-trace: error: {f}: no such argument `arg7`: {f} has 2 parameter(s) (arg0..arg1)"
         )
     );
-    target.assert_untouched();
 }
 
 #[test]
@@ -358,15 +365,7 @@ fn this_of_a_free_function() {
     if !privileged() {
         return;
     }
-    let target = Target::start(&races());
-    let line = bad_input(&[
-        "--pid",
-        &target.pid(),
-        "--uprobe",
-        "shop::inspect",
-        "--arg",
-        "this",
-    ]);
+    let line = bad_arg_of_inspect("this");
     let f = "shop::inspect(shop::Ledger const&, long)";
     assert_eq!(
         line,
@@ -374,7 +373,6 @@ fn this_of_a_free_function() {
             "oi-trace: error: {f}: `this` requested, but {f} is not a non-static member function"
         )
     );
-    target.assert_untouched();
 }
 
 #[test]
@@ -382,20 +380,11 @@ fn retval_with_an_entry_probe() {
     if !privileged() {
         return;
     }
-    let target = Target::start(&races());
-    let line = bad_input(&[
-        "--pid",
-        &target.pid(),
-        "--uprobe",
-        "shop::inspect",
-        "--arg",
-        "retval",
-    ]);
+    let line = bad_arg_of_inspect("retval");
     assert_eq!(
         line,
         "oi-trace: error: --arg retval needs a return probe (--uretprobe), not --uprobe"
     );
-    target.assert_untouched();
 }
 
 #[test]

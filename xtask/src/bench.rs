@@ -164,28 +164,22 @@ fn timed(cmd: &mut Command) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// `oi-trace --count 1` on the ledger of a running demo_shop, with its own cache directory.
+fn demo_shop_sample(bin: &Path, pid: &str, cache: &TempDir) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--pid", pid, "--uprobe", "shop::Ledger::inspect"])
+        .args(["--arg", "this", "--count", "1"])
+        .env("XDG_CACHE_HOME", cache.path());
+    cmd
+}
+
 /// Figure 2: Time to the first result, cold (empty cache) and warm, against gdb printing the object.
 fn first_result(bin: &Path, figures: &mut Vec<Figure>) -> Result<()> {
     let target = FixtureBuild::new("demo_shop").build();
     let fixture = Fixture::start(&target, &[]);
     let pid = fixture.pid.to_string();
     let cache = TempDir::new("bench-cache");
-    let run = || {
-        timed(
-            Command::new(bin)
-                .args([
-                    "--pid",
-                    &pid,
-                    "--uprobe",
-                    "shop::Ledger::inspect",
-                    "--arg",
-                    "this",
-                    "--count",
-                    "1",
-                ])
-                .env("XDG_CACHE_HOME", cache.path()),
-        )
-    };
+    let run = || timed(&mut demo_shop_sample(bin, &pid, &cache));
     let cold = run()?;
     let warm = median((0..3).map(|_| run()).collect::<Result<Vec<_>>>()?);
     let gdb = timed(Command::new("gdb").args(["-p", &pid, "-batch", "-ex", "print ledger"]))
@@ -342,20 +336,7 @@ fn dwarf_at_scale(root: &Path, bin: &Path, quick: bool, figures: &mut Vec<Figure
     let small = FixtureBuild::new("demo_shop").build();
     let small_fixture = Fixture::start(&small, &[]);
     let small_pid = small_fixture.pid.to_string();
-    let (base_wall, base_rss) = timed_with_rss(
-        Command::new(bin)
-            .args([
-                "--pid",
-                &small_pid,
-                "--uprobe",
-                "shop::Ledger::inspect",
-                "--arg",
-                "this",
-                "--count",
-                "1",
-            ])
-            .env("XDG_CACHE_HOME", cache.path()),
-    )?;
+    let (base_wall, base_rss) = timed_with_rss(&mut demo_shop_sample(bin, &small_pid, &cache))?;
     let functions = 4 * (types - 1);
     figures.push(Figure {
         name: format!(
