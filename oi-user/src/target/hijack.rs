@@ -51,6 +51,8 @@ const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG2");
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
 const _: () = assert!(size_of::<WalkFrame>() as u64 <= FRAME_MAX);
+// `Held::arm` writes the save area, the FXSAVE image and the header in one piece.
+const _: () = assert!(FXSAVE_AREA + 512 == HEADER && BUSY == 3 * 8);
 /// Copies of objects that arrived in registers (by-value arguments, small return values).
 const REGISTER_OBJECTS: u64 = FRAME + FRAME_MAX;
 pub const REGISTER_OBJECTS_LEN: u64 = 2048;
@@ -326,10 +328,14 @@ impl Held {
             )
         };
         image.extend_from_slice(fx);
+        // The header follows the FXSAVE image: one write also sets the busy word (a sample's
+        // hot path), before the thread can ever be pointed at the stub.
+        let total = code_len + REGION_AFTER_CODE;
+        for word in [MAGIC, code_len, total, self.tid as u64] {
+            image.extend_from_slice(&word.to_le_bytes());
+        }
         remote::write_memory(self.tgid, base + code_len + SAVE_AREA, &image)?;
-        let busy_word = base + code_len + HEADER + BUSY;
-        remote::write_memory(self.tgid, busy_word, &(self.tid as u64).to_le_bytes())?;
-        self.busy_word = Some(busy_word);
+        self.busy_word = Some(base + code_len + HEADER + BUSY);
         self.gadget = Some(base + STUB_SYSCALL);
         self.clear_slack();
         Ok(())
