@@ -9,6 +9,7 @@ use nix::{
     unistd::Pid,
 };
 use oi_e2e::{Fixture, FixtureBuild, SIGUSR1, privileged};
+use oi_trace::jit::WalkFrame;
 use oi_trace::target::{
     Tracer,
     bootstrap::{self, Bootstrap},
@@ -31,25 +32,34 @@ const READ_ARG0: &[u8] = &[
     0x66, 0x0f, 0xef, 0xc0, // pxor xmm0, xmm0
     0xc3, // ret
 ];
-/// Never returns.
-const SPIN: &[u8] = &[0xeb, 0xfe];
+/// Sets every bit of xmm0, then never returns.
+const SPIN: &[u8] = &[
+    0x66, 0x0f, 0x76, 0xc0, // pcmpeqd xmm0, xmm0
+    0xeb, 0xfe, // jmp to itself
+];
 
-fn frame_image(seg: &Segments, arg0: u64) -> Vec<u8> {
+fn frame(seg: &Segments, arg0: u64) -> WalkFrame {
     let (scratch, scratch_len) = seg.scratch();
-    [
-        0,
-        0,
-        seg.output,
-        seg.output_len,
+    let mut args = [0; 16];
+    args[0] = arg0;
+    WalkFrame {
+        out: seg.output,
+        out_len: seg.output_len,
         scratch,
         scratch_len,
-        0,
-        1,
-        arg0,
-    ]
-    .iter()
-    .flat_map(|v: &u64| v.to_le_bytes())
-    .collect()
+        nargs: 1,
+        args,
+        ..WalkFrame::default()
+    }
+}
+
+/// The thread's x87/SSE state, as ptrace shows it.
+fn fpregs(tid: i32) -> Vec<u8> {
+    let mut fp = [0u8; 512];
+    // SAFETY: PTRACE_GETFPREGS writes one 512-byte user_fpregs_struct to the pointer.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid, 0usize, fp.as_mut_ptr()) };
+    assert_eq!(rc, 0, "GETFPREGS");
+    fp.to_vec()
 }
 
 /// Freezes the fixture's main thread as the trigger would (SIGSTOP to that thread).
@@ -134,9 +144,14 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
         let regs = remote::get_regs(pid).expect("regs");
         let mut expected = [0u8; 8];
         remote::read_memory(pid, regs.rsp, &mut expected).expect("read stack");
-        remote::write_memory(pid, seg.frame(), &frame_image(&seg, regs.rsp)).expect("frame");
+        let fp_before = fpregs(pid);
         let end = held
-            .call(&seg, seg.walkers[0], Duration::from_secs(2))
+            .call(
+                &seg,
+                seg.walkers[0],
+                &frame(&seg, regs.rsp),
+                Duration::from_secs(2),
+            )
             .expect("call");
         assert_eq!(
             end,
@@ -144,6 +159,8 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
             "round {round}, code at {:#x}",
             seg.base
         );
+        // The walker zeroed xmm0; the stub put the state back before the tracer saw it.
+        assert_eq!(fpregs(pid), fp_before, "x87/SSE state restored by the stub");
         let mut out = [0u8; 8];
         remote::read_memory(pid, seg.output, &mut out).expect("output");
         assert_eq!(out, expected, "the walker read the target's memory");
@@ -153,9 +170,13 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
     // A bad pointer: the fault is caught and the thread goes on.
     freeze_in_user_code(pid);
     let mut held = Held::begin(pid, pid, Some(bootstrap)).expect("hold");
-    remote::write_memory(pid, seg.frame(), &frame_image(&seg, 0x10)).expect("frame");
     let end = held
-        .call(&seg, seg.walkers[0], Duration::from_secs(2))
+        .call(
+            &seg,
+            seg.walkers[0],
+            &frame(&seg, 0x10),
+            Duration::from_secs(2),
+        )
         .expect("call");
     assert!(
         matches!(end, CallEnd::Faulted { addr: 0x10, .. }),
@@ -166,10 +187,22 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
     // An endless walker is interrupted.
     freeze_in_user_code(pid);
     let mut held = Held::begin(pid, pid, Some(bootstrap)).expect("hold");
+    let fp_before = fpregs(pid);
     let end = held
-        .call(&seg, seg.walkers[1], Duration::from_millis(100))
+        .call(
+            &seg,
+            seg.walkers[1],
+            &frame(&seg, 0),
+            Duration::from_millis(100),
+        )
         .expect("call");
     assert_eq!(end, CallEnd::TimedOut);
+    // The tracer put back what the stub saved on entry.
+    assert_eq!(
+        fpregs(pid),
+        fp_before,
+        "x87/SSE state restored after a timeout"
+    );
     seg.destroy(&mut held).expect("unmap");
     held.end().expect("release");
 
@@ -214,7 +247,8 @@ fn the_stub_restores_the_thread_when_the_tracer_is_gone() {
     for _ in 0..5 {
         freeze_in_user_code(pid);
         let mut held = Held::begin(pid, pid, None).expect("hold");
-        held.prepare_call(&seg, seg.walkers[0]).expect("prepare");
+        held.prepare_call(&seg, seg.walkers[0], &frame(&seg, 0))
+            .expect("prepare");
         // What the kernel does for a tracer that dies: the thread is let go as it is.
         nix::sys::ptrace::detach(Pid::from_raw(pid), None).expect("detach");
         std::thread::sleep(Duration::from_millis(20));

@@ -21,6 +21,8 @@ use crate::{
 
 /// Outputs up to this size are copied out before the sampled thread resumes.
 const EAGER_COPY: u64 = 1 << 20;
+/// A walk that returned: where its output is, how many bytes, and the first of them.
+type Walked = (u64, u64, Vec<u8>);
 
 /// What one process carries of ours.
 struct Mapped {
@@ -107,21 +109,25 @@ impl InTarget {
         };
         // Small outputs are copied while the thread waits (a target that exits right after the
         // call keeps its sample); large ones after it runs again (the buffer is ours alone),
-        // so the pause is the walk, not the copy.
-        let read = |(output, out_used): (u64, u64)| -> Result<Vec<u8>, Failure> {
-            let mut bytes = vec![0u8; out_used as usize];
-            remote::read_memory(tgid, output, &mut bytes)?;
+        // so the pause is the walk, not the copy. The first bytes came with the frame.
+        let read = |(output, out_used, mut bytes): Walked| -> Result<Vec<u8>, Failure> {
+            let have = bytes.len().min(out_used as usize);
+            bytes.resize(out_used as usize, 0);
+            if have < bytes.len() {
+                remote::read_memory(tgid, output + have as u64, &mut bytes[have..])?;
+            }
             Ok(bytes)
         };
-        let early = match &result {
-            Ok((output, used)) if *used <= EAGER_COPY => Some(read((*output, *used))),
-            _ => None,
+        let (result, early) = match result {
+            Ok(walked) if walked.1 <= EAGER_COPY => (Ok(None), Some(read(walked))),
+            other => (other.map(Some), None),
         };
         before_resume();
         held.end()?;
-        let bytes = match early {
-            Some(bytes) => bytes?,
-            None => read(result?)?,
+        let bytes = match (early, result?) {
+            (Some(bytes), _) => bytes?,
+            (None, Some(walked)) => read(walked)?,
+            (None, None) => unreachable!("a walk read late was kept"),
         };
         jit::split_streams(&bytes, measurer.roots().len())
             .map_err(|e| Failure::Sample(Error::sample(e.to_string())))
@@ -134,7 +140,7 @@ impl InTarget {
         measurer: &Measurer,
         regs: &EntryRegs,
         bias: u64,
-    ) -> Result<(u64, u64), Failure> {
+    ) -> Result<Walked, Failure> {
         let tgid = held.tgid;
         if !self.processes.contains_key(&tgid) {
             let code: Vec<(&[u8], u64)> = self
@@ -204,9 +210,8 @@ impl InTarget {
         loop {
             (frame.out, frame.out_len) = (mapped.seg.output, mapped.seg.output_len);
             frame.generation = mapped.generation;
-            mapped.seg.write_frame(tgid, &frame)?;
             let entry = mapped.seg.walkers[walker];
-            match held.call(&mapped.seg, entry, self.timeout)? {
+            match held.call(&mapped.seg, entry, &frame, self.timeout)? {
                 CallEnd::Returned => {}
                 CallEnd::Faulted { signal, addr, .. } => {
                     // The walk may have used a generation per root: skip past all of them.
@@ -223,7 +228,7 @@ impl InTarget {
                     ))));
                 }
             }
-            let done = mapped.seg.read_frame(tgid)?;
+            let (done, prefix) = mapped.seg.read_frame_and_prefix(tgid)?;
             mapped.generation = done.generation;
             if done.status == STATUS_FULL {
                 mapped.seg.grow_output(held, done.out_used)?;
@@ -231,7 +236,7 @@ impl InTarget {
             }
             jit::check_status(&done)
                 .map_err(|e| Failure::Sample(Error::sample(format!("walk of {names}: {e}"))))?;
-            return Ok((mapped.seg.output, done.out_used));
+            return Ok((mapped.seg.output, done.out_used, prefix));
         }
     }
 

@@ -9,11 +9,12 @@
 //! it all, so the segments of a killed run are found and removed in one step, and no address
 //! recorded in the target can go stale.
 //!
-//! The stub is self-restoring: it saves the FPU/SSE state, calls the walker, makes a harmless
-//! `getpid` (the tracer's signal that the walk ended: it stops there under PTRACE_SYSCALL and
-//! restores the registers itself), then reloads every register from the save area and jumps
-//! back to where the thread was. So if the tracer dies mid-walk, the thread still returns to
-//! its own code with its registers intact.
+//! The stub is self-restoring: it saves the FPU/SSE state, calls the walker, restores the
+//! FPU/SSE state, makes a harmless `getpid` (the tracer's signal that the walk ended: it stops
+//! there under PTRACE_SYSCALL and puts the registers back itself), then reloads every register
+//! from the save area and jumps back to where the thread was. So if the tracer dies mid-walk,
+//! the thread still returns to its own code with its registers intact; and the tracer never
+//! needs the FPU state of a walk that returned (a sample's hot path has no FPREGS calls).
 
 use std::time::{Duration, Instant};
 
@@ -51,8 +52,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG2");
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
 const _: () = assert!(size_of::<WalkFrame>() as u64 <= FRAME_MAX);
-// `Held::arm` writes the save area, the FXSAVE image and the header in one piece.
-const _: () = assert!(FXSAVE_AREA + 512 == HEADER && BUSY == 3 * 8);
+const _: () = assert!(RIP_SLOT + 8 <= FXSAVE_AREA && FXSAVE_AREA + 512 <= HEADER);
 /// Copies of objects that arrived in registers (by-value arguments, small return values).
 const REGISTER_OBJECTS: u64 = FRAME + FRAME_MAX;
 pub const REGISTER_OBJECTS_LEN: u64 = 2048;
@@ -72,9 +72,16 @@ const STACK_AFTER_DATA: u64 = DATA_LEN + PAGE;
 const OUTPUT_AFTER_DATA: u64 = STACK_AFTER_DATA + STACK_LEN + PAGE;
 const REGION_AFTER_CODE: u64 = OUTPUT_AFTER_DATA + OUTPUT_RESERVE;
 /// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
-const STUB_DONE: u64 = 17;
+const STUB_DONE: u64 = 25;
 /// Offset of the stub's `syscall` instruction (followed by its self-restore).
-const STUB_SYSCALL: u64 = 15;
+const STUB_SYSCALL: u64 = 23;
+/// Bytes of output read together with the frame after a walk (most samples fit).
+pub const OUTPUT_PREFIX: usize = 4096;
+/// How long the tracer polls for the end of a walk before it sleeps: most walks end sooner,
+/// and waking a sleeping tracer costs more than that on virtual machines (a halted vCPU).
+const SPIN: Duration = Duration::from_micros(250);
+/// How long a walk may go without news before the tracer checks that its thread still lives.
+const LIVENESS_CHECK: Duration = Duration::from_millis(20);
 const STUB_LEN: u64 = 64;
 
 /// The stub's machine code for a region whose data part starts `code_len` bytes after it.
@@ -85,11 +92,12 @@ fn stub(code_len: u64) -> Vec<u8> {
     code.extend([0x48, 0x0f, 0xae, 0x05]); // fxsave64 [rip+disp]
     code.extend(rel(d + FXSAVE_AREA as i64, 8));
     code.extend([0xff, 0xd6]); // call rsi (the walker; rdi = its frame)
+    code.extend([0x48, 0x0f, 0xae, 0x0d]); // fxrstor64 [rip+disp]
+    code.extend(rel(d + FXSAVE_AREA as i64, 18));
     code.extend([0xb8, 39, 0, 0, 0]); // mov eax, SYS_getpid
+    debug_assert_eq!(code.len() as u64, STUB_SYSCALL);
     code.extend([0x0f, 0x05]); // syscall: the tracer stops here
     debug_assert_eq!(code.len() as u64, STUB_DONE);
-    code.extend([0x48, 0x0f, 0xae, 0x0d]); // fxrstor64 [rip+disp]
-    code.extend(rel(d + FXSAVE_AREA as i64, 25));
     code.extend([0x48, 0x8d, 0x25]); // lea rsp, [rip+disp]: the save area
     code.extend(rel(d + SAVE_AREA as i64, 32));
     // pop r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi
@@ -132,6 +140,18 @@ fn save_area(regs: &Regs) -> Vec<u8> {
     .collect()
 }
 
+/// The frame as the bytes the walker reads.
+fn frame_bytes(frame: &WalkFrame) -> &[u8] {
+    // SAFETY: WalkFrame is repr(C) plain integers without padding; viewing it as bytes for
+    // its whole size is sound.
+    unsafe {
+        std::slice::from_raw_parts(
+            (frame as *const WalkFrame).cast::<u8>(),
+            size_of::<WalkFrame>(),
+        )
+    }
+}
+
 fn round_up(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
 }
@@ -141,7 +161,6 @@ pub struct Held {
     pub tgid: i32,
     pub tid: i32,
     saved: Regs,
-    fp: libc::user_fpregs_struct,
     held: HeldSignals,
     /// Where remote syscalls go while no stub of ours is armed.
     bootstrap: Bootstrap,
@@ -176,7 +195,6 @@ impl Held {
     /// `bootstrap`: what [`Bootstrap::find`] gave for this process before (None: find it).
     pub fn begin(tgid: i32, tid: i32, bootstrap: Option<Bootstrap>) -> Result<Self, RemoteError> {
         let saved = remote::get_regs(tid)?;
-        let fp = remote::get_fpregs(tid)?;
         let bootstrap = match bootstrap {
             Some(b) => b,
             None => Bootstrap::find(tgid)?,
@@ -185,7 +203,6 @@ impl Held {
             tgid,
             tid,
             saved,
-            fp,
             held: HeldSignals::default(),
             bootstrap,
             slack_saved: None,
@@ -315,35 +332,47 @@ impl Held {
     }
 
     /// Writes this thread's registers (as they must be restored, syscall restart included)
-    /// and FPU state into the save area of the region at `base`, so the stub can restore the
-    /// thread by itself from here on.
-    pub fn arm(&mut self, base: u64, code_len: u64) -> Result<(), RemoteError> {
-        let mut image = save_area(&remote::restorable(&self.saved));
-        image.resize(FXSAVE_AREA as usize, 0);
-        // SAFETY: user_fpregs_struct is the 512-byte FXSAVE image, plain integers.
-        let fx = unsafe {
-            std::slice::from_raw_parts(
-                (&self.fp as *const libc::user_fpregs_struct).cast::<u8>(),
-                size_of::<libc::user_fpregs_struct>(),
-            )
-        };
-        image.extend_from_slice(fx);
-        // The header follows the FXSAVE image: one write also sets the busy word (a sample's
-        // hot path), before the thread can ever be pointed at the stub.
+    /// into the save area of the region at `base`, so the stub can restore the thread by
+    /// itself from here on, and marks the region busy with this thread. `with` are further
+    /// writes into the target done by the same system call (a sample's walk frame).
+    /// The FPU state is not needed: a remote syscall leaves it alone, and a walk saves and
+    /// restores it in the stub.
+    pub fn arm(
+        &mut self,
+        base: u64,
+        code_len: u64,
+        with: &[(u64, &[u8])],
+    ) -> Result<(), RemoteError> {
+        let image = save_area(&remote::restorable(&self.saved));
         let total = code_len + REGION_AFTER_CODE;
-        for word in [MAGIC, code_len, total, self.tid as u64] {
-            image.extend_from_slice(&word.to_le_bytes());
-        }
-        remote::write_memory(self.tgid, base + code_len + SAVE_AREA, &image)?;
-        self.busy_word = Some(base + code_len + HEADER + BUSY);
+        let header: Vec<u8> = [MAGIC, code_len, total, self.tid as u64]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let data = base + code_len;
+        // Busy is set in the same write as the save area, before the thread can ever be
+        // pointed at the stub.
+        let mut parts = vec![
+            (data + SAVE_AREA, image.as_slice()),
+            (data + HEADER, &header),
+        ];
+        parts.extend_from_slice(with);
+        remote::write_parts(self.tgid, &parts)?;
+        self.busy_word = Some(data + HEADER + BUSY);
         self.gadget = Some(base + STUB_SYSCALL);
         self.clear_slack();
         Ok(())
     }
 
     /// Points the held thread at the stub → `walker(frame)`, with the save area filled so
-    /// that the stub can bring the thread back by itself. Nothing runs until it is resumed.
-    pub fn prepare_call(&mut self, seg: &Segments, walker: u64) -> Result<(), RemoteError> {
+    /// that the stub can bring the thread back by itself, and `frame` written. Nothing runs
+    /// until it is resumed.
+    pub fn prepare_call(
+        &mut self,
+        seg: &Segments,
+        walker: u64,
+        frame: &WalkFrame,
+    ) -> Result<(), RemoteError> {
         self.land()?;
         let tid = self.tid;
         if self.saved.orig_rax != u64::MAX {
@@ -355,8 +384,11 @@ impl Held {
                 status: "thread is inside a system call".into(),
             });
         }
+        let frame_write = [(seg.frame(), frame_bytes(frame))];
         if self.gadget != Some(seg.base + STUB_SYSCALL) {
-            self.arm(seg.base, seg.code_len)?;
+            self.arm(seg.base, seg.code_len, &frame_write)?;
+        } else {
+            remote::write_parts(self.tgid, &frame_write)?;
         }
         let mut regs = self.saved;
         regs.rip = seg.base;
@@ -375,32 +407,46 @@ impl Held {
         &mut self,
         seg: &Segments,
         walker: u64,
+        frame: &WalkFrame,
         timeout: Duration,
     ) -> Result<CallEnd, RemoteError> {
         let tid = self.tid;
-        self.prepare_call(seg, walker)?;
+        self.prepare_call(seg, walker, frame)?;
         let pid = Pid::from_raw(tid);
         ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
         let deadline = Instant::now() + timeout;
         let mut interrupted = false;
+        let mut quiet_since = Instant::now();
+        let spin_until = Instant::now() + SPIN;
         let end = loop {
             let status = match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) if Instant::now() < spin_until => {
+                    // Yield, not spin: the walker may be queued on this very CPU.
+                    let _ = nix::sched::sched_yield();
+                    continue;
+                }
                 Ok(WaitStatus::StillAlive) => {
                     // Killed meanwhile: a dead thread-group leader is reported only once the
                     // other threads are reaped, so waiting for it alone would never end.
-                    if !procfs::is_alive(tid) {
-                        return Err(RemoteError::Gone(tid));
+                    // Checked only once nothing came for a while: it costs four syscalls.
+                    if quiet_since.elapsed() >= LIVENESS_CHECK {
+                        if !procfs::is_alive(tid) {
+                            return Err(RemoteError::Gone(tid));
+                        }
+                        quiet_since = Instant::now();
                     }
                     if !interrupted && Instant::now() >= deadline {
                         let _ = ptrace::interrupt(pid);
                         interrupted = true;
                     }
-                    remote::wait_sigchld(deadline.saturating_duration_since(Instant::now()));
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    remote::wait_sigchld(left.min(LIVENESS_CHECK));
                     continue;
                 }
                 Ok(status) => status,
                 Err(_) => return Err(RemoteError::Gone(tid)),
             };
+            quiet_since = Instant::now();
             match status {
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
                     return Err(RemoteError::Gone(tid));
@@ -458,19 +504,33 @@ impl Held {
             }
         };
         if end == CallEnd::Returned {
-            // Left at the stub's `getpid` entry: `end` resumes straight from there, and only a
-            // caller that needs more remote work pays for `land`.
+            // Left at the stub's `getpid` entry, FPU state already restored by the stub:
+            // `end` resumes straight from there, and only a caller that needs more remote
+            // work pays for `land`.
             self.at_done_stop = true;
         } else {
+            self.restore_fpu(seg)?;
             self.put_back()?;
         }
         Ok(end)
     }
 
-    /// FPU first, then registers: at every instant in between, a tracer killed here leaves a
-    /// thread that either finishes the stub's self-restore or is already restored.
+    /// After a walk that did not return: the FPU state the stub saved on entry goes back
+    /// (the walker may have changed it). Unless the thread never ran the stub's first
+    /// instruction, which is the one that saves it.
+    fn restore_fpu(&self, seg: &Segments) -> Result<(), RemoteError> {
+        if remote::get_regs(self.tid)?.rip == seg.base {
+            return Ok(());
+        }
+        let mut image = [0u8; 512];
+        remote::read_memory(self.tgid, seg.data() + FXSAVE_AREA, &mut image)?;
+        remote::set_fpregs_image(self.tid, &image)
+    }
+
+    /// Registers as they were at the hold (a remote syscall or a returned walk leaves the FPU
+    /// state as it was). A tracer killed before this leaves a thread that finishes the
+    /// stub's self-restore.
     fn put_back(&self) -> Result<(), RemoteError> {
-        remote::set_fpregs(self.tid, &self.fp)?;
         remote::set_regs(self.tid, &remote::restorable(&self.saved))
     }
 
@@ -550,31 +610,24 @@ pub struct Segments {
 }
 
 impl Segments {
-    /// Writes the walker's frame into the data part.
-    pub fn write_frame(&self, tgid: i32, frame: &WalkFrame) -> Result<(), RemoteError> {
-        // SAFETY: WalkFrame is repr(C) plain integers without padding; viewing it as bytes
-        // for its whole size is sound.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (frame as *const WalkFrame).cast::<u8>(),
-                size_of::<WalkFrame>(),
-            )
-        };
-        remote::write_memory(tgid, self.frame(), bytes)
-    }
-
-    /// Reads the frame back after a walk (status, output size, generation).
-    pub fn read_frame(&self, tgid: i32) -> Result<WalkFrame, RemoteError> {
+    /// After a walk: the frame (status, output size, generation) and the first
+    /// [`OUTPUT_PREFIX`] bytes of the output (all of it, for most samples), in one read.
+    pub fn read_frame_and_prefix(&self, tgid: i32) -> Result<(WalkFrame, Vec<u8>), RemoteError> {
         let mut frame = WalkFrame::default();
-        // SAFETY: as in write_frame; every bit pattern is a valid WalkFrame.
+        // SAFETY: WalkFrame is repr(C) plain integers without padding: every bit pattern is
+        // a valid value, and viewing it as bytes for its whole size is sound.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(
                 (&mut frame as *mut WalkFrame).cast::<u8>(),
                 size_of::<WalkFrame>(),
             )
         };
-        remote::read_memory(tgid, self.frame(), bytes)?;
-        Ok(frame)
+        let mut prefix = vec![0u8; OUTPUT_PREFIX.min(self.output_len as usize)];
+        remote::read_parts(
+            tgid,
+            &mut [(self.frame(), bytes), (self.output, prefix.as_mut_slice())],
+        )?;
+        Ok((frame, prefix))
     }
 
     /// Maps code (stub + `walkers`, each `(bytes, entry offset)`) and data into the process of
@@ -616,7 +669,7 @@ impl Segments {
             // Recognisable by its header from here on: the note is no longer needed.
             h.forget_pending();
             // From here on, remote syscalls go through our stub and restore themselves.
-            h.arm(base, code_len)?;
+            h.arm(base, code_len, &[])?;
             h.mprotect(seg.stack, STACK_LEN, rw)?;
             h.mprotect(seg.output, seg.output_len, rw)
         })();
@@ -783,7 +836,25 @@ mod tests {
     fn stub_layout_matches_the_offsets_the_tracer_relies_on() {
         let code = stub(2 * PAGE);
         assert_eq!(code.len() as u64, STUB_LEN);
-        assert_eq!(&code[15..17], &[0x0f, 0x05], "syscall ends at STUB_DONE");
+        let at = STUB_SYSCALL as usize;
+        assert_eq!(
+            &code[at..at + 2],
+            &[0x0f, 0x05],
+            "syscall ends at STUB_DONE"
+        );
+        assert_eq!(STUB_DONE, STUB_SYSCALL + 2);
+        // FPU state is saved before the walker and restored before the done stop.
+        assert_eq!(&code[0..4], &[0x48, 0x0f, 0xae, 0x05], "fxsave64 first");
+        assert_eq!(
+            &code[10..14],
+            &[0x48, 0x0f, 0xae, 0x0d],
+            "fxrstor64 after the call"
+        );
+        let fx = |at: usize, next: i64| {
+            i32::from_le_bytes(code[at..at + 4].try_into().unwrap()) as i64 + next
+        };
+        assert_eq!(fx(4, 8), (2 * PAGE + FXSAVE_AREA) as i64);
+        assert_eq!(fx(14, 18), (2 * PAGE + FXSAVE_AREA) as i64);
         // The jmp's rip-relative displacement lands on the rip slot.
         let disp = i32::from_le_bytes(code[59..63].try_into().unwrap()) as i64;
         assert_eq!(63 + disp, (2 * PAGE + RIP_SLOT) as i64);

@@ -72,25 +72,63 @@ pub fn set_regs(tid: i32, regs: &Regs) -> Result<(), RemoteError> {
     ptrace::setregs(Pid::from_raw(tid), *regs).map_err(ptrace_err(tid, "SETREGS"))
 }
 
-/// x87/SSE state (the FXSAVE image): the walker may use SSE registers.
-pub fn get_fpregs(tid: i32) -> Result<libc::user_fpregs_struct, RemoteError> {
-    // SAFETY: an all-zero user_fpregs_struct is a valid value (plain integers).
-    let mut fp: libc::user_fpregs_struct = unsafe { std::mem::zeroed() };
-    // SAFETY: PTRACE_GETFPREGS writes exactly one user_fpregs_struct to the pointer.
-    let rc = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid, 0usize, &mut fp as *mut _) };
-    if rc < 0 {
-        return Err(ptrace_err(tid, "GETFPREGS")(Errno::last()));
-    }
-    Ok(fp)
-}
-
-pub fn set_fpregs(tid: i32, fp: &libc::user_fpregs_struct) -> Result<(), RemoteError> {
+/// Sets the x87/SSE state from a 512-byte FXSAVE image (as the walk stub saves it).
+pub fn set_fpregs_image(tid: i32, image: &[u8; 512]) -> Result<(), RemoteError> {
+    const _: () = assert!(size_of::<libc::user_fpregs_struct>() == 512);
+    // SAFETY: user_fpregs_struct is the FXSAVE layout, 512 bytes of plain integers: any
+    // bytes are a valid value, and read_unaligned needs no alignment of the source.
+    let fp: libc::user_fpregs_struct = unsafe { std::ptr::read_unaligned(image.as_ptr().cast()) };
     // SAFETY: PTRACE_SETFPREGS reads one user_fpregs_struct from the pointer.
-    let rc = unsafe { libc::ptrace(libc::PTRACE_SETFPREGS, tid, 0usize, fp as *const _) };
+    let rc = unsafe { libc::ptrace(libc::PTRACE_SETFPREGS, tid, 0usize, &fp as *const _) };
     if rc < 0 {
         return Err(ptrace_err(tid, "SETFPREGS")(Errno::last()));
     }
     Ok(())
+}
+
+/// Writes several pieces of target memory with one system call (in order; all or error).
+pub fn write_parts(pid: i32, parts: &[(u64, &[u8])]) -> Result<(), RemoteError> {
+    let local: Vec<IoSlice<'_>> = parts.iter().map(|(_, b)| IoSlice::new(b)).collect();
+    let remote: Vec<RemoteIoVec> = parts
+        .iter()
+        .map(|(addr, b)| RemoteIoVec {
+            base: *addr as usize,
+            len: b.len(),
+        })
+        .collect();
+    let total: usize = parts.iter().map(|(_, b)| b.len()).sum();
+    let first = parts.first().map_or(0, |p| p.0);
+    match process_vm_writev(Pid::from_raw(pid), &local, &remote) {
+        Ok(n) if n == total => Ok(()),
+        Ok(_) => Err(RemoteError::Memory {
+            addr: first,
+            errno: Errno::EFAULT,
+        }),
+        Err(errno) => Err(RemoteError::Memory { addr: first, errno }),
+    }
+}
+
+/// Reads several pieces of target memory with one system call (all or error).
+pub fn read_parts(pid: i32, parts: &mut [(u64, &mut [u8])]) -> Result<(), RemoteError> {
+    let remote: Vec<RemoteIoVec> = parts
+        .iter()
+        .map(|(addr, b)| RemoteIoVec {
+            base: *addr as usize,
+            len: b.len(),
+        })
+        .collect();
+    let total: usize = parts.iter().map(|(_, b)| b.len()).sum();
+    let first = parts.first().map_or(0, |p| p.0);
+    let mut local: Vec<IoSliceMut<'_>> =
+        parts.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();
+    match process_vm_readv(Pid::from_raw(pid), &mut local, &remote) {
+        Ok(n) if n == total => Ok(()),
+        Ok(_) => Err(RemoteError::Memory {
+            addr: first,
+            errno: Errno::EFAULT,
+        }),
+        Err(errno) => Err(RemoteError::Memory { addr: first, errno }),
+    }
 }
 
 pub fn write_memory(pid: i32, addr: u64, bytes: &[u8]) -> Result<(), RemoteError> {

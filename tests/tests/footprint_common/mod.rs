@@ -218,9 +218,10 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
         }
         assert!(Instant::now() < deadline, "oi-trace did not attach");
     }
-    std::thread::spawn(move || {
+    let stderr_rest = std::thread::spawn(move || {
         let mut rest = String::new();
         let _ = err.read_to_string(&mut rest);
+        rest
     });
     fixture
         .0
@@ -238,7 +239,10 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
         .read_to_string(&mut text)
         .expect("sample");
     let status = tracer.0.wait().expect("wait oi-trace");
-    assert!(status.success(), "oi-trace failed: {status}");
+    if !status.success() {
+        let stderr = stderr_rest.join().unwrap_or_default();
+        panic!("oi-trace failed: {status}\n{stderr}");
+    }
     (text, p)
 }
 
