@@ -581,6 +581,8 @@ impl Held {
         self.not_busy();
         ptrace::cont(Pid::from_raw(self.tid), None).map_err(|e| ptrace_error(self.tid, e))?;
         self.held.redeliver(self.tgid, self.tid);
+        // The thread may be queued on this CPU: let it go first.
+        let _ = nix::sched::sched_yield();
         Ok(())
     }
 }
