@@ -4,6 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use nix::errno::Errno;
 use oi_common::EntryRegs;
 
 use super::Probe;
@@ -113,8 +114,24 @@ impl InTarget {
         let read = |(output, out_used, mut bytes): Walked| -> Result<Vec<u8>, Failure> {
             let have = bytes.len().min(out_used as usize);
             bytes.resize(out_used as usize, 0);
-            if have < bytes.len() {
-                remote::read_memory(tgid, output + have as u64, &mut bytes[have..])?;
+            if have < bytes.len()
+                && let Err(e) = remote::read_memory(tgid, output + have as u64, &mut bytes[have..])
+            {
+                // Large outputs are copied once the thread runs again: a target that exits
+                // right after the sampled call takes them with it.
+                if matches!(
+                    e,
+                    RemoteError::Memory {
+                        errno: Errno::ESRCH,
+                        ..
+                    }
+                ) {
+                    return Err(Failure::Sample(Error::sample(format!(
+                        "the target exited before the sample's output ({} KiB) was copied",
+                        out_used / 1024
+                    ))));
+                }
+                return Err(e.into());
             }
             Ok(bytes)
         };

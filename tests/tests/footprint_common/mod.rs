@@ -223,13 +223,9 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
         let _ = err.read_to_string(&mut rest);
         rest
     });
-    fixture
-        .0
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("go");
+    // Kept open until oi-trace is done: a fixture that waits for its end stays alive.
+    let mut stdin = fixture.0.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("go");
     let mut text = String::new();
     tracer
         .0
@@ -239,6 +235,7 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
         .read_to_string(&mut text)
         .expect("sample");
     let status = tracer.0.wait().expect("wait oi-trace");
+    drop(stdin);
     if !status.success() {
         let stderr = stderr_rest.join().unwrap_or_default();
         panic!("oi-trace failed: {status}\n{stderr}");
