@@ -89,71 +89,53 @@ pub fn set_fpregs_image(tid: i32, image: &[u8; 512]) -> Result<(), RemoteError> 
 /// Writes several pieces of target memory with one system call (in order; all or error).
 pub fn write_parts(pid: i32, parts: &[(u64, &[u8])]) -> Result<(), RemoteError> {
     let local: Vec<IoSlice<'_>> = parts.iter().map(|(_, b)| IoSlice::new(b)).collect();
-    let remote: Vec<RemoteIoVec> = parts
-        .iter()
-        .map(|(addr, b)| RemoteIoVec {
-            base: *addr as usize,
-            len: b.len(),
-        })
-        .collect();
-    let total: usize = parts.iter().map(|(_, b)| b.len()).sum();
-    let first = parts.first().map_or(0, |p| p.0);
-    match process_vm_writev(Pid::from_raw(pid), &local, &remote) {
-        Ok(n) if n == total => Ok(()),
-        Ok(_) => Err(RemoteError::Memory {
-            addr: first,
-            errno: Errno::EFAULT,
-        }),
-        Err(errno) => Err(RemoteError::Memory { addr: first, errno }),
-    }
+    let remote = remote_iovecs(parts);
+    complete(
+        process_vm_writev(Pid::from_raw(pid), &local, &remote),
+        parts,
+    )
 }
 
 /// Reads several pieces of target memory with one system call (all or error).
 pub fn read_parts(pid: i32, parts: &mut [(u64, &mut [u8])]) -> Result<(), RemoteError> {
-    let remote: Vec<RemoteIoVec> = parts
-        .iter()
-        .map(|(addr, b)| RemoteIoVec {
-            base: *addr as usize,
-            len: b.len(),
-        })
-        .collect();
-    let total: usize = parts.iter().map(|(_, b)| b.len()).sum();
-    let first = parts.first().map_or(0, |p| p.0);
-    let mut local: Vec<IoSliceMut<'_>> =
-        parts.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();
-    match process_vm_readv(Pid::from_raw(pid), &mut local, &remote) {
-        Ok(n) if n == total => Ok(()),
-        Ok(_) => Err(RemoteError::Memory {
-            addr: first,
-            errno: Errno::EFAULT,
-        }),
-        Err(errno) => Err(RemoteError::Memory { addr: first, errno }),
-    }
+    let remote = remote_iovecs(parts);
+    let moved = {
+        let mut local: Vec<IoSliceMut<'_>> =
+            parts.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();
+        process_vm_readv(Pid::from_raw(pid), &mut local, &remote)
+    };
+    complete(moved, parts)
 }
 
 pub fn write_memory(pid: i32, addr: u64, bytes: &[u8]) -> Result<(), RemoteError> {
-    let remote = [RemoteIoVec {
-        base: addr as usize,
-        len: bytes.len(),
-    }];
-    match process_vm_writev(Pid::from_raw(pid), &[IoSlice::new(bytes)], &remote) {
-        Ok(n) if n == bytes.len() => Ok(()),
-        Ok(_) => Err(RemoteError::Memory {
-            addr,
-            errno: Errno::EFAULT,
-        }),
-        Err(errno) => Err(RemoteError::Memory { addr, errno }),
-    }
+    write_parts(pid, &[(addr, bytes)])
 }
 
 pub fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
-    let len = buf.len();
-    let remote = [RemoteIoVec {
-        base: addr as usize,
-        len,
-    }];
-    match process_vm_readv(Pid::from_raw(pid), &mut [IoSliceMut::new(buf)], &remote) {
-        Ok(n) if n == len => Ok(()),
+    read_parts(pid, &mut [(addr, buf)])
+}
+
+/// The target's side of a transfer of `parts`.
+fn remote_iovecs<B: AsRef<[u8]>>(parts: &[(u64, B)]) -> Vec<RemoteIoVec> {
+    parts
+        .iter()
+        .map(|(addr, b)| RemoteIoVec {
+            base: *addr as usize,
+            len: b.as_ref().len(),
+        })
+        .collect()
+}
+
+/// A transfer of `parts` that moved `moved` bytes: all of them, or an error at the first
+/// part's address (a short transfer is EFAULT: part of the range is not mapped).
+fn complete<B: AsRef<[u8]>>(
+    moved: nix::Result<usize>,
+    parts: &[(u64, B)],
+) -> Result<(), RemoteError> {
+    let total: usize = parts.iter().map(|(_, b)| b.as_ref().len()).sum();
+    let addr = parts.first().map_or(0, |p| p.0);
+    match moved {
+        Ok(n) if n == total => Ok(()),
         Ok(_) => Err(RemoteError::Memory {
             addr,
             errno: Errno::EFAULT,
