@@ -4,6 +4,8 @@
 //! the ring buffer byte for byte. Nothing else is shared between the two address spaces.
 #![no_std]
 
+pub mod calls;
+
 /// Most probes one tracer may arm; index space of [`ProbeConfig`] and [`ProbeCounters`].
 pub const MAX_PROBES: u32 = 64;
 /// Most processes tracked at once in the seized / busy / announced maps.

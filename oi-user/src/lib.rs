@@ -5,6 +5,7 @@
 //! `report`. Stages with side effects: `probe` (eBPF), `target` (ptrace), `interp` (reads
 //! target memory through a `MemoryReader`).
 
+pub mod calls;
 pub mod cgroup;
 pub mod cli;
 pub mod containers;
@@ -13,6 +14,7 @@ pub mod disk_cache;
 pub mod error;
 pub mod interp;
 pub mod jit;
+pub mod kernel_features;
 pub mod measure;
 pub mod plan;
 pub mod plan_cache;

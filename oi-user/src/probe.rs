@@ -3,6 +3,8 @@
 //!
 //! Never freezes anything itself; it only tells the kernel side which processes may be frozen.
 
+pub mod multi;
+
 use std::os::fd::{AsRawFd as _, RawFd};
 
 use aya::{

@@ -49,15 +49,7 @@ pub fn find_function(binary: &Binary, query: &str) -> Result<Vec<FunctionSymbol>
         if found.iter().any(|f| f.address == sym.address()) {
             continue;
         }
-        let Some(file_offset) = sym
-            .section_index()
-            .and_then(|i| obj.section_by_index(i).ok())
-            .and_then(|s| {
-                let (off, _) = s.file_range()?;
-                // A symbol outside its section (a damaged file) is skipped.
-                sym.address().checked_sub(s.address())?.checked_add(off)
-            })
-        else {
+        let Some(file_offset) = file_offset(&obj, &sym) else {
             continue;
         };
         found.push(FunctionSymbol {
@@ -69,6 +61,45 @@ pub fn find_function(binary: &Binary, query: &str) -> Result<Vec<FunctionSymbol>
         });
     }
     Ok(found)
+}
+
+/// Every function `binary` defines (text symbols with an address), one entry per address: the
+/// first name found for it, preferring the static symbol table. What the call-tree profiler
+/// instruments when no filter narrows it.
+pub fn defined_functions(binary: &Binary) -> Result<Vec<FunctionSymbol>, SymbolError> {
+    let obj = binary.object()?;
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() || !seen.insert(sym.address()) {
+            continue;
+        }
+        let Some(file_offset) = file_offset(&obj, &sym) else {
+            continue;
+        };
+        found.push(FunctionSymbol {
+            mangled: name.to_string(),
+            demangled: demangle(name),
+            address: sym.address(),
+            size: sym.size(),
+            file_offset,
+        });
+    }
+    Ok(found)
+}
+
+/// Where a symbol's first byte lies in the file; `None` for a symbol outside its section (a
+/// damaged file).
+fn file_offset<'data>(obj: &object::File<'data>, sym: &object::Symbol<'data, '_>) -> Option<u64> {
+    let section = obj.section_by_index(sym.section_index()?).ok()?;
+    let (off, _) = section.file_range()?;
+    sym.address()
+        .checked_sub(section.address())?
+        .checked_add(off)
 }
 
 /// The demangled names (with parameters) of every function `binary` defines, without repeats.
@@ -252,7 +283,9 @@ pub fn demangle(name: &str) -> String {
         .unwrap_or_else(|| name.to_string())
 }
 
-fn demangle_without_params(name: &str) -> Option<String> {
+/// Demangles a C++ name without its parameter list and return type (`ns::C::f`); `None` for
+/// names that are not mangled C++.
+pub fn demangle_without_params(name: &str) -> Option<String> {
     let sym = Symbol::new(name).ok()?;
     sym.demangle_with_options(&DemangleOptions::new().no_params().no_return_type())
         .ok()

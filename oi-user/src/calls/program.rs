@@ -1,0 +1,428 @@
+//! The call-tree program from user space: load `oi-ebpf/src/bin/calls.rs` with this run's
+//! settings, attach it to lists of sites (one multi-uprobe link per batch of a file where the
+//! kernel has them, one perf event per site elsewhere), and read what its maps hold.
+//!
+//! What the maps mean is `oi_common::calls`; what the tree made of them means is `tree.rs`.
+//! Never writes a map the program relies on while probes fire, except [`Program::reset`]
+//! (between calibration and the real run, with nothing attached) and the removal of shadow
+//! stacks of threads that no longer exist.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
+};
+use oi_common::calls::{
+    HISTOGRAM_BUCKETS, MAX_DEPTH, NodeKey, NodeStats, ThreadState, counter, global,
+};
+
+use super::sites::Site;
+use crate::{
+    error::{Error, Result},
+    kernel_features::KernelFeatures,
+    probe::multi::{MultiLink, MultiProgram},
+};
+
+const PROGRAM: &str = "oi_calls";
+const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/calls"));
+/// Offsets per multi-uprobe link: small enough that progress shows on large programs, large
+/// enough that the number of links stays small.
+const MULTI_BATCH: usize = 2048;
+
+/// What the program is told at load time.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The traced process (pid mode); `None` in cgroup mode.
+    pub target_tgid: Option<u32>,
+    /// cgroup mode: (id, level).
+    pub cgroup: Option<(u64, u32)>,
+    /// Deepest level timed below the entry (`--depth`), capped at `MAX_DEPTH - 1`.
+    pub depth: Option<u32>,
+    pub max_nodes: u32,
+    /// `--count`.
+    pub window_limit: Option<u64>,
+    /// Windows sent call by call (`--chrome`).
+    pub traced_windows: u64,
+    /// Number of function ids when histograms are on.
+    pub histogram_functions: Option<u32>,
+}
+
+/// How probes are attached on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    MultiLink,
+    PerfEvents,
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::MultiLink => "multi-uprobe links",
+            Self::PerfEvents => "one perf event per probe",
+        })
+    }
+}
+
+/// Probes attached together; detached when dropped (multi links) or by [`Program::detach`].
+#[derive(Default)]
+pub struct Attachment {
+    multi: Vec<MultiLink>,
+    perf: Vec<UProbeLinkId>,
+    pub probes: usize,
+}
+
+/// One read of the program's maps.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// (parent, function) → node id, with the node's aggregates.
+    pub nodes: Vec<(NodeKey, u32, NodeStats)>,
+    /// Sums over the CPUs, indexed by `counter::*`.
+    pub counters: [u64; counter::COUNT as usize],
+    /// Indexed by `global::*`.
+    pub globals: [u64; global::COUNT as usize],
+}
+
+pub struct Program {
+    ebpf: Ebpf,
+    mechanism: Mechanism,
+    multi: Option<MultiProgram>,
+    nodes: HashMap<MapData, NodeKey, u32>,
+    stats: Array<MapData, NodeStats>,
+    counters: PerCpuArray<MapData, u64>,
+    globals: Array<MapData, u64>,
+    threads: HashMap<MapData, u64, ThreadState>,
+    histogram: Array<MapData, u64>,
+    records: Option<RingBuf<MapData>>,
+    max_nodes: u32,
+}
+
+fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |e| Error::internal(format!("eBPF map {what}: {e}"))
+}
+
+impl Program {
+    /// Loads the program and its maps; nothing is attached yet.
+    pub fn load(settings: &Settings) -> Result<Self> {
+        raise_limits();
+        let self_tgid = std::process::id();
+        let target = settings.target_tgid.unwrap_or(0);
+        let (cgroup_id, cgroup_level) = settings.cgroup.unwrap_or((0, 0));
+        let max_frames = settings
+            .depth
+            .map_or(MAX_DEPTH, |d| d.saturating_add(1).min(MAX_DEPTH));
+        let window_limit = settings.window_limit.unwrap_or(0);
+        let histograms = u32::from(settings.histogram_functions.is_some());
+        let histogram_entries = settings
+            .histogram_functions
+            .map_or(1, |n| n.max(1).saturating_mul(HISTOGRAM_BUCKETS));
+        let max_nodes = settings.max_nodes.max(1);
+        let mut loader = EbpfLoader::new();
+        // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
+        loader
+            .btf(None)
+            .override_global("TARGET_TGID", &target, true)
+            .override_global("SELF_TGID", &self_tgid, true)
+            .override_global("CGROUP_ID", &cgroup_id, true)
+            .override_global("CGROUP_LEVEL", &cgroup_level, true)
+            .override_global("MAX_FRAMES", &max_frames, true)
+            .override_global("MAX_NODES", &max_nodes, true)
+            .override_global("WINDOW_LIMIT", &window_limit, true)
+            .override_global("TRACED_WINDOWS", &settings.traced_windows, true)
+            .override_global("HISTOGRAMS", &histograms, true)
+            .map_max_entries("NODES", max_nodes)
+            .map_max_entries("STATS", max_nodes)
+            .map_max_entries("HISTOGRAM", histogram_entries);
+        let mut ebpf = loader.load(OBJECT).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+                Error::input(
+                    "not permitted to load eBPF programs: run as root (CAP_BPF and CAP_PERFMON are missing)",
+                )
+            } else {
+                Error::internal(format!("loading the call-tree eBPF program: {e}"))
+            }
+        })?;
+        let (mechanism, multi) = if KernelFeatures::get().uprobe_multi_link {
+            let multi = MultiProgram::load(OBJECT, &ebpf, PROGRAM)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            (Mechanism::MultiLink, Some(multi))
+        } else {
+            let program: &mut UProbe = ebpf
+                .program_mut(PROGRAM)
+                .ok_or_else(|| Error::internal(format!("eBPF program {PROGRAM} missing")))?
+                .try_into()
+                .map_err(|e| Error::internal(format!("eBPF program {PROGRAM}: {e}")))?;
+            program.load().map_err(|e| {
+                Error::internal(format!("the kernel refused eBPF program {PROGRAM}: {e}"))
+            })?;
+            (Mechanism::PerfEvents, None)
+        };
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
+        };
+        Ok(Self {
+            nodes: HashMap::try_from(take("NODES")?).map_err(map_err("NODES"))?,
+            stats: Array::try_from(take("STATS")?).map_err(map_err("STATS"))?,
+            counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
+            globals: Array::try_from(take("GLOBALS")?).map_err(map_err("GLOBALS"))?,
+            threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
+            histogram: Array::try_from(take("HISTOGRAM")?).map_err(map_err("HISTOGRAM"))?,
+            records: Some(RingBuf::try_from(take("RECORDS")?).map_err(map_err("RECORDS"))?),
+            ebpf,
+            mechanism,
+            multi,
+            max_nodes,
+        })
+    }
+
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
+    /// The ring buffer of `--chrome` records and `--count` completions, for the event loop.
+    pub fn take_records(&mut self) -> Option<RingBuf<MapData>> {
+        self.records.take()
+    }
+
+    /// Attaches the program to `sites` of the file `path` (only in process `pid`, if given),
+    /// calling `progress(attached so far)` now and then.
+    pub fn attach(
+        &mut self,
+        path: &Path,
+        sites: &[Site],
+        pid: Option<u32>,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Attachment> {
+        let mut attachment = Attachment::default();
+        match &self.multi {
+            Some(multi) => {
+                for batch in sites.chunks(MULTI_BATCH) {
+                    let offsets: Vec<u64> = batch.iter().map(|s| s.file_offset).collect();
+                    let cookies: Vec<u64> = batch.iter().map(|s| s.cookie).collect();
+                    let link = multi
+                        .attach(path, &offsets, &cookies, pid)
+                        .map_err(|e| attach_error(&e, path))?;
+                    attachment.probes += link.probes;
+                    attachment.multi.push(link);
+                    progress(attachment.probes);
+                }
+            }
+            None => {
+                let program: &mut UProbe = self
+                    .ebpf
+                    .program_mut(PROGRAM)
+                    .and_then(|p| p.try_into().ok())
+                    .ok_or_else(|| Error::internal(format!("eBPF program {PROGRAM} missing")))?;
+                let scope = match pid.and_then(std::num::NonZeroU32::new) {
+                    Some(pid) => UProbeScope::OneProcess(pid),
+                    None => UProbeScope::AllProcesses,
+                };
+                let mut last = Instant::now();
+                for site in sites {
+                    let link = program
+                        .attach(
+                            UProbeAttachPoint {
+                                location: UProbeAttachLocation::AbsoluteOffset(site.file_offset),
+                                cookie: Some(site.cookie),
+                            },
+                            path,
+                            scope,
+                        )
+                        .map_err(|e| attach_error(&e, path))?;
+                    attachment.perf.push(link);
+                    attachment.probes += 1;
+                    if last.elapsed() > Duration::from_millis(500) {
+                        progress(attachment.probes);
+                        last = Instant::now();
+                    }
+                }
+                progress(attachment.probes);
+            }
+        }
+        Ok(attachment)
+    }
+
+    /// Detaches what `attachment` attached.
+    pub fn detach(&mut self, attachment: Attachment) {
+        drop(attachment.multi);
+        if attachment.perf.is_empty() {
+            return;
+        }
+        if let Some(program) = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .and_then(|p| <&mut UProbe>::try_from(p).ok())
+        {
+            for link in attachment.perf {
+                let _ = program.detach(link);
+            }
+        }
+    }
+
+    /// Reads every node with its aggregates, the counters and the globals.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        for (i, slot) in snapshot.counters.iter_mut().enumerate() {
+            *slot = self
+                .counters
+                .get(&(i as u32), 0)
+                .map(|per_cpu| per_cpu.iter().sum())
+                .unwrap_or(0);
+        }
+        for (i, slot) in snapshot.globals.iter_mut().enumerate() {
+            *slot = self.globals.get(&(i as u32), 0).unwrap_or(0);
+        }
+        for (key, id) in self.nodes.iter().flatten() {
+            if id >= self.max_nodes {
+                continue;
+            }
+            let stats = self.stats.get(&id, 0).unwrap_or_default();
+            snapshot.nodes.push((key, id, stats));
+        }
+        snapshot
+    }
+
+    /// Calls per histogram bucket of function `id` (all zeros when histograms are off).
+    pub fn histogram(&self, id: u32) -> [u64; HISTOGRAM_BUCKETS as usize] {
+        let mut buckets = [0; HISTOGRAM_BUCKETS as usize];
+        for (b, slot) in buckets.iter_mut().enumerate() {
+            *slot = self
+                .histogram
+                .get(&(id * HISTOGRAM_BUCKETS + b as u32), 0)
+                .unwrap_or(0);
+        }
+        buckets
+    }
+
+    /// The threads that have a shadow stack now (inside a window), as pid_tgid.
+    pub fn threads_inside(&self) -> Vec<u64> {
+        self.threads.keys().flatten().collect()
+    }
+
+    /// Forgets the shadow stack of a thread that exited inside a window.
+    pub fn forget_thread(&mut self, pid_tgid: u64) {
+        let _ = self.threads.remove(&pid_tgid);
+    }
+
+    /// Empties every table (after the calibration, before the real run; nothing attached).
+    pub fn reset(&mut self) -> Result<()> {
+        let keys: Vec<NodeKey> = self.nodes.keys().flatten().collect();
+        for key in keys {
+            let _ = self.nodes.remove(&key);
+        }
+        let zero = NodeStats::default();
+        for id in 0..self.max_nodes {
+            self.stats.set(id, zero, 0).map_err(map_err("STATS"))?;
+        }
+        for i in 0..global::COUNT {
+            self.globals.set(i, 0, 0).map_err(map_err("GLOBALS"))?;
+        }
+        let cpus = aya::util::nr_cpus()
+            .map_err(|(_, e)| Error::internal(format!("counting CPUs: {e}")))?;
+        for i in 0..counter::COUNT {
+            let zeros = aya::maps::PerCpuValues::try_from(vec![0u64; cpus])
+                .map_err(|e| Error::internal(format!("eBPF map COUNTERS: {e}")))?;
+            self.counters
+                .set(i, zeros, 0)
+                .map_err(map_err("COUNTERS"))?;
+        }
+        for key in self.threads_inside() {
+            self.forget_thread(key);
+        }
+        for i in 0..self.histogram_len() {
+            let _ = self.histogram.set(i, 0, 0);
+        }
+        Ok(())
+    }
+
+    fn histogram_len(&self) -> u32 {
+        self.histogram.len()
+    }
+}
+
+fn attach_error(e: &(dyn std::error::Error + 'static), path: &Path) -> Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        {
+            return Error::input(format!(
+                "the kernel refused uprobes on {} (permission denied): run oi-trace as root",
+                path.display()
+            ));
+        }
+        cause = err.source();
+    }
+    Error::internal(format!("attaching probes to {}: {e}", path.display()))
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; one perf event per probe needs a
+/// descriptor each. Raised as far as the hard limits (and `fs.nr_open`) allow.
+fn raise_limits() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct we pass and nothing else.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
+    }
+    let nr_open: libc::rlim_t = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1 << 20);
+    let files = libc::rlimit {
+        rlim_cur: nr_open,
+        rlim_max: nr_open,
+    };
+    // SAFETY: as above; a refusal (no CAP_SYS_RESOURCE) leaves the limit as it was.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &files) } != 0 {
+        let mut current = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct we pass.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) == 0 {
+                current.rlim_cur = current.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &current);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verifier accepts the program with the deepest stack and every option on.
+    #[test]
+    fn the_kernel_accepts_the_program() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root");
+            return;
+        }
+        let settings = Settings {
+            target_tgid: Some(1),
+            max_nodes: 1024,
+            window_limit: Some(10),
+            traced_windows: 2,
+            histogram_functions: Some(16),
+            ..Settings::default()
+        };
+        let program = Program::load(&settings).expect("load");
+        let snapshot = program.snapshot();
+        assert!(snapshot.nodes.is_empty());
+        assert_eq!(snapshot.counters, [0; counter::COUNT as usize]);
+    }
+}
