@@ -26,15 +26,8 @@
 //! bounded; what does not fit is counted, never written elsewhere.
 #![no_std]
 #![no_main]
-// The BPF target has no `AtomicU64::fetch_add` (no CAS), but LLVM lowers the xadd intrinsic
-// to BPF's atomic fetch-and-add, which exact counts shared by threads need.
-#![allow(internal_features)]
-#![feature(core_intrinsics)]
 
-use core::{
-    ffi::c_void,
-    intrinsics::{AtomicOrdering, atomic_xadd},
-};
+use core::ffi::c_void;
 
 use aya_ebpf::{
     EbpfContext, Global,
@@ -169,9 +162,11 @@ fn open_window(pid_tgid: u64, function: u32, target: u32, sp: u64) {
     let Some(opened) = GLOBALS.get_ptr_mut(global::WINDOWS_OPENED) else {
         return;
     };
+    // oi-trace's own calibration windows are neither limited nor traced.
+    let ours = (pid_tgid >> 32) as u32 == SELF_TGID.load();
     let window = add(opened, 1);
     let limit = WINDOW_LIMIT.load();
-    if limit != 0 && window > limit {
+    if limit != 0 && window > limit && !ours {
         count(counter::WINDOWS_SKIPPED);
         return;
     }
@@ -183,7 +178,7 @@ fn open_window(pid_tgid: u64, function: u32, target: u32, sp: u64) {
     unsafe {
         (*scratch).depth = 0;
         (*scratch).window = window;
-        (*scratch).traced = u32::from(window <= TRACED_WINDOWS.load());
+        (*scratch).traced = u32::from(window <= TRACED_WINDOWS.load() && !ours);
     }
     // SAFETY: as above; the helper copies the value into the map.
     if THREADS
@@ -487,7 +482,7 @@ fn close_window(pid_tgid: u64) {
         return;
     };
     let closed = add(closed, 1);
-    if closed == WINDOW_LIMIT.load() {
+    if closed == WINDOW_LIMIT.load() && (pid_tgid >> 32) as u32 != SELF_TGID.load() {
         let done = Record {
             kind: record::DONE,
             tgid: (pid_tgid >> 32) as u32,
@@ -589,8 +584,7 @@ fn count(index: u32) {
 fn add(counter: *mut u64, n: u64) -> u64 {
     // SAFETY: every caller passes a pointer into an array map value (which lives as long as
     // the map and is 8-byte aligned), and every concurrent access to it is atomic.
-    let before = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, n) };
-    before + n
+    unsafe { oi_ebpf::add(counter, n) }
 }
 
 #[cfg(not(test))]

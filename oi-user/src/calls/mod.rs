@@ -1,13 +1,774 @@
-//! `oi-trace calls --entry F`: the call-tree profiler.
+//! `oi-trace calls --entry F`: times every call made beneath an entry function, per thread, in
+//! a live process, and shows the call tree (calls, total and self time, average, share of the
+//! entry's time).
+//!
+//! How: uprobes on the first instruction and on every return instruction (`ret`, tail-call
+//! `jmp`) of F and of every selected function (`select`, `sites`), never uretprobes (an
+//! exception unwinding through a uretprobe's trampoline finds no CFI and kills a C++ program).
+//! One eBPF program (`oi-ebpf/src/bin/calls.rs`) keeps a shadow stack per thread while the
+//! thread is inside F (its *window*), resynchronised by the stack pointer so that exceptions,
+//! longjmp and tail calls never corrupt it, and adds each completed call to the tree node keyed
+//! by (parent node, function) in kernel maps: no event per call, except the calls of the first
+//! `--trace-entries` windows for `--chrome`. User space attaches (one multi-uprobe link per
+//! batch where the kernel has them), waits in the core's event loop, then rebuilds the tree
+//! (`tree`) and prints it (`report`).
+//!
+//! Honest overhead: before attaching to the target, the cost of a hit is measured on
+//! oi-trace's own functions with the same program (`calibrate`); the report gives the hits and
+//! the probe cost they put into the times. Nothing is subtracted.
+//!
+//! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
+//! before the report is printed (on `--count`, `--duration`, Ctrl-C, SIGTERM or the target's
+//! exit).
+
+pub mod calibrate;
 pub mod program;
+pub mod report;
 pub mod select;
 pub mod sites;
+pub mod tree;
 
-use crate::{
-    cli::calls::CallsArgs,
-    error::{Error, Result},
+use std::{
+    collections::HashMap,
+    io::Write as _,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
 };
 
-pub fn run(_args: &CallsArgs) -> Result<()> {
-    Err(Error::input("oi-trace calls is not built yet"))
+use oi_common::calls::{MAX_DEPTH, Record, cookie, counter, global, record};
+
+use crate::{
+    cgroup::Cgroup,
+    cli::calls::{CallsArgs, TreeFormat},
+    debuginfo::{Binary, find_function},
+    error::{Error, Result},
+    event_loop::{End, EventLoop, Profiler},
+    report::{
+        flame::{Folded, Picture},
+        tree::thousands,
+    },
+    session::resolve::{self, BinaryCache},
+    target::{ProcessInfo, procfs},
+};
+use calibrate::ProbeCost;
+use program::{Attachment, Program, Settings};
+use report::{Heading, JsonNode, JsonReport, TracedCall, human_ns};
+use select::{File, Function, Patterns};
+use sites::{Site, Skipped};
+use tree::CallNode;
+
+/// Calls of traced windows kept for `--chrome`; more are counted and left out.
+const MAX_TRACED_CALLS: usize = 2_000_000;
+/// How often shadow stacks of threads that exited inside a window are removed.
+const SWEEP: Duration = Duration::from_secs(1);
+
+pub fn run(args: &CallsArgs) -> Result<()> {
+    validate(args)?;
+    let scope = Scope::resolve(args)?;
+    let target = Target::resolve(args, &scope)?;
+    let settings = Settings {
+        target_tgid: scope.pid.map(|p| p as u32),
+        cgroup: scope.cgroup.as_ref().map(|c| (c.id, c.level)),
+        depth: args.depth,
+        max_nodes: args.max_nodes,
+        window_limit: args.count,
+        traced_windows: if args.chrome.is_some() {
+            u64::from(args.trace_entries)
+        } else {
+            0
+        },
+        histogram_functions: args.histograms.then_some(target.functions.len() as u32),
+    };
+    let mut program = Program::load(&settings)?;
+    let cost = calibrate::measure(&mut program)?;
+    program.reset()?;
+    let mut records = program.take_records();
+    if let Some(ring) = records.as_mut() {
+        // What the calibration left (nothing is traced for it, but be sure).
+        while ring.next().is_some() {}
+    }
+
+    let attach_start = Instant::now();
+    let attachments = attach(&mut program, &target, &scope)?;
+    let probes: usize = attachments.iter().map(|a| a.probes).sum();
+    eprintln!(
+        "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}); \
+         a probe hit costs {} here",
+        thousands(probes as u64),
+        thousands(target.functions.len() as u64),
+        target.entry_name,
+        scope.place,
+        attach_start.elapsed().as_millis(),
+        program.mechanism(),
+        human_ns(cost.inside_ns.round() as u64),
+    );
+
+    let started = Instant::now();
+    let mut state = Run {
+        program: &mut program,
+        target: &target,
+        args,
+        scope: &scope,
+        started,
+        traced: Vec::new(),
+        traced_lost: 0,
+        done: false,
+        last_sweep: Instant::now(),
+        exited_inside: 0,
+    };
+    let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
+    if let Some(ring) = records {
+        event_loop = event_loop.ring(ring);
+    }
+    if let Some(pid) = scope.pid {
+        event_loop = event_loop.watch_process(pid);
+    }
+    let end = event_loop.run(&mut state);
+    let elapsed = started.elapsed();
+    let (traced, traced_lost, exited_inside) = (
+        std::mem::take(&mut state.traced),
+        state.traced_lost,
+        state.exited_inside,
+    );
+    drop(state);
+    // The target runs at full speed again before anything is read or printed.
+    let still_inside = program.threads_inside().len();
+    for attachment in attachments {
+        program.detach(attachment);
+    }
+    let end = end?;
+    if end == End::TargetExited {
+        eprintln!("oi-trace: the target exited; the tree holds the calls made until then");
+    }
+    let outcome = Outcome {
+        snapshot: program.snapshot(),
+        elapsed,
+        cost,
+        still_inside,
+        traced_lost,
+        exited_inside,
+    };
+    finish(args, &scope, &target, &program, &outcome, &traced)
+}
+
+fn validate(args: &CallsArgs) -> Result<()> {
+    if args.entry.trim().is_empty() {
+        return Err(Error::input("--entry needs a function name"));
+    }
+    if let Some(d) = args.depth
+        && d >= MAX_DEPTH
+    {
+        return Err(Error::input(format!(
+            "--depth {d}: at most {} levels below the entry are timed",
+            MAX_DEPTH - 1
+        )));
+    }
+    if args.count == Some(0) {
+        return Err(Error::input(
+            "--count must be at least 1 (stop after K calls of the entry), got 0",
+        ));
+    }
+    if args.chrome.is_some() && args.trace_entries == 0 {
+        return Err(Error::input("--trace-entries must be at least 1, got 0"));
+    }
+    if args.max_nodes == 0 || args.max_nodes > 1 << 24 {
+        return Err(Error::input(format!(
+            "--max-nodes must be between 1 and {}, got {}",
+            1 << 24,
+            args.max_nodes
+        )));
+    }
+    Ok(())
+}
+
+/// The processes traced.
+struct Scope {
+    pid: Option<i32>,
+    cgroup: Option<Cgroup>,
+    /// The processes whose files are instrumented (the pid, or the cgroup's members now).
+    processes: Vec<i32>,
+    /// `pid 4242 (shopd)` or `cgroup /sys/fs/cgroup/shop.slice`, for messages.
+    place: String,
+}
+
+impl Scope {
+    fn resolve(args: &CallsArgs) -> Result<Self> {
+        match (args.scope.pid, &args.scope.cgroup) {
+            (Some(pid), _) => {
+                let info = ProcessInfo::inspect(pid)?;
+                Ok(Self {
+                    pid: Some(pid),
+                    cgroup: None,
+                    processes: vec![pid],
+                    place: format!("pid {pid} ({})", info.comm),
+                })
+            }
+            (None, Some(path)) => {
+                let cgroup = Cgroup::resolve(path)?;
+                let processes = cgroup.processes();
+                if processes.is_empty() {
+                    return Err(Error::input(format!(
+                        "cgroup {} has no process: the functions to instrument are found in \
+                         the files its processes run",
+                        cgroup.path.display()
+                    )));
+                }
+                Ok(Self {
+                    place: format!("cgroup {}", cgroup.path.display()),
+                    pid: None,
+                    cgroup: Some(cgroup),
+                    processes,
+                })
+            }
+            (None, None) => Err(Error::input("give --pid PID or --cgroup PATH")),
+        }
+    }
+}
+
+/// What is instrumented: files, functions, their probes.
+struct Target {
+    files: Vec<File>,
+    /// The tree name of the entry function.
+    entry_name: String,
+    functions: Vec<Function>,
+    /// Probes per file (same index as `files`).
+    sites: Vec<Vec<Site>>,
+}
+
+impl Target {
+    fn resolve(args: &CallsArgs, scope: &Scope) -> Result<Self> {
+        let files = files_of(&scope.processes)?;
+        let mut entries = Vec::new();
+        for (index, file) in files.iter().enumerate() {
+            let found = find_function(&file.binary, &args.entry)
+                .map_err(|e| Error::input(e.to_string()))?;
+            entries.extend(found.into_iter().map(|s| (index, s.address)));
+        }
+        if entries.is_empty() {
+            let pid = scope.processes[0];
+            return Err(resolve::not_found(
+                &mut BinaryCache::default(),
+                pid,
+                &args.entry,
+                &scope.place,
+            ));
+        }
+        let patterns = Patterns::new(&args.filter, &args.exclude);
+        let selection =
+            select::select(&files, &entries, &patterns).map_err(|e| Error::input(e.to_string()))?;
+        // `__cxa_begin_catch` is where the catch blocks start: a probe of its own kind, never
+        // an instrumented function.
+        let catch = files.iter().enumerate().find_map(|(index, file)| {
+            find_function(&file.binary, "__cxa_begin_catch")
+                .ok()?
+                .into_iter()
+                .next()
+                .map(|s| (index, s))
+        });
+        let mut functions: Vec<Function> = selection
+            .functions
+            .into_iter()
+            .filter(|f| {
+                catch
+                    .as_ref()
+                    .is_none_or(|(i, s)| !(f.file == *i && f.symbol.address == s.address))
+            })
+            .collect();
+        if functions.len() >= cookie::MAX_FUNCTIONS as usize - 4 {
+            return Err(Error::input(format!(
+                "{} functions selected; at most {} can be instrumented (narrow with --filter)",
+                functions.len(),
+                cookie::MAX_FUNCTIONS - 4
+            )));
+        }
+        let ids: Vec<u32> = (0..functions.len() as u32).collect();
+        let bytes: Vec<&[u8]> = files.iter().map(|f| f.binary.bytes()).collect();
+        let found = sites::sites_of(&functions, &ids, &bytes, &selection.cold);
+        let mut sites: Vec<Vec<Site>> = vec![Vec::new(); files.len()];
+        let mut keep = Vec::with_capacity(functions.len());
+        let mut skipped: Vec<(String, Skipped)> = Vec::new();
+        for (f, result) in functions.iter().zip(found) {
+            match result {
+                Ok(s) => {
+                    keep.push(true);
+                    sites[f.file].extend(s);
+                }
+                Err(why) => {
+                    keep.push(false);
+                    skipped.push((f.symbol.demangled.clone(), why));
+                }
+            }
+        }
+        // Ids are indices into `functions`; skipped ones keep their index, unused.
+        let entry_name = functions
+            .iter()
+            .find(|f| f.is_entry)
+            .map(|f| f.name.clone())
+            .unwrap_or_else(|| args.entry.clone());
+        if let Some((name, why)) = functions
+            .iter()
+            .zip(&keep)
+            .find(|(f, kept)| f.is_entry && !**kept)
+            .map(|(f, _)| {
+                let why = skipped
+                    .iter()
+                    .find(|(n, _)| *n == f.symbol.demangled)
+                    .map(|(_, w)| w.clone());
+                (f.symbol.demangled.clone(), why)
+            })
+        {
+            return Err(Error::input(format!(
+                "the entry function {name} cannot be probed: {}",
+                why.map_or_else(|| "no code".to_string(), |w| w.to_string())
+            )));
+        }
+        if let Some((index, symbol)) = &catch {
+            sites[*index].push(Site {
+                file_offset: symbol.file_offset,
+                cookie: cookie::encode(cookie::CATCH, 0, cookie::NO_FUNCTION),
+            });
+        }
+        for s in &mut sites {
+            s.sort_by_key(|site| site.file_offset);
+        }
+        if !skipped.is_empty() {
+            let shown: Vec<String> = skipped
+                .iter()
+                .take(3)
+                .map(|(name, why)| format!("{name} ({why})"))
+                .collect();
+            eprintln!(
+                "oi-trace: {} function(s) not instrumented: {}{}",
+                skipped.len(),
+                shown.join(", "),
+                if skipped.len() > 3 { ", …" } else { "" }
+            );
+        }
+        // Functions that are not instrumented keep their slot (ids are positions) but are
+        // named so that nothing in the tree can be mistaken for them.
+        for (f, kept) in functions.iter_mut().zip(&keep) {
+            if !kept {
+                f.name = format!("{} [not instrumented]", f.name);
+            }
+        }
+        Ok(Self {
+            files,
+            entry_name,
+            functions,
+            sites,
+        })
+    }
+
+    fn name_of(&self, id: u32) -> &str {
+        self.functions
+            .get(id as usize)
+            .map_or("[unknown]", |f| f.name.as_str())
+    }
+}
+
+/// The distinct files the processes execute code from (each opened once, by device and inode).
+fn files_of(processes: &[i32]) -> Result<Vec<File>> {
+    let mut files = Vec::new();
+    let mut seen: HashMap<(u64, u64), ()> = HashMap::new();
+    for &pid in processes {
+        let Ok(paths) = procfs::executable_files(pid) else {
+            continue;
+        };
+        for target_path in paths {
+            let host_path = procfs::host_path(pid, &target_path);
+            let Some(id) = procfs::file_id(&host_path) else {
+                continue;
+            };
+            if seen.insert(id, ()).is_some() {
+                continue;
+            }
+            let Ok(binary) = Binary::open(&host_path) else {
+                continue;
+            };
+            files.push(File {
+                target_path,
+                host_path,
+                binary: Arc::new(binary),
+            });
+        }
+    }
+    if files.is_empty() {
+        return Err(Error::input(format!(
+            "cannot read the files of {} (is it still running?)",
+            processes
+                .iter()
+                .map(|p| format!("pid {p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(files)
+}
+
+/// Attaches every file's probes, saying on stderr how far it got when it takes a while.
+fn attach(program: &mut Program, target: &Target, scope: &Scope) -> Result<Vec<Attachment>> {
+    let total: usize = target.sites.iter().map(Vec::len).sum();
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let mut done_before = 0;
+    let mut attachments = Vec::new();
+    for (file, sites) in target.files.iter().zip(&target.sites) {
+        if sites.is_empty() {
+            continue;
+        }
+        let mut progress = |n: usize| {
+            if last.elapsed() >= Duration::from_millis(500) {
+                eprintln!(
+                    "oi-trace: attaching: {} of {} probes ({:.1} s)",
+                    thousands((done_before + n) as u64),
+                    thousands(total as u64),
+                    start.elapsed().as_secs_f64()
+                );
+                last = Instant::now();
+            }
+        };
+        let attachment = program.attach(
+            &file.host_path,
+            sites,
+            scope.pid.map(|p| p as u32),
+            &mut progress,
+        );
+        match attachment {
+            Ok(a) => {
+                done_before += a.probes;
+                attachments.push(a);
+            }
+            Err(e) => {
+                for a in attachments {
+                    program.detach(a);
+                }
+                return Err(Error::input(format!(
+                    "{e} (in {})",
+                    file.target_path.display()
+                )));
+            }
+        }
+    }
+    Ok(attachments)
+}
+
+/// The event loop's view of the run.
+struct Run<'a> {
+    program: &'a mut Program,
+    target: &'a Target,
+    args: &'a CallsArgs,
+    scope: &'a Scope,
+    started: Instant,
+    traced: Vec<Record>,
+    traced_lost: u64,
+    done: bool,
+    last_sweep: Instant,
+    exited_inside: u64,
+}
+
+impl Profiler for Run<'_> {
+    fn record(&mut self, data: &[u8]) {
+        if data.len() < size_of::<Record>() {
+            return;
+        }
+        // SAFETY: the program writes exactly a `Record` (repr(C), every bit pattern valid);
+        // unaligned because ring-buffer records are only 8-byte aligned.
+        let r = unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<Record>()) };
+        match r.kind {
+            record::CALL if self.traced.len() < MAX_TRACED_CALLS => self.traced.push(r),
+            record::CALL => self.traced_lost += 1,
+            record::DONE => self.done = true,
+            _ => {}
+        }
+    }
+
+    fn housekeeping(&mut self) -> Option<End> {
+        if self.last_sweep.elapsed() >= SWEEP {
+            self.last_sweep = Instant::now();
+            for pid_tgid in self.program.threads_inside() {
+                let (tgid, tid) = (pid_tgid >> 32, pid_tgid & 0xffff_ffff);
+                if !std::path::Path::new(&format!("/proc/{tgid}/task/{tid}")).exists() {
+                    self.program.forget_thread(pid_tgid);
+                    self.exited_inside += 1;
+                }
+            }
+        }
+        let count = self.args.count?;
+        // The DONE record says it at once; the counter covers a record lost to a full ring.
+        let closed = self.program.snapshot_globals()[global::WINDOWS_CLOSED as usize];
+        (self.done || closed >= count).then_some(End::Finished)
+    }
+
+    fn interval(&mut self) {
+        let snapshot = self.program.snapshot();
+        let roots = build_tree(self.target, &snapshot, self.args);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let hits = snapshot.counters[counter::HITS_INSIDE as usize]
+            + snapshot.counters[counter::HITS_OUTSIDE as usize];
+        let mut out = std::io::stdout().lock();
+        let _ = match self.args.format {
+            TreeFormat::Tree => writeln!(
+                out,
+                "{}",
+                report::tree_text(
+                    &Heading {
+                        entry: &self.target.entry_name,
+                        place: &self.scope.place,
+                        elapsed_s: elapsed,
+                        probe_hits: hits,
+                    },
+                    &roots,
+                )
+            ),
+            TreeFormat::Json => write_json(
+                &mut out,
+                self.target,
+                self.scope,
+                elapsed,
+                hits,
+                &roots,
+                None,
+            ),
+        };
+        let _ = out.flush();
+    }
+}
+
+/// What the run left for the report.
+struct Outcome {
+    snapshot: program::Snapshot,
+    elapsed: Duration,
+    cost: ProbeCost,
+    still_inside: usize,
+    traced_lost: u64,
+    exited_inside: u64,
+}
+
+fn build_tree(target: &Target, snapshot: &program::Snapshot, args: &CallsArgs) -> Vec<CallNode> {
+    let mut roots = tree::build(
+        &snapshot.nodes,
+        &|id| target.name_of(id).to_string(),
+        &|id| (id as usize) < target.functions.len(),
+    );
+    if let Some(min) = args.min_time {
+        let min = min.as_nanos() as u64;
+        for root in &mut roots {
+            root.prune(min);
+        }
+    }
+    roots
+}
+
+fn write_json(
+    out: &mut dyn std::io::Write,
+    target: &Target,
+    scope: &Scope,
+    elapsed_s: f64,
+    probe_hits: u64,
+    roots: &[CallNode],
+    histograms: Option<Vec<report::JsonHistogram<'_>>>,
+) -> std::io::Result<()> {
+    let tree = roots
+        .first()
+        .map_or_else(|| JsonNode::empty(&target.entry_name), JsonNode::of);
+    let json = JsonReport {
+        entry: &target.entry_name,
+        pid: scope.pid,
+        elapsed_s: (elapsed_s * 1000.0).round() / 1000.0,
+        probe_hits,
+        tree,
+        histograms,
+    };
+    serde_json::to_writer(&mut *out, &json)?;
+    writeln!(out)
+}
+
+fn finish(
+    args: &CallsArgs,
+    scope: &Scope,
+    target: &Target,
+    program: &Program,
+    outcome: &Outcome,
+    traced: &[Record],
+) -> Result<()> {
+    let snapshot = &outcome.snapshot;
+    let c = |i: u32| snapshot.counters[i as usize];
+    let hits_inside = c(counter::HITS_INSIDE);
+    let hits = hits_inside + c(counter::HITS_OUTSIDE);
+    let roots = build_tree(target, snapshot, args);
+    let elapsed_s = outcome.elapsed.as_secs_f64();
+    let write_error = |what: &str, path: &PathBuf, e: std::io::Error| {
+        Error::internal(format!("writing {what} {}: {e}", path.display()))
+    };
+
+    let histograms = args.histograms.then(|| {
+        report::merge_histograms(
+            (0..target.functions.len() as u32)
+                .map(|id| (target.name_of(id), program.histogram(id))),
+        )
+    });
+    let mut out = std::io::stdout().lock();
+    let printed = match args.format {
+        TreeFormat::Tree => {
+            let mut text = report::tree_text(
+                &Heading {
+                    entry: &target.entry_name,
+                    place: &scope.place,
+                    elapsed_s,
+                    probe_hits: hits,
+                },
+                &roots,
+            );
+            for (name, buckets) in histograms.iter().flatten() {
+                text.push('\n');
+                text.push_str(&report::histogram_text(name, buckets));
+            }
+            out.write_all(text.as_bytes())
+        }
+        TreeFormat::Json => {
+            let json_histograms = histograms.as_ref().map(|all| {
+                all.iter()
+                    .map(|(name, buckets)| report::JsonHistogram {
+                        name,
+                        buckets: buckets
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, n)| **n > 0)
+                            .map(|(b, &n)| {
+                                let (low, high) = report::bucket_range(b);
+                                [low, high, n]
+                            })
+                            .collect(),
+                    })
+                    .collect()
+            });
+            write_json(
+                &mut out,
+                target,
+                scope,
+                elapsed_s,
+                hits,
+                &roots,
+                json_histograms,
+            )
+        }
+    };
+    let _ = printed.and_then(|()| out.flush());
+    drop(out);
+
+    if args.folded.is_some() || args.flamegraph.is_some() {
+        let mut folded = Folded::new();
+        for root in &roots {
+            root.fold(&mut folded);
+        }
+        if let Some(path) = &args.folded {
+            folded
+                .write(path)
+                .map_err(|e| write_error("folded stacks to", path, e))?;
+        }
+        if let Some(path) = &args.flamegraph {
+            let subtitle = format!(
+                "{} calls of {}",
+                thousands(roots.iter().map(|r| r.calls).sum()),
+                target.entry_name
+            );
+            folded
+                .write_svg(
+                    path,
+                    &Picture {
+                        title: &format!("calls beneath {}", target.entry_name),
+                        subtitle: Some(&subtitle),
+                        unit: "ns",
+                        icicle: false,
+                    },
+                )
+                .map_err(|e| write_error("a flame graph to", path, e))?;
+        }
+    }
+    if let Some(path) = &args.chrome {
+        let calls: Vec<TracedCall<'_>> = traced
+            .iter()
+            .map(|&record| TracedCall {
+                name: target.name_of(record.function),
+                record,
+            })
+            .collect();
+        let file = std::fs::File::create(path).map_err(|e| write_error("the trace", path, e))?;
+        let mut w = std::io::BufWriter::new(file);
+        report::chrome_trace(&calls, &mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| write_error("the trace", path, e))?;
+    }
+
+    // The summary: what the run saw, what the probes cost, what did not fit.
+    let entries: u64 = roots.iter().map(|r| r.calls).sum();
+    eprintln!(
+        "oi-trace: {} call(s) of {} completed; {} probe hits ({} inside them, {} outside)",
+        thousands(entries),
+        target.entry_name,
+        thousands(hits),
+        thousands(hits_inside),
+        thousands(c(counter::HITS_OUTSIDE))
+    );
+    let entry_total: u64 = roots.iter().map(|r| r.total_ns).sum();
+    let inside_entry: u64 = roots.iter().map(CallNode::hits_inside).sum();
+    let cost = outcome.cost;
+    eprintln!(
+        "oi-trace: probe cost measured at start: {} per hit inside a call of the entry, {} \
+         outside (a bare call: {}); about {} of the {} spent in {} is probe cost ({} hits), \
+         nothing subtracted",
+        human_ns(cost.inside_ns.round() as u64),
+        human_ns(cost.outside_ns.round() as u64),
+        human_ns(cost.bare_call_ns.round() as u64),
+        human_ns((inside_entry as f64 * cost.inside_ns) as u64),
+        human_ns(entry_total),
+        target.entry_name,
+        thousands(inside_entry)
+    );
+    let warn = |n: u64, what: &str| {
+        if n > 0 {
+            eprintln!("oi-trace: {} {what}", thousands(n));
+        }
+    };
+    warn(
+        c(counter::NODES_FULL),
+        &format!(
+            "call(s) not timed: the node table was full (--max-nodes {})",
+            args.max_nodes
+        ),
+    );
+    warn(
+        c(counter::THREADS_FULL),
+        "call(s) of the entry not timed: too many threads inside it at once",
+    );
+    warn(
+        c(counter::DEEPER),
+        "call(s) below --depth counted on their deepest node, not timed",
+    );
+    warn(
+        c(counter::ABANDONED),
+        "call(s) left by an exception or longjmp, timed until the stack showed it",
+    );
+    warn(
+        c(counter::TRACE_LOST) + outcome.traced_lost,
+        "call record(s) of --chrome lost (ring buffer full)",
+    );
+    warn(
+        c(counter::UNMATCHED),
+        "return(s) that matched another function's frame (please report: a probe was missed)",
+    );
+    warn(
+        c(counter::WINDOWS_SKIPPED),
+        "call(s) of the entry not counted: --count was reached",
+    );
+    warn(
+        outcome.still_inside as u64,
+        "call(s) of the entry still running at the end, not counted",
+    );
+    warn(
+        outcome.exited_inside,
+        "thread(s) exited inside the entry; their open calls were dropped",
+    );
+    Ok(())
 }

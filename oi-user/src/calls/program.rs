@@ -278,9 +278,7 @@ impl Program {
                 .map(|per_cpu| per_cpu.iter().sum())
                 .unwrap_or(0);
         }
-        for (i, slot) in snapshot.globals.iter_mut().enumerate() {
-            *slot = self.globals.get(&(i as u32), 0).unwrap_or(0);
-        }
+        snapshot.globals = self.snapshot_globals();
         for (key, id) in self.nodes.iter().flatten() {
             if id >= self.max_nodes {
                 continue;
@@ -289,6 +287,15 @@ impl Program {
             snapshot.nodes.push((key, id, stats));
         }
         snapshot
+    }
+
+    /// The globals alone (cheap: three lookups), indexed by `global::*`.
+    pub fn snapshot_globals(&self) -> [u64; global::COUNT as usize] {
+        let mut globals = [0; global::COUNT as usize];
+        for (i, slot) in globals.iter_mut().enumerate() {
+            *slot = self.globals.get(&(i as u32), 0).unwrap_or(0);
+        }
+        globals
     }
 
     /// Calls per histogram bucket of function `id` (all zeros when histograms are off).

@@ -18,6 +18,7 @@
 //! - thunks (`non-virtual thunk to …`): they only adjust `this` and jump to the function;
 //! - `.cold` parts of functions, which are not functions (a jump into one stays in its
 //!   function).
+//!
 //! A `--filter` is explicit, so it may select any of these too (except `.cold` parts).
 //!
 //! Pure: reads files, never touches a process.
@@ -26,10 +27,7 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use wildmatch::WildMatch;
 
-use crate::debuginfo::{
-    Binary, FunctionSymbol,
-    symbols::{defined_functions, demangle_without_params},
-};
+use crate::debuginfo::{Binary, FunctionSymbol, symbols::defined_functions};
 
 /// One file whose functions are candidates.
 #[derive(Clone)]
@@ -110,18 +108,10 @@ impl Patterns {
     }
 }
 
-/// The name a function has in the tree: demangled without parameters, return type and clone
-/// suffixes; a C name without its clone suffixes (`work.part.0` → `work`).
+/// The name a function has in the tree: the core's (demangled without parameters, return type
+/// and clone suffixes).
 pub fn tree_name(mangled: &str) -> String {
-    demangle_without_params(mangled).unwrap_or_else(|| {
-        const SUFFIXES: [&str; 5] = [".isra", ".constprop", ".part", ".cold", ".lto_priv"];
-        let cut = SUFFIXES
-            .iter()
-            .filter_map(|s| mangled.find(s))
-            .min()
-            .unwrap_or(mangled.len());
-        mangled[..cut].to_string()
-    })
+    crate::symbolize::function_name(mangled)
 }
 
 /// Whether a symbol names a `.cold` part (`f.cold`, `_Z1fv.cold.3`, `f.part.0.cold`).
@@ -207,11 +197,10 @@ pub fn select(
             let is_entry = entries.contains(&(index, symbol.address));
             let name = tree_name(&symbol.mangled);
             let keep = is_entry
-                || (patterns.has_filters() || defines_entry)
-                    && patterns.keeps(
-                        &name,
-                        runtime_reason(&symbol.mangled, &symbol.demangled, &name),
-                    );
+                || patterns.keeps(
+                    &name,
+                    runtime_reason(&symbol.mangled, &symbol.demangled, &name),
+                );
             if keep {
                 functions.push(Function {
                     file: index,

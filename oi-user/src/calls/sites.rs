@@ -23,10 +23,12 @@ pub struct Site {
 }
 
 /// Why a function is not instrumented.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Skipped {
+    #[error("no code to read")]
     NoCode,
     /// The first instruction cannot carry a uprobe (its mnemonic).
+    #[error("its first instruction, {0}, cannot carry a uprobe")]
     Unprobeable(String),
 }
 

@@ -60,7 +60,8 @@ pub struct CallsArgs {
     #[arg(long, value_enum, default_value_t = TreeFormat::Tree)]
     pub format: TreeFormat,
 
-    /// At exit, write folded stacks weighted by total time in ns (for flame graph tools).
+    /// At exit, write folded stacks for flame graph tools: each path weighted by its self time
+    /// in ns, so that a frame's width is its total time.
     #[arg(long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
 
@@ -80,6 +81,10 @@ pub struct CallsArgs {
     /// Also print a latency histogram per function.
     #[arg(long)]
     pub histograms: bool,
+
+    /// Most nodes (function × path) the kernel keeps; calls beyond are counted, not timed.
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub max_nodes: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
