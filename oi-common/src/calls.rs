@@ -43,6 +43,9 @@ pub mod cookie {
     /// The first instruction of a function that leaves at once (it is a `ret`, or a jump to a
     /// function that is not instrumented): a call of no duration.
     pub const INSTANT: u64 = 5;
+    /// A conditional jump out of the function: a [`TAIL`] when its condition holds (the
+    /// condition code, 0-15 as in `0x7X`, is in bits 28-31, see [`with_condition`]).
+    pub const TAIL_IF: u64 = 6;
 
     /// Function ids fit in 28 bits (the tail target shares the cookie).
     pub const MAX_FUNCTIONS: u32 = (1 << 28) - 1;
@@ -69,6 +72,39 @@ pub mod cookie {
 
     pub const fn target(cookie: u64) -> u32 {
         ((cookie >> TARGET_SHIFT) & FUNCTION_MASK) as u32
+    }
+
+    const CONDITION_SHIFT: u32 = 28;
+
+    /// `cookie` with the x86 condition code `cc` (0-15) of a [`TAIL_IF`].
+    pub const fn with_condition(cookie: u64, cc: u8) -> u64 {
+        cookie | (((cc & 0xf) as u64) << CONDITION_SHIFT)
+    }
+
+    pub const fn condition(cookie: u64) -> u8 {
+        ((cookie >> CONDITION_SHIFT) & 0xf) as u8
+    }
+
+    /// Whether condition code `cc` holds for the flags `eflags` (CF bit 0, PF 2, ZF 6, SF 7,
+    /// OF 11), as the CPU decides a `jcc`.
+    pub const fn condition_holds(cc: u8, eflags: u64) -> bool {
+        let cf = eflags & 1 != 0;
+        let pf = eflags & (1 << 2) != 0;
+        let zf = eflags & (1 << 6) != 0;
+        let sf = eflags & (1 << 7) != 0;
+        let of = eflags & (1 << 11) != 0;
+        let holds = match cc >> 1 {
+            0 => of,
+            1 => cf,
+            2 => zf,
+            3 => cf || zf,
+            4 => sf,
+            5 => pf,
+            6 => sf != of,
+            _ => zf || sf != of,
+        };
+        // Odd codes are the negations (jno, jae, jne, ja, jns, jnp, jge, jg).
+        holds != (cc & 1 != 0)
     }
 }
 
@@ -221,6 +257,19 @@ mod tests {
         assert_eq!(cookie::kind(c), cookie::TAIL);
         assert_eq!(cookie::function(c), 123_456);
         assert_eq!(cookie::target(c), cookie::NO_FUNCTION);
+        let c = cookie::with_condition(cookie::encode(cookie::TAIL_IF, 9, 3), 0x5);
+        assert_eq!(cookie::kind(c), cookie::TAIL_IF);
+        assert_eq!(
+            (cookie::function(c), cookie::target(c), cookie::condition(c)),
+            (9, 3, 5)
+        );
+        // je / jne on ZF; jl on SF != OF; ja on !CF && !ZF.
+        assert!(cookie::condition_holds(0x4, 1 << 6));
+        assert!(!cookie::condition_holds(0x5, 1 << 6));
+        assert!(cookie::condition_holds(0xc, 1 << 7));
+        assert!(!cookie::condition_holds(0xc, (1 << 7) | (1 << 11)));
+        assert!(cookie::condition_holds(0x7, 0));
+        assert!(!cookie::condition_holds(0x7, 1));
         let c = cookie::encode(cookie::CATCH, 0, 7);
         assert_eq!(
             (cookie::kind(c), cookie::function(c), cookie::target(c)),

@@ -3,7 +3,8 @@
 //! aggregating each completed call into the node of the call tree keyed by its path.
 //!
 //! The attach cookie says what a hit is (`oi_common::calls::cookie`): an entry, the entry of
-//! the window function, a `ret`, a tail-call `jmp`, or the C++ runtime's `__cxa_begin_catch`.
+//! the window function, a `ret`, a tail-call `jmp` (a conditional one counts only when the
+//! flags say it is taken), or the C++ runtime's `__cxa_begin_catch`.
 //! A thread has a shadow stack only while it is inside the entry function (its window): any
 //! other hit costs one hash lookup that finds nothing.
 //!
@@ -138,6 +139,13 @@ fn on_hit(ctx: &ProbeContext) {
         }
         cookie::RETURN => on_return(state, pid_tgid, function, sp),
         cookie::TAIL => on_tail(state, pid_tgid, function, target, sp),
+        cookie::TAIL_IF => {
+            // SAFETY: as above.
+            let eflags = unsafe { (*ctx.regs).eflags };
+            if cookie::condition_holds(cookie::condition(cookie), eflags) {
+                on_tail(state, pid_tgid, function, target, sp);
+            }
+        }
         _ => on_catch(state, pid_tgid, sp),
     }
 }

@@ -119,9 +119,13 @@ pub fn measure(program: &mut Program) -> Result<ProbeCost> {
         &[exe.bytes()],
         &[ColdParts::default()],
     )) {
-        sites.extend(found.map_err(|why| {
-            Error::internal(format!("calibration: cannot probe {}: {why:?}", f.name))
-        })?);
+        sites.extend(
+            found
+                .map_err(|why| {
+                    Error::internal(format!("calibration: cannot probe {}: {why}", f.name))
+                })?
+                .sites,
+        );
     }
 
     let window = || oi_trace_calibration_window(CALLS);

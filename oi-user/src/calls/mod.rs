@@ -288,11 +288,19 @@ impl Target {
         let mut sites: Vec<Vec<Site>> = vec![Vec::new(); files.len()];
         let mut keep = Vec::with_capacity(functions.len());
         let mut skipped: Vec<(String, Skipped)> = Vec::new();
+        let mut moved: Vec<String> = Vec::new();
         for (f, result) in functions.iter().zip(found) {
             match result {
                 Ok(s) => {
                     keep.push(true);
-                    sites[f.file].extend(s);
+                    sites[f.file].extend(s.sites);
+                    if !s.entry_moved_past.is_empty() {
+                        moved.push(format!(
+                            "{} (after `{}`)",
+                            f.name,
+                            s.entry_moved_past.join("; ")
+                        ));
+                    }
                 }
                 Err(why) => {
                     keep.push(false);
@@ -331,6 +339,15 @@ impl Target {
         }
         for s in &mut sites {
             s.sort_by_key(|site| site.file_offset);
+        }
+        if !moved.is_empty() {
+            eprintln!(
+                "oi-trace: {} function(s) timed from just after an instruction no uprobe can \
+                 sit on: {}{}",
+                moved.len(),
+                moved.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                if moved.len() > 3 { ", …" } else { "" }
+            );
         }
         if !skipped.is_empty() {
             let shown: Vec<String> = skipped

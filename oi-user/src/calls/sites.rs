@@ -1,11 +1,14 @@
 //! Where the probes of one instrumented function go, as offsets into its file with the cookie
-//! each carries: its first instruction (an entry, or the window's entry), every `ret`, and every
-//! tail-call jump (with the id of the function it jumps to when that one is instrumented too).
+//! each carries: its entry (an entry, or the window's entry), every `ret`, and every tail-call
+//! jump (with the id of the function it jumps to when that one is instrumented too; for a
+//! conditional one, the condition, which the kernel side evaluates on the flags).
 //!
-//! A function's `.cold` parts belong to it: a jump into one is not a tail call, and the parts'
-//! own `ret`s and tail calls are the function's. Functions that cannot be probed correctly are
-//! left out and said so: a first instruction the kernel cannot probe (moving the probe would
-//! change what the stack pointer means there), or no code to read (size 0, outside the file).
+//! The machine code is read by `debuginfo::code`: return sites of the function and of its
+//! `.cold` parts (a jump into one is not a tail call), and the entry probe's place (past an
+//! unprobeable first instruction only when what is skipped leaves `rsp` alone, so a frame's
+//! slot stays right). Functions that cannot be probed correctly are left out and said so: no
+//! probeable entry, a return the kernel refuses to probe (its calls could not all be closed),
+//! or no code to read.
 //!
 //! Pure: reads bytes of mapped files, never touches a process.
 
@@ -14,6 +17,7 @@ use std::collections::HashMap;
 use oi_common::calls::cookie;
 
 use super::select::{ColdParts, Function};
+use crate::debuginfo::code::{self, Part, Refusal, ReturnKind, Unprobeable};
 
 /// One probe: an offset in a file and its cookie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +31,21 @@ pub struct Site {
 pub enum Skipped {
     #[error("no code to read")]
     NoCode,
-    /// The first instruction cannot carry a uprobe (its mnemonic).
-    #[error("its first instruction, {0}, cannot carry a uprobe")]
-    Unprobeable(String),
+    /// No instruction at or near the entry can carry the entry probe.
+    #[error("{0}")]
+    Entry(#[from] Unprobeable),
+    /// One of its returns cannot carry a probe: its calls could not all be timed.
+    #[error("its return at {address:#x} cannot carry a uprobe ({refusal})")]
+    Return { address: u64, refusal: Refusal },
+}
+
+/// The probes of one function, and whether its entry probe had to move past unprobeable
+/// first instructions (which leave `rsp` as it was, so the frame's slot is still right).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionSites {
+    pub sites: Vec<Site>,
+    /// The instructions the entry probe was moved past (`lock add`), if any.
+    pub entry_moved_past: Vec<String>,
 }
 
 /// The probes of `functions[i]` for every `i`, given the function ids (`ids[i]`) and, per file,
@@ -40,7 +56,7 @@ pub fn sites_of(
     ids: &[u32],
     file_bytes: &[&[u8]],
     cold: &[ColdParts],
-) -> Vec<Result<Vec<Site>, Skipped>> {
+) -> Vec<Result<FunctionSites, Skipped>> {
     let by_address: HashMap<(usize, u64), u32> = functions
         .iter()
         .zip(ids)
@@ -62,60 +78,118 @@ fn function_sites(
     file: &[u8],
     cold: &ColdParts,
     by_address: &HashMap<(usize, u64), u32>,
-) -> Result<Vec<Site>, Skipped> {
+) -> Result<FunctionSites, Skipped> {
     let s = &f.symbol;
     let code = code_of(file, s.file_offset, s.size).ok_or(Skipped::NoCode)?;
-    if let Some(refused) = disasm::unprobeable_first(code, s.address) {
-        return Err(Skipped::Unprobeable(refused));
+    // The function's body, then its cold parts (elsewhere in the same section, so at the same
+    // distance in the file; wrapping covers parts placed before the function, and `code_of`
+    // rejects anything outside the file).
+    let mut parts = vec![(
+        Part {
+            address: s.address,
+            bytes: code,
+        },
+        s.file_offset,
+    )];
+    for (address, size) in cold.of(s.address) {
+        let file_offset = s.file_offset.wrapping_add(address.wrapping_sub(s.address));
+        if let Some(bytes) = code_of(file, file_offset, size) {
+            parts.push((Part { address, bytes }, file_offset));
+        }
     }
+    let offset_of = |address: u64| {
+        parts
+            .iter()
+            .find(|(p, _)| address >= p.address && address < p.address + p.bytes.len() as u64)
+            .map(|(p, off)| off + (address - p.address))
+    };
+    let entry = code::entry_probe(code, s.address)?;
+    let entry_offset = s.file_offset + (entry.address - s.address);
+    let mut returns = Vec::new();
+    let code_parts: Vec<Part<'_>> = parts.iter().map(|(p, _)| *p).collect();
+    for site in code::return_sites_of(&code_parts) {
+        if let Some(refusal) = site.refusal {
+            return Err(Skipped::Return {
+                address: site.address,
+                refusal,
+            });
+        }
+        let Some(offset) = offset_of(site.address) else {
+            continue;
+        };
+        let target_id = |target: u64| {
+            by_address
+                .get(&(f.file, target))
+                .copied()
+                .unwrap_or(cookie::NO_FUNCTION)
+        };
+        let cookie = match site.kind {
+            ReturnKind::Ret => cookie::encode(cookie::RETURN, id, cookie::NO_FUNCTION),
+            ReturnKind::TailCall { target } => cookie::encode(cookie::TAIL, id, target_id(target)),
+            ReturnKind::IndirectTailCall => cookie::encode(cookie::TAIL, id, cookie::NO_FUNCTION),
+            ReturnKind::ConditionalTailCall { target } => {
+                let Some(condition) = offset_of(site.address)
+                    .and_then(|o| file.get(o as usize..o as usize + usize::from(site.len)))
+                    .and_then(condition_code)
+                else {
+                    continue;
+                };
+                cookie::with_condition(
+                    cookie::encode(cookie::TAIL_IF, id, target_id(target)),
+                    condition,
+                )
+            }
+        };
+        returns.push(Site {
+            file_offset: offset,
+            cookie,
+        });
+    }
+    // A first instruction that already leaves (`ret`, or a jump) shares the entry's offset:
+    // one probe does both.
+    let leaves_at_entry = returns.iter().position(|r| r.file_offset == entry_offset);
     let entry_kind = if f.is_entry {
         cookie::WINDOW
     } else {
         cookie::ENTRY
     };
-    let mut sites = vec![Site {
-        file_offset: s.file_offset,
-        cookie: cookie::encode(entry_kind, id, cookie::NO_FUNCTION),
-    }];
-    // The function's body, then its cold parts (which sit elsewhere in the same section).
-    let mut ranges = vec![(s.address, s.size, s.file_offset)];
-    for (address, size) in cold.of(s.address) {
-        // Same section, so the same distance in the file; wrapping covers parts placed before
-        // the function (`code_of` rejects anything outside the file).
-        let file_offset = s.file_offset.wrapping_add(address.wrapping_sub(s.address));
-        ranges.push((address, size, file_offset));
-    }
-    let inside = |target: u64| {
-        ranges
-            .iter()
-            .any(|&(a, size, _)| target >= a && target < a + size)
-            || cold.owner_of(target) == Some(Some(s.address))
+    let entry_cookie = match leaves_at_entry.map(|i| returns.remove(i).cookie) {
+        None => cookie::encode(entry_kind, id, cookie::NO_FUNCTION),
+        Some(c) => match (cookie::kind(c), cookie::target(c)) {
+            // `jmp g` as the whole body: a call whose callee is g.
+            (cookie::TAIL, target) if target != cookie::NO_FUNCTION => {
+                cookie::encode(entry_kind, id, target)
+            }
+            _ if f.is_entry => cookie::encode(entry_kind, id, cookie::NO_FUNCTION),
+            _ => cookie::encode(cookie::INSTANT, id, cookie::NO_FUNCTION),
+        },
     };
-    for &(address, size, file_offset) in &ranges {
-        let Some(bytes) = code_of(file, file_offset, size) else {
-            continue;
-        };
-        for site in disasm::return_sites(bytes, address) {
-            let offset = file_offset + (site.address - address);
-            let cookie = match site.kind {
-                disasm::SiteKind::Return => cookie::encode(cookie::RETURN, id, cookie::NO_FUNCTION),
-                disasm::SiteKind::TailCall { target } => {
-                    if target.is_some_and(inside) {
-                        continue;
-                    }
-                    let target_id = target
-                        .and_then(|t| by_address.get(&(f.file, t)).copied())
-                        .unwrap_or(cookie::NO_FUNCTION);
-                    cookie::encode(cookie::TAIL, id, target_id)
-                }
-            };
-            sites.push(Site {
-                file_offset: offset,
-                cookie,
-            });
-        }
+    let mut sites = vec![Site {
+        file_offset: entry_offset,
+        cookie: entry_cookie,
+    }];
+    sites.extend(returns);
+    Ok(FunctionSites {
+        sites,
+        entry_moved_past: entry.skipped,
+    })
+}
+
+/// The condition code (0-15, the low nibble of `0x7X` / `0x0F 0x8X`) of a conditional jump,
+/// after any prefixes.
+fn condition_code(bytes: &[u8]) -> Option<u8> {
+    let mut i = 0;
+    while matches!(
+        bytes.get(i),
+        Some(0x2e | 0x3e | 0x66 | 0x67 | 0xf2 | 0xf3 | 0x40..=0x4f)
+    ) {
+        i += 1;
     }
-    Ok(sites)
+    match (*bytes.get(i)?, bytes.get(i + 1)) {
+        (op @ 0x70..=0x7f, _) => Some(op & 0xf),
+        (0x0f, Some(&op @ 0x80..=0x8f)) => Some(op & 0xf),
+        _ => None,
+    }
 }
 
 fn code_of(file: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
@@ -127,80 +201,15 @@ fn code_of(file: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
     file.get(start..end)
 }
 
-/// Return sites of machine code and whether an instruction can carry a uprobe.
-// TODO(real): replace with `debuginfo::code` once branch `real` lands in main; same API.
-mod disasm {
-    use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum SiteKind {
-        Return,
-        /// A jump out of the function; the target when the jump says it (not through a
-        /// register or memory).
-        TailCall {
-            target: Option<u64>,
-        },
-    }
-
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub struct ReturnSite {
-        pub address: u64,
-        pub kind: SiteKind,
-    }
-
-    /// Every `ret` and every jump that leaves `[address, address + bytes.len())`.
-    pub fn return_sites(bytes: &[u8], address: u64) -> Vec<ReturnSite> {
-        let end = address + bytes.len() as u64;
-        let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
-        let mut instr = Instruction::default();
-        let mut sites = Vec::new();
-        while decoder.can_decode() {
-            decoder.decode_out(&mut instr);
-            if instr.is_invalid() {
-                continue;
-            }
-            let kind = match instr.mnemonic() {
-                Mnemonic::Ret => Some(SiteKind::Return),
-                // Through memory at a fixed address (a GOT slot): a call of another function.
-                Mnemonic::Jmp
-                    if instr.op0_kind() == OpKind::Memory && instr.is_ip_rel_memory_operand() =>
-                {
-                    Some(SiteKind::TailCall { target: None })
-                }
-                // `jmp` and `jcc` (g++ makes conditional tail calls too).
-                m if m != Mnemonic::Call && instr.op0_kind() == OpKind::NearBranch64 => {
-                    let target = instr.near_branch_target();
-                    (target < address || target >= end).then_some(SiteKind::TailCall {
-                        target: Some(target),
-                    })
-                }
-                _ => None,
-            };
-            if let Some(kind) = kind {
-                sites.push(ReturnSite {
-                    address: instr.ip(),
-                    kind,
-                });
-            }
-        }
-        sites
-    }
-
-    /// The mnemonic of the first instruction when the kernel refuses a uprobe on it (a `lock`
-    /// prefix, `int3`, undecodable bytes), else `None`.
-    pub fn unprobeable_first(bytes: &[u8], address: u64) -> Option<String> {
-        let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
-        let instr = decoder.decode();
-        if instr.is_invalid() {
-            return Some("undecodable bytes".into());
-        }
-        if instr.has_lock_prefix() {
-            return Some(format!("lock {:?}", instr.mnemonic()).to_lowercase());
-        }
-        matches!(
-            instr.mnemonic(),
-            Mnemonic::Int3 | Mnemonic::Int | Mnemonic::Into
-        )
-        .then(|| format!("{:?}", instr.mnemonic()).to_lowercase())
+    #[test]
+    fn condition_codes_of_short_and_near_jumps() {
+        assert_eq!(condition_code(&[0x75, 0x10]), Some(0x5)); // jne rel8
+        assert_eq!(condition_code(&[0x0f, 0x84, 0, 0, 0, 0]), Some(0x4)); // je rel32
+        assert_eq!(condition_code(&[0xf2, 0x0f, 0x8f, 0, 0, 0, 0]), Some(0xf)); // bnd jg
+        assert_eq!(condition_code(&[0xe9, 0, 0, 0, 0]), None); // jmp
     }
 }
