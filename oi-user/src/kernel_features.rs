@@ -20,11 +20,19 @@ pub struct KernelFeatures {
     pub uprobe_multi_link: bool,
 }
 
+/// Names features to treat as missing, comma-separated (`uprobe-multi`): how the tests and
+/// benchmarks exercise the fallbacks of older kernels on this one.
+pub const DISABLE_ENV: &str = "OI_TRACE_DISABLE_FEATURES";
+
 impl KernelFeatures {
     pub fn get() -> &'static Self {
         static FEATURES: OnceLock<KernelFeatures> = OnceLock::new();
-        FEATURES.get_or_init(|| Self {
-            uprobe_multi_link: probe_uprobe_multi_link(),
+        FEATURES.get_or_init(|| {
+            let disabled = std::env::var(DISABLE_ENV).unwrap_or_default();
+            let off = |name: &str| disabled.split(',').any(|d| d.trim() == name);
+            Self {
+                uprobe_multi_link: !off("uprobe-multi") && probe_uprobe_multi_link(),
+            }
         })
     }
 }

@@ -13,8 +13,8 @@ use std::{
 };
 
 use oi_e2e::{
-    Finished, Fixture, FixtureBuild, OiTrace, SIGINT, SIGUSR1, TempDir, json, maps_of, privileged,
-    run_oi_trace,
+    Finished, Fixture, FixtureBuild, OiTrace, SIGINT, SIGUSR1, TempDir, TestCgroup, json, maps_of,
+    privileged, run_oi_trace,
 };
 use serde_json::Value;
 
@@ -164,23 +164,54 @@ fn traced_run(
     requests: u32,
     extra: &[&str],
 ) -> (Printed, Value, Finished) {
+    traced_run_with(binary, threads, requests, extra, Scope::Pid, &[])
+}
+
+/// How `traced_run_with` names the fixture to oi-trace.
+enum Scope {
+    Pid,
+    /// The fixture is moved into a fresh cgroup, which oi-trace is given.
+    Cgroup,
+}
+
+fn traced_run_with(
+    binary: &Path,
+    threads: u32,
+    requests: u32,
+    extra: &[&str],
+    scope: Scope,
+    env: &[(&str, &Path)],
+) -> (Printed, Value, Finished) {
     let mut fixture = Fixture::start(binary, &[&threads.to_string(), &requests.to_string()]);
     let pid = fixture.pid.to_string();
     let count = (threads * requests).to_string();
-    let mut args = vec![
-        "calls",
-        "--pid",
-        &pid,
+    let cgroup = match scope {
+        Scope::Pid => None,
+        Scope::Cgroup => {
+            let cgroup = TestCgroup::new("calls");
+            cgroup.add(fixture.pid);
+            Some(cgroup)
+        }
+    };
+    let cgroup_path = cgroup
+        .as_ref()
+        .map(|c| c.path().to_str().unwrap().to_string());
+    let mut args = match &cgroup_path {
+        None => vec!["calls", "--pid", &pid],
+        Some(path) => vec!["calls", "--cgroup", path],
+    };
+    args.extend([
         "--entry",
         "shop::handle",
         "--count",
         &count,
         "--format",
         "json",
-    ];
+    ]);
     args.extend_from_slice(extra);
     let before = files_mapped(fixture.pid);
-    let tracer = OiTrace::attached(&args);
+    let mut tracer = OiTrace::start_with_env(&args, env);
+    tracer.stderr.expect("oi-trace: attached", 60 * SECOND);
     let printed = run_fixture(&mut fixture);
     let out = tracer.finish(60 * SECOND);
     assert!(out.status.success(), "oi-trace failed: {out:#?}");
@@ -193,6 +224,7 @@ fn traced_run(
     );
     assert!(fixture.finish().success());
     let report = json(out.stdout.trim());
+    drop(cgroup);
     (printed, report, out)
 }
 
@@ -330,6 +362,43 @@ fn sixteen_threads_merge_exactly_with_a_shared_library_function() {
     );
     assert_eq!(printed.paths["shop::handle"], 16 * 20);
     assert_exact(&report, &printed, true, &out);
+}
+
+/// Kernels without multi-uprobe links get one perf event per probe: the same tree.
+#[test]
+fn exact_tree_with_one_perf_event_per_probe() {
+    if !privileged() {
+        return;
+    }
+    let binary = fixture("calls_o2", &["-O2", "-fomit-frame-pointer"]);
+    let (printed, report, out) = traced_run_with(
+        &binary,
+        2,
+        6,
+        &[],
+        Scope::Pid,
+        &[("OI_TRACE_DISABLE_FEATURES", Path::new("uprobe-multi"))],
+    );
+    assert!(
+        out.stderr.iter().any(
+            |l| l.starts_with("oi-trace: attached") && l.contains("(one perf event per probe)")
+        ),
+        "{:#?}",
+        out.stderr
+    );
+    assert_exact(&report, &printed, false, &out);
+}
+
+/// Every process of a cgroup: the same tree, with no pid in the report.
+#[test]
+fn exact_tree_of_a_cgroup() {
+    if !privileged() {
+        return;
+    }
+    let binary = fixture("calls_o0", &["-O0"]);
+    let (printed, report, out) = traced_run_with(&binary, 1, 5, &[], Scope::Cgroup, &[]);
+    assert_eq!(report["pid"], Value::Null);
+    assert_exact(&report, &printed, false, &out);
 }
 
 /// Not PIE, `--depth 1`, the text view, histograms, and Ctrl-C instead of `--count`: the tree
