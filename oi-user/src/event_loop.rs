@@ -55,6 +55,11 @@ pub trait Profiler {
 
     /// Every `--interval`: print the report so far.
     fn interval(&mut self) {}
+
+    /// Once, when the loop watches everything (SIGINT, SIGTERM and SIGHUP included): the
+    /// moment to tell the user the tool is armed. Said earlier, a Ctrl-C that follows at once
+    /// would meet the default action and end the tool without its report.
+    fn armed(&mut self) {}
 }
 
 /// Log records of the eBPF side (aya-log), printed on stderr as `oi-trace: ebpf: …`.
@@ -161,6 +166,7 @@ impl EventLoop {
         let mut housekeeping = interval_at(start + HOUSEKEEPING, HOUSEKEEPING);
         housekeeping.set_missed_tick_behavior(MissedTickBehavior::Skip);
 
+        profiler.armed();
         let end = loop {
             tokio::select! {
                 biased;

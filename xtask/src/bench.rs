@@ -32,7 +32,16 @@ impl Figure {
     }
 }
 
-const FIGURES: [&str; 5] = ["pause", "first-result", "probe-cost", "dwarf", "throughput"];
+mod calls;
+
+const FIGURES: [&str; 6] = [
+    "pause",
+    "first-result",
+    "probe-cost",
+    "dwarf",
+    "throughput",
+    "calls",
+];
 
 pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     if let Some(bad) = only.iter().find(|f| !FIGURES.contains(&f.as_str())) {
@@ -56,6 +65,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("throughput") {
         throughput(quick, &mut figures)?;
+    }
+    if wanted("calls") {
+        calls::run(root, quick, &mut figures)?;
     }
     report(root, &figures)
 }

@@ -42,7 +42,8 @@ enum Task {
         /// Smaller objects and fewer repetitions (under two minutes).
         #[arg(long)]
         quick: bool,
-        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput.
+        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
+        /// calls.
         #[arg(long, value_name = "FIGURE")]
         only: Vec<String>,
     },

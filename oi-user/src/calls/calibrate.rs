@@ -24,9 +24,10 @@ use crate::{
     error::{Error, Result},
 };
 
-/// Leaf calls per timed run, and timed runs per figure (the fastest counts).
-const CALLS: u64 = 400;
-const RUNS: usize = 3;
+/// Leaf calls per timed run, and timed runs per figure (the median counts: the fastest would
+/// flatter the probes on a busy machine, where the target runs too).
+const CALLS: u64 = 1000;
+const RUNS: usize = 5;
 /// Function ids of the calibration functions: far from the target's ids (which count from 0).
 const WINDOW_ID: u32 = cookie::MAX_FUNCTIONS - 2;
 const LEAF_ID: u32 = cookie::MAX_FUNCTIONS - 3;
@@ -70,15 +71,17 @@ fn outside(n: u64) -> u64 {
     acc
 }
 
-/// The fastest of `RUNS` timings of `f`, in ns.
-fn fastest(f: &dyn Fn() -> u64) -> f64 {
-    (0..RUNS)
+/// The median of `RUNS` timings of `f`, in ns.
+fn timed(f: &dyn Fn() -> u64) -> f64 {
+    let mut times: Vec<f64> = (0..RUNS)
         .map(|_| {
             let start = Instant::now();
             black_box(f());
             start.elapsed().as_nanos() as f64
         })
-        .fold(f64::INFINITY, f64::min)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[RUNS / 2]
 }
 
 /// Measures the cost of a hit with `program` (which must have nothing else attached, and is
@@ -131,13 +134,13 @@ pub fn measure(program: &mut Program) -> Result<ProbeCost> {
     let window = || oi_trace_calibration_window(CALLS);
     let direct = || outside(CALLS);
     window();
-    let bare_window = fastest(&window);
-    let bare_direct = fastest(&direct);
+    let bare_window = timed(&window);
+    let bare_direct = timed(&direct);
 
     let attachment = program.attach(exe.path(), &sites, Some(std::process::id()), &mut |_| {})?;
     window();
-    let probed_window = fastest(&window);
-    let probed_direct = fastest(&direct);
+    let probed_window = timed(&window);
+    let probed_direct = timed(&direct);
     program.detach(attachment);
 
     // The self-test: one window node with 1 + RUNS calls, one leaf node beneath it with

@@ -92,7 +92,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
     let attach_start = Instant::now();
     let attachments = attach(&mut program, &target, &scope)?;
     let probes: usize = attachments.iter().map(|a| a.probes).sum();
-    eprintln!(
+    let armed = format!(
         "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}); \
          a probe hit costs {} here",
         thousands(probes as u64),
@@ -116,6 +116,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         done: false,
         last_sweep: Instant::now(),
         exited_inside: 0,
+        armed,
     };
     let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
     if let Some(ring) = records {
@@ -482,6 +483,8 @@ struct Run<'a> {
     done: bool,
     last_sweep: Instant,
     exited_inside: u64,
+    /// The line that says the probes are armed, printed once the loop handles signals.
+    armed: String,
 }
 
 impl Profiler for Run<'_> {
@@ -498,6 +501,10 @@ impl Profiler for Run<'_> {
             record::DONE => self.done = true,
             _ => {}
         }
+    }
+
+    fn armed(&mut self) {
+        eprintln!("{}", self.armed);
     }
 
     fn housekeeping(&mut self) -> Option<End> {
