@@ -259,9 +259,23 @@ fn exact_tree_at_o0_with_a_chrome_trace_of_the_first_entries() {
         &binary,
         1,
         10,
-        &["--chrome", trace.to_str().unwrap(), "--trace-entries", "2"],
+        &[
+            "--chrome",
+            trace.to_str().unwrap(),
+            "--trace-entries",
+            "2",
+            "-v",
+        ],
     );
     assert_exact(&report, &printed, false, &out);
+    // -v: the kernel side's decisions, through aya-log; every exception closed two frames.
+    let closed = out
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("oi-trace: ebpf: debug: frame of function "))
+        .count();
+    let thrown = printed.requests.len().div_ceil(2);
+    assert_eq!(closed, 2 * thrown, "{:#?}", out.stderr);
     // The first two entries, call by call: every call the fixture made in requests 0 and 1
     // (lib::checksum is not instrumented), on one thread, the entry at depth 0.
     let trace = json(&std::fs::read_to_string(&trace).expect("chrome trace"));

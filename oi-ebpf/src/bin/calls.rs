@@ -41,6 +41,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::ProbeContext,
 };
+use aya_log_ebpf::{debug, info, warn};
 use oi_common::calls::{
     Frame, HISTOGRAM_BUCKETS, MAX_DEPTH, MAX_THREADS, NO_NODE, NodeKey, NodeStats, RING_BYTES,
     ROOT, Record, ThreadState, cookie, counter, global, record,
@@ -176,6 +177,9 @@ fn open_window(pid_tgid: u64, function: u32, target: u32, sp: u64) {
     let limit = WINDOW_LIMIT.load();
     if limit != 0 && window > limit && !ours {
         count(counter::WINDOWS_SKIPPED);
+        if window == limit + 1 {
+            info!(&(), "--count {} reached: no more windows open", limit);
+        }
         return;
     }
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
@@ -194,6 +198,10 @@ fn open_window(pid_tgid: u64, function: u32, target: u32, sp: u64) {
         .is_err()
     {
         count(counter::THREADS_FULL);
+        warn!(
+            &(),
+            "thread table full: window {} of pid_tgid {} not opened", window, pid_tgid
+        );
         return;
     }
     let Some(state) = THREADS.get_ptr_mut(pid_tgid) else {
@@ -365,6 +373,10 @@ extern "C" fn unwind_step(_index: u64, ctx: *mut c_void) -> i64 {
         // repeat.)
         if top_function != u.function {
             count(counter::UNMATCHED);
+            warn!(
+                &(),
+                "return of function {} met the frame of function {}", u.function, top_function
+            );
         }
         u.returned = 1;
     }
@@ -444,6 +456,10 @@ fn pop(state: *mut ThreadState, now: u64, abandoned: bool) {
     }
     if abandoned {
         count(counter::ABANDONED);
+        debug!(
+            &(),
+            "frame of function {} closed by the stack pointer after {} ns", f.function, duration
+        );
     }
     if HISTOGRAMS.load() != 0 {
         let index = f.function.wrapping_mul(HISTOGRAM_BUCKETS) + bucket(duration);
@@ -519,6 +535,12 @@ fn node_of(parent: u32, function: u32) -> u32 {
     };
     let id = add(next, 1) - 1;
     if id >= u64::from(MAX_NODES.load()) {
+        if id == u64::from(MAX_NODES.load()) {
+            warn!(
+                &(),
+                "node table full ({} nodes): further paths are not timed", id
+            );
+        }
         return NO_NODE;
     }
     let id = id as u32;

@@ -79,11 +79,13 @@ pub fn run(args: &CallsArgs) -> Result<()> {
             0
         },
         histogram_functions: args.histograms.then_some(target.functions.len() as u32),
+        verbose: args.scope.verbose,
     };
     let mut program = Program::load(&settings)?;
     let cost = calibrate::measure(&mut program)?;
     program.reset()?;
     let mut records = program.take_records();
+    let logger = program.take_logger();
     if let Some(ring) = records.as_mut() {
         // What the calibration left (nothing is traced for it, but be sure).
         while ring.next().is_some() {}
@@ -121,6 +123,9 @@ pub fn run(args: &CallsArgs) -> Result<()> {
     let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
     if let Some(ring) = records {
         event_loop = event_loop.ring(ring);
+    }
+    if let Some(logger) = logger {
+        event_loop = event_loop.logger(logger);
     }
     if let Some(pid) = scope.pid {
         event_loop = event_loop.watch_process(pid);
@@ -350,17 +355,34 @@ impl Target {
                 if moved.len() > 3 { ", …" } else { "" }
             );
         }
+        if args.scope.verbose {
+            for (index, file) in files.iter().enumerate() {
+                let n = functions.iter().filter(|f| f.file == index).count();
+                if n > 0 {
+                    eprintln!(
+                        "oi-trace: {} function(s) selected in {}",
+                        thousands(n as u64),
+                        file.target_path.display()
+                    );
+                }
+            }
+        }
         if !skipped.is_empty() {
+            let shown_count = if args.scope.verbose { skipped.len() } else { 3 };
             let shown: Vec<String> = skipped
                 .iter()
-                .take(3)
+                .take(shown_count)
                 .map(|(name, why)| format!("{name} ({why})"))
                 .collect();
             eprintln!(
                 "oi-trace: {} function(s) not instrumented: {}{}",
                 skipped.len(),
                 shown.join(", "),
-                if skipped.len() > 3 { ", …" } else { "" }
+                if skipped.len() > shown_count {
+                    ", … (-v lists them all)"
+                } else {
+                    ""
+                }
             );
         }
         // Functions that are not instrumented keep their slot (ids are positions) but are

@@ -27,6 +27,7 @@ use oi_common::calls::{
 use super::sites::Site;
 use crate::{
     error::{Error, Result},
+    event_loop::StderrLog,
     kernel_features::KernelFeatures,
     probe::multi::{MultiLink, MultiProgram},
 };
@@ -53,6 +54,8 @@ pub struct Settings {
     pub traced_windows: u64,
     /// Number of function ids when histograms are on.
     pub histogram_functions: Option<u32>,
+    /// Log the program's decisions (aya-log) (`-v`); otherwise the verifier removes the logging.
+    pub verbose: bool,
 }
 
 /// How probes are attached on this kernel.
@@ -101,6 +104,7 @@ pub struct Program {
     threads: HashMap<MapData, u64, ThreadState>,
     histogram: Array<MapData, u64>,
     records: Option<RingBuf<MapData>>,
+    logger: Option<aya_log::EbpfLogger<StderrLog>>,
     max_nodes: u32,
 }
 
@@ -124,6 +128,7 @@ impl Program {
             .histogram_functions
             .map_or(1, |n| n.max(1).saturating_mul(HISTOGRAM_BUCKETS));
         let max_nodes = settings.max_nodes.max(1);
+        let log_level: u8 = if settings.verbose { 0xff } else { 0 };
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
         loader
@@ -137,6 +142,7 @@ impl Program {
             .override_global("WINDOW_LIMIT", &window_limit, true)
             .override_global("TRACED_WINDOWS", &settings.traced_windows, true)
             .override_global("HISTOGRAMS", &histograms, true)
+            .override_global("AYA_LOG_LEVEL", &log_level, true)
             .map_max_entries("NODES", max_nodes)
             .map_max_entries("STATS", max_nodes)
             .map_max_entries("HISTOGRAM", histogram_entries);
@@ -165,6 +171,15 @@ impl Program {
             })?;
             (Mechanism::PerfEvents, None)
         };
+        // Taken before anything else: the logger reads the program's log ring buffer.
+        let logger = if settings.verbose {
+            Some(
+                aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog)
+                    .map_err(|e| Error::internal(format!("reading the eBPF log: {e}")))?,
+            )
+        } else {
+            None
+        };
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
@@ -177,11 +192,17 @@ impl Program {
             threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
             histogram: Array::try_from(take("HISTOGRAM")?).map_err(map_err("HISTOGRAM"))?,
             records: Some(RingBuf::try_from(take("RECORDS")?).map_err(map_err("RECORDS"))?),
+            logger,
             ebpf,
             mechanism,
             multi,
             max_nodes,
         })
+    }
+
+    /// The reader of the program's log (`-v`), for the event loop.
+    pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<StderrLog>> {
+        self.logger.take()
     }
 
     pub fn mechanism(&self) -> Mechanism {
@@ -425,6 +446,7 @@ mod tests {
             window_limit: Some(10),
             traced_windows: 2,
             histogram_functions: Some(16),
+            verbose: true,
             ..Settings::default()
         };
         let program = Program::load(&settings).expect("load");
