@@ -415,6 +415,27 @@ fn exact_tree_of_a_cgroup() {
     assert_exact(&report, &printed, false, &out);
 }
 
+/// `--min-time`: what stays is exact and at least that long; the naps (4 × 1 ms) stay.
+#[test]
+fn min_time_hides_short_nodes_only() {
+    if !privileged() {
+        return;
+    }
+    let binary = fixture("calls_o0", &["-O0"]);
+    let (printed, report, _) = traced_run(&binary, 1, 4, &["--min-time", "3ms"]);
+    let shown = nodes(&report["tree"]);
+    assert!(shown.contains_key("shop::handle/shop::nap"), "{report}");
+    for (path, node) in &shown {
+        assert_eq!(node["calls"].as_u64(), Some(printed.paths[path]), "{path}");
+        if path != "shop::handle" {
+            assert!(
+                node["total_ns"].as_u64().unwrap() >= 3_000_000,
+                "{path}: {node}"
+            );
+        }
+    }
+}
+
 /// Not PIE, `--depth 1`, the text view, histograms, and Ctrl-C instead of `--count`: the tree
 /// is printed at SIGINT and holds every call made until then.
 #[test]
@@ -466,6 +487,7 @@ fn depth_limit_text_and_ctrl_c_on_a_non_pie_binary() {
     };
     let p = &printed.paths;
     assert_eq!(calls_of(&row("shop::handle")), p["shop::handle"]);
+
     assert_eq!(
         calls_of(&row("├─ shop::parse")),
         p["shop::handle/shop::parse"]

@@ -548,7 +548,7 @@ impl Profiler for Run<'_> {
 
     fn interval(&mut self) {
         let snapshot = self.program.snapshot();
-        let roots = build_tree(self.target, &snapshot, self.args);
+        let (roots, hidden) = build_tree(self.target, &snapshot, self.args);
         let elapsed = self.started.elapsed().as_secs_f64();
         let hits = snapshot.counters[counter::HITS_INSIDE as usize]
             + snapshot.counters[counter::HITS_OUTSIDE as usize];
@@ -556,7 +556,7 @@ impl Profiler for Run<'_> {
         let _ = match self.args.format {
             TreeFormat::Tree => writeln!(
                 out,
-                "{}",
+                "{}{}",
                 report::tree_text(
                     &Heading {
                         entry: &self.target.entry_name,
@@ -565,7 +565,8 @@ impl Profiler for Run<'_> {
                         probe_hits: hits,
                     },
                     &roots,
-                )
+                ),
+                hidden_line(hidden, self.args)
             ),
             TreeFormat::Json => write_json(
                 &mut out,
@@ -591,19 +592,37 @@ struct Outcome {
     exited_inside: u64,
 }
 
-fn build_tree(target: &Target, snapshot: &program::Snapshot, args: &CallsArgs) -> Vec<CallNode> {
+/// The tree of the run so far, pruned by `--min-time`, and how many nodes that hid.
+fn build_tree(
+    target: &Target,
+    snapshot: &program::Snapshot,
+    args: &CallsArgs,
+) -> (Vec<CallNode>, usize) {
     let mut roots = tree::build(
         &snapshot.nodes,
         &|id| target.name_of(id).to_string(),
         &|id| (id as usize) < target.functions.len(),
     );
+    let mut hidden = 0;
     if let Some(min) = args.min_time {
         let min = min.as_nanos() as u64;
         for root in &mut roots {
-            root.prune(min);
+            hidden += root.prune(min);
         }
     }
-    roots
+    (roots, hidden)
+}
+
+/// The line that says what `--min-time` hid, if anything.
+fn hidden_line(hidden: usize, args: &CallsArgs) -> String {
+    match args.min_time {
+        Some(min) if hidden > 0 => format!(
+            "({hidden} node(s) with a total under {} hidden by --min-time; their time is in \
+             their parent's)\n",
+            human_ns(min.as_nanos() as u64)
+        ),
+        _ => String::new(),
+    }
 }
 
 fn write_json(
@@ -642,7 +661,7 @@ fn finish(
     let c = |i: u32| snapshot.counters[i as usize];
     let hits_inside = c(counter::HITS_INSIDE);
     let hits = hits_inside + c(counter::HITS_OUTSIDE);
-    let roots = build_tree(target, snapshot, args);
+    let (roots, hidden) = build_tree(target, snapshot, args);
     let elapsed_s = outcome.elapsed.as_secs_f64();
     let write_error = |what: &str, path: &PathBuf, e: std::io::Error| {
         Error::internal(format!("writing {what} {}: {e}", path.display()))
@@ -666,6 +685,7 @@ fn finish(
                 },
                 &roots,
             );
+            text.push_str(&hidden_line(hidden, args));
             for (name, buckets) in histograms.iter().flatten() {
                 text.push('\n');
                 text.push_str(&report::histogram_text(name, buckets));
