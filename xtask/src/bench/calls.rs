@@ -170,6 +170,10 @@ fn per_call(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         }
         {
             let tracer = OiTrace::attached(&["calls", "--pid", &pid, "--entry", "bench::request"]);
+            if mode == "inside" {
+                let line = tracer.stderr.seen().last().cloned().unwrap_or_default();
+                results.insert((mode, "calibrated hit"), calibrated_hit_ns(&line)?);
+            }
             results.insert((mode, "oi-trace"), per_call_ns(&mut fixture, calls, runs)?);
             tracer.signal(SIGINT);
             let out = tracer.finish(Duration::from_secs(120));
@@ -206,7 +210,34 @@ fn per_call(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         goal: "report".into(),
         pass: None,
     });
+    figures.push(Figure {
+        name: "calls: probe cost per call as oi-trace estimates it (2 hits at the calibrated cost) (baseline: measured)".into(),
+        value: 2.0 * results[&("inside", "calibrated hit")] / 1e3,
+        baseline: cost("inside", "oi-trace") / 1e3,
+        unit: "µs",
+        goal: "report".into(),
+        pass: None,
+    });
     uftrace(calls, runs, cost("inside", "oi-trace"), figures)
+}
+
+/// The cost of a hit that oi-trace measured at start, from its `attached` line (`… a probe hit
+/// costs 4.4 µs here`), in ns.
+fn calibrated_hit_ns(line: &str) -> Result<f64> {
+    let text = line
+        .split("a probe hit costs ")
+        .nth(1)
+        .with_context(|| format!("no calibrated cost in {line:?}"))?;
+    let mut words = text.split_whitespace();
+    let value: f64 = words.next().context("cost")?.parse()?;
+    let scale = match words.next() {
+        Some("ns") => 1.0,
+        Some("µs") => 1e3,
+        Some("ms") => 1e6,
+        Some("s") => 1e9,
+        other => bail!("unit {other:?} in {line:?}"),
+    };
+    Ok(value * scale)
 }
 
 /// uftrace launches a `-pg` build and records every call beneath `bench::request` (`-F`),
