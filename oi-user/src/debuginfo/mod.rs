@@ -5,6 +5,7 @@
 pub mod dwarf;
 pub mod elf;
 pub mod symbols;
+pub mod type_names;
 pub mod vtables;
 
 pub use elf::{Binary, ElfError};
