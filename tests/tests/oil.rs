@@ -4,66 +4,19 @@
 //! programs compute from the allocations they made; a program without debug information,
 //! a corrupt object, 16 threads at first use; and the Rust API on a C++ library's objects.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use oi_e2e::{Fixture, OiTrace, SIGUSR1, workspace_root};
-
-/// `target/release`, where `cargo xtask build` puts `oi-trace` and `liboil.so`.
-fn release_dir() -> PathBuf {
-    oi_e2e::oi_trace_bin()
-        .parent()
-        .expect("release dir")
-        .to_path_buf()
-}
+use oi_e2e::{Fixture, FixtureBuild, OiTrace, SIGUSR1, workspace_root};
 
 /// Builds `tests/fixtures/NAME.cpp` against `oil.h` and `liboil.so` with `flags` (after
-/// `-g`, so `-g0` removes debug information), into `target/fixtures/OUT`; rebuilt when the
-/// source or the header is newer.
-fn build(name: &str, out: &str, flags: &[&str]) -> PathBuf {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let root = workspace_root();
-    let src = root.join(format!("tests/fixtures/{name}.cpp"));
-    let header = root.join("oil/include/oil.h");
-    let lib = release_dir();
-    assert!(
-        lib.join("liboil.so").exists(),
-        "{}/liboil.so missing: run `cargo xtask build`",
-        lib.display()
-    );
-    let dir = root.join("target/fixtures");
-    std::fs::create_dir_all(&dir).expect("target/fixtures");
-    let exe = dir.join(out);
-    let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-    if mtime(&exe).is_some() && mtime(&exe) > mtime(&src) && mtime(&exe) > mtime(&header) {
-        return exe;
-    }
-    let tmp = exe.with_extension(format!("tmp{}", std::process::id()));
-    let output = Command::new("g++")
-        .args(["-g", "-std=c++17"])
-        .args(flags)
-        .arg("-I")
-        .arg(root.join("oil/include"))
-        .arg("-o")
-        .arg(&tmp)
-        .arg(&src)
-        .arg("-L")
-        .arg(&lib)
-        .arg("-loil")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-pthread")
-        .output()
-        .expect("run g++");
-    assert!(
-        output.status.success(),
-        "g++ {name}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(&tmp, &exe).expect("rename fixture");
-    exe
+/// `-g`, so `-g0` removes debug information) into `target/fixtures/OUT`.
+fn build(name: &'static str, out: &str, flags: &[&str]) -> PathBuf {
+    FixtureBuild::new(name)
+        .variant(out, flags)
+        .with_oil()
+        .build()
 }
 
 /// The value after `key ` on the next line that starts with it.
