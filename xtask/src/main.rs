@@ -43,7 +43,8 @@ enum Task {
         /// Smaller objects and fewer repetitions (under two minutes).
         #[arg(long)]
         quick: bool,
-        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput.
+        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
+        /// oil.
         #[arg(long, value_name = "FIGURE")]
         only: Vec<String>,
     },
