@@ -304,3 +304,97 @@ unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use oi_trace::containers::string::StringLayout;
+    use oi_trace::jit::{self, SCRATCH_BYTES, STATUS_DONE};
+    use oi_trace::plan::{Node, Op, Plan};
+
+    use super::*;
+
+    /// A plan of one `std::string`-shaped root (pointer, length, capacity).
+    fn string_walker() -> LocalWalker {
+        let mut plan = Plan::default();
+        plan.nodes.push(Node {
+            name: "a0".into(),
+            type_names: vec!["string".into()],
+            static_size: 32,
+            is_primitive: false,
+            op: Op::String(StringLayout {
+                ptr_off: 0,
+                len_off: 8,
+                cap_off: 16,
+                char_size: 1,
+                size: 32,
+            }),
+            dynamic: false,
+        });
+        plan.compute_dynamic();
+        LocalWalker::compile(&plan, &[0]).expect("compile")
+    }
+
+    fn walk(
+        w: &LocalWalker,
+        stack: &mut WalkStack,
+        scratch: &mut [u64],
+        addr: u64,
+    ) -> (u64, usize, Vec<u64>) {
+        let mut out = vec![0u64; 64];
+        let mut frame = WalkFrame {
+            out: out.as_mut_ptr() as u64,
+            out_len: 512,
+            scratch: scratch.as_mut_ptr() as u64,
+            scratch_len: SCRATCH_BYTES,
+            nargs: 1,
+            stack_len: jit::RECOMMENDED_STACK,
+            ..Default::default()
+        };
+        frame.args[0] = addr;
+        let (status, fault) = run_walker(stack, w, &mut frame).expect("run");
+        out.truncate((frame.out_used / 8) as usize);
+        (status, fault, out)
+    }
+
+    #[test]
+    fn a_faulting_walk_returns_and_the_next_one_runs() {
+        let w = string_walker();
+        let mut stack = WalkStack::new(8 << 20).expect("stack");
+        let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
+        // A heap string of 40 characters (its pointer is outside the object).
+        let obj: [u64; 4] = [0x1000, 40, 40, 0];
+        let good = obj.as_ptr() as u64;
+        let (s, _, out) = walk(&w, &mut stack, &mut scratch, good);
+        assert_eq!((s, out), (STATUS_DONE, vec![2, 40, 40]));
+        // An address where nothing is mapped: the first load faults, the walk returns.
+        // SAFETY: mapping and unmapping a fresh page to get an address nothing is at.
+        let hole = unsafe {
+            let p = libc::mmap(
+                ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            libc::munmap(p, 4096);
+            p as u64
+        };
+        let (s, fault, _) = walk(&w, &mut stack, &mut scratch, hole + 8);
+        assert_eq!(s, STATUS_FAULT);
+        assert!((hole..hole + 4096).contains(&(fault as u64)), "{fault:#x}");
+        // Disarmed after the fault, armed again for the next walk.
+        assert!(ACTIVE.get().is_none());
+        let (s, _, out) = walk(&w, &mut stack, &mut scratch, good);
+        assert_eq!((s, out), (STATUS_DONE, vec![2, 40, 40]));
+        // Deep work runs on the walk stack too.
+        let depth = on_stack(&mut stack, || {
+            fn down(n: u32) -> u32 {
+                let pad = std::hint::black_box([n; 64]);
+                if n == 0 { pad[0] } else { down(n - 1) + 1 }
+            }
+            down(10_000)
+        });
+        assert_eq!(depth, 10_000);
+    }
+}
