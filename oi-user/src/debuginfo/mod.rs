@@ -2,6 +2,7 @@
 //! and types for the footprint stages. Pure: files are read, processes never touched; a path
 //! inside a target's mount namespace is reached through `/proc/PID/root` by the caller.
 
+pub mod code;
 pub mod dwarf;
 pub mod elf;
 pub mod symbols;
