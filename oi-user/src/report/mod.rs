@@ -101,6 +101,7 @@ pub fn decode(
         path: Vec::new(),
         statics: &mut statics,
         depth: 0,
+        record: true,
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
@@ -114,6 +115,7 @@ pub fn decode(
         path: Vec::new(),
         statics: &mut statics,
         depth: 0,
+        record: true,
     };
     print.node(root, None)?;
     Ok(())
@@ -132,6 +134,7 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u64]) -> Result<u64, Repo
         path: Vec::new(),
         statics: &mut statics,
         depth: 0,
+        record: false,
     };
     d.node(root, None)
 }
@@ -160,6 +163,8 @@ struct Decoder<'a, 's> {
     statics: &'s mut Vec<Option<u64>>,
     /// Dynamic nodes open above this one (counted as the walker counts its nesting).
     depth: u32,
+    /// Pass 1 keeps the sizes for pass 2; a sizing alone ([`total_size`]) does not.
+    record: bool,
 }
 
 impl Decoder<'_, '_> {
@@ -429,7 +434,7 @@ impl Decoder<'_, '_> {
         };
         if !printing {
             // Pass 1: reserve this node's slot before its children's (pre-order).
-            let slot = has_children.then(|| {
+            let slot = (self.record && has_children).then(|| {
                 self.sizes.push(0);
                 self.sizes.len() - 1
             });
