@@ -156,8 +156,10 @@ pub fn lookup(
         features: features.clone(),
     };
     let compiled = cache::get_or_build(key, || {
-        let name = resolve::cxx_name(type_name)?;
-        resolve::compile(&name, size, hints, &features)
+        run::on_walk_stack(|| {
+            let name = resolve::cxx_name(type_name)?;
+            resolve::compile(&name, size, hints, &features)
+        })
     })?;
     Ok(TypeWalker { compiled })
 }

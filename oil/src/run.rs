@@ -87,6 +87,21 @@ pub enum Output {
     Text(String),
 }
 
+/// Runs `f` on this thread's walk stack (building a walker recurses as deep as the type
+/// nests, and the calling thread's own stack may be small).
+pub fn on_walk_stack<R>(f: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {
+    ENV.with(|cell| {
+        let mut guard = cell.try_borrow_mut().map_err(|_| Error::Reentrant)?;
+        if guard.is_none() {
+            *guard = Some(Env::new()?);
+        }
+        let env = guard
+            .as_mut()
+            .ok_or_else(|| Error::Internal("no walk environment".into()))?;
+        guard::on_stack(&mut env.stack, f)
+    })
+}
+
 /// Measures the object at `obj` with `c`: its inclusive size, or its report in `format`.
 pub fn measure(c: &Compiled, obj: usize, format: Option<Format>) -> Result<Output, Error> {
     if obj == 0 {
