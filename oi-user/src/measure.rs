@@ -162,15 +162,7 @@ impl Measurer {
         features: &[String],
         is_return: bool,
     ) -> Result<Self, MeasureError> {
-        let mut opts = Options::default();
-        for f in features {
-            match f.as_str() {
-                "chase-raw-pointers" => opts.chase_raw_pointers = true,
-                "capture-keys" => opts.capture_keys = true,
-                "polymorphic-inheritance" => opts.polymorphic = true,
-                other => return Err(MeasureError::UnknownFeature(other.to_string())),
-            }
-        }
+        let opts = options_for(features)?;
         let vtables = if opts.polymorphic {
             vtables::vtable_ranges(binary)
         } else {
@@ -179,6 +171,76 @@ impl Measurer {
         dwarf::with_debug_info(binary, |di| {
             Self::build(di, function, args, opts, is_return, &vtables)
         })?
+    }
+
+    /// A measurer of one object of the class `die` defines, given by its address rather than
+    /// found at a probe: a program measuring its own objects (OIL). Its one root is named
+    /// `arg0` and is walked as a probed function's `const T&` argument would be (the object
+    /// itself is the root, the visited set is seeded with its address), so its report is the
+    /// one `oi-trace --arg arg0` prints for that argument. Walk it with [`Self::walk_object`]
+    /// or a walker compiled for [`Self::roots`]; it has no probe location to [`Self::measure`].
+    pub fn for_type(
+        binary: &Binary,
+        di: &dwarf::DebugInfo<'_>,
+        die: dwarf::DieRef,
+        features: &[String],
+    ) -> Result<Self, MeasureError> {
+        let opts = options_for(features)?;
+        let vtables = if opts.polymorphic {
+            vtables::vtable_ranges(binary)
+        } else {
+            HashMap::new()
+        };
+        let name = format!("`{}`", di.qualified_name(die)?.unwrap_or_default());
+        let types_err = |source| MeasureError::Types {
+            function: name.clone(),
+            source,
+        };
+        let mut b = Builder::new(di);
+        let ty = b.type_of(Some(die)).map_err(types_err)?;
+        let poly = if opts.polymorphic {
+            Self::derived_candidates(di, &mut b, &vtables).map_err(types_err)?
+        } else {
+            HashMap::new()
+        };
+        let tg = b.graph;
+        let mut pb = PlanBuilder::new(&tg, opts).with_polymorphism(poly);
+        let root = pb.root(ty).map_err(|source| MeasureError::Plan {
+            arg: "the object".into(),
+            function: name.clone(),
+            source,
+        })?;
+        Ok(Self {
+            plan: pb.finish(),
+            args: vec![ArgPlan {
+                name: "arg0".into(),
+                root,
+                location: Location::Unavailable("an object given by its address"),
+                deref: true,
+                size: tg.size(ty),
+            }],
+        })
+    }
+
+    /// The interpreter's stream of the first root for the object at `addr`, read through
+    /// `mem` (for [`Self::for_type`] measurers). Recurses as deep as the object nests: call
+    /// it on a thread with a stack of [`WALK_STACK`].
+    pub fn walk_object(
+        &self,
+        addr: u64,
+        load_bias: u64,
+        mem: &dyn MemoryReader,
+    ) -> Result<Vec<u64>, MeasureError> {
+        let a = self
+            .args
+            .first()
+            .ok_or_else(|| MeasureError::BadArgName { arg: "arg0".into() })?;
+        crate::interp::run(&self.plan, a.root, addr, mem, true, load_bias).map_err(|source| {
+            MeasureError::Walk {
+                arg: a.name.clone(),
+                source,
+            }
+        })
     }
 
     fn build(
@@ -582,6 +644,20 @@ impl Measurer {
             (Location::Unavailable(_), _) => Located::Unavailable,
         })
     }
+}
+
+/// The plan options the OI feature names ask for (`--feature`).
+pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
+    let mut opts = Options::default();
+    for f in features {
+        match f.as_str() {
+            "chase-raw-pointers" => opts.chase_raw_pointers = true,
+            "capture-keys" => opts.capture_keys = true,
+            "polymorphic-inheritance" => opts.polymorphic = true,
+            other => return Err(MeasureError::UnknownFeature(other.to_string())),
+        }
+    }
+    Ok(opts)
 }
 
 /// Where an argument's object is at a sample.

@@ -73,6 +73,7 @@ pub struct FixtureBuild {
     output: String,
     flags: Vec<String>,
     shared_libs: Vec<&'static str>,
+    oil: bool,
 }
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
@@ -84,7 +85,15 @@ impl FixtureBuild {
             output: source.to_string(),
             flags: Vec::new(),
             shared_libs: Vec::new(),
+            oil: false,
         }
+    }
+
+    /// Compiles against OIL: `-I oil/include` (rebuilt when `oil.h` changes) and linked to
+    /// `liboil.so` beside the `oi-trace` under test, with an rpath to it.
+    pub fn with_oil(mut self) -> Self {
+        self.oil = true;
+        self
     }
 
     /// A variant built from the same source (e.g. `-no-pie`) under another file name.
@@ -114,6 +123,7 @@ impl FixtureBuild {
                 &so,
                 &["-shared".into(), "-fPIC".into()],
                 &[],
+                &[],
             );
             link.extend([
                 format!("-L{}", out_dir.display()),
@@ -122,21 +132,45 @@ impl FixtureBuild {
             ]);
         }
         let out = out_dir.join(&self.output);
+        let mut flags = self.flags.clone();
+        let mut inputs = Vec::new();
+        if self.oil {
+            let include = workspace_root().join("oil/include");
+            let lib = oi_trace_bin()
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            assert!(
+                lib.join("liboil.so").exists(),
+                "{}/liboil.so missing: run `cargo xtask build`",
+                lib.display()
+            );
+            flags.push(format!("-I{}", include.display()));
+            inputs.push(include.join("oil.h"));
+            link.extend([
+                format!("-L{}", lib.display()),
+                "-loil".into(),
+                format!("-Wl,-rpath,{}", lib.display()),
+            ]);
+        }
         compile(
             &src_dir.join(format!("{}.cpp", self.source)),
             &out,
-            &self.flags,
+            &flags,
             &link,
+            &inputs,
         );
         out
     }
 }
 
-/// `g++ -g -O1 FLAGS -o OUT SRC LINK`, skipped when OUT is newer than SRC.
-fn compile(src: &Path, out: &Path, flags: &[String], link: &[String]) {
+/// `g++ -g -O1 FLAGS -o OUT SRC LINK`, skipped when OUT is newer than SRC and `inputs`.
+fn compile(src: &Path, out: &Path, flags: &[String], link: &[String], inputs: &[PathBuf]) {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let (Some(s), Some(o)) = (modified(src), modified(out))
-        && o > s
+    if let Some(o) = modified(out)
+        && std::iter::once(src)
+            .chain(inputs.iter().map(PathBuf::as_path))
+            .all(|i| modified(i).is_some_and(|m| o > m))
     {
         return;
     }

@@ -34,13 +34,14 @@ impl Figure {
 
 mod calls;
 
-const FIGURES: [&str; 6] = [
+const FIGURES: [&str; 7] = [
     "pause",
     "first-result",
     "probe-cost",
     "dwarf",
     "throughput",
     "calls",
+    "oil",
 ];
 
 pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
@@ -68,6 +69,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("calls") {
         calls::run(root, quick, &mut figures)?;
+    }
+    if wanted("oil") {
+        oil(quick, &mut figures)?;
     }
     report(root, &figures)
 }
@@ -440,6 +444,69 @@ fn throughput(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         goal: "report".into(),
         pass: None,
     });
+    Ok(())
+}
+
+/// Figure 6: OIL, a program measuring its own objects (`oil.h` + `liboil.so`). The program
+/// times the first `oil::size` of each type (debug information, plan, compilation and one
+/// walk), then `oil::size` in the steady state against a hand-written C++ walk of the same
+/// object computing the same number (checked equal), interleaved, in the same run.
+fn oil(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    let exe = FixtureBuild::new("oil_bench")
+        .variant("oil_bench", &["-O2"])
+        .with_oil()
+        .build();
+    let scale = if quick { 10 } else { 1 };
+    // (kind, elements, label, repetitions)
+    let objects = [
+        ("vecstr", 1_000_000 / scale, "vector<string>", 15),
+        ("mapstr", 100_000 / scale, "map<int,string>", 21),
+        (
+            "umap",
+            100_000 / scale,
+            "unordered_map<string,vector<int>>",
+            21,
+        ),
+        ("struct", 0, "struct of 20 members, 3 levels", 20_001),
+    ];
+    for (kind, n, label, reps) in objects {
+        let mut fixture = Fixture::start(&exe, &[kind, &n.to_string(), &reps.to_string()]);
+        let mut get = |key: &str| -> Result<f64> {
+            let line = fixture.stdout.expect(key, Duration::from_secs(300));
+            value_of(&line, &format!("{key} ")).with_context(|| format!("{key} in {line:?}"))
+        };
+        let first = get("first_ns")?;
+        let steady = get("oil_ns")?;
+        let native = get("native_ns")?;
+        let of_n = if n > 0 {
+            format!(" of {n}")
+        } else {
+            String::new()
+        };
+        figures.push(Figure {
+            name: format!("OIL first oil::size (DWARF, plan, compile, walk), {label}{of_n}"),
+            value: first / 1e3,
+            baseline: steady / 1e3,
+            unit: "µs",
+            goal: "report (vs steady state)".into(),
+            pass: None,
+        });
+        // Small objects take nanoseconds by hand.
+        let (scale, unit) = if native < 1e3 {
+            (1.0, "ns")
+        } else {
+            (1e3, "µs")
+        };
+        figures.push(Figure {
+            name: format!("OIL steady-state oil::size, {label}{of_n}"),
+            value: steady / scale,
+            baseline: native / scale,
+            unit,
+            goal: "≤ 1.2× hand-written walk".into(),
+            pass: Some(steady <= 1.2 * native),
+        });
+        drop(fixture);
+    }
     Ok(())
 }
 

@@ -26,7 +26,8 @@ struct Cli {
 enum Task {
     /// Install what building needs: nightly rust-src, LLVM for bpf-linker, bpf-linker, g++.
     Setup,
-    /// Set up, then build target/release/oi-trace with the eBPF object embedded.
+    /// Set up, then build target/release/oi-trace with the eBPF object embedded, and
+    /// target/release/liboil.so.
     Build,
     /// Set up, build, then run fmt and clippy checks and every test.
     Test {
@@ -43,7 +44,7 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
-        /// calls.
+        /// calls, oil.
         #[arg(long, value_name = "FIGURE")]
         only: Vec<String>,
     },
@@ -188,7 +189,9 @@ fn cargo() -> Command {
 }
 
 fn build() -> Result<()> {
-    run(cargo().args(["build", "--release", "--bin", "oi-trace"]))
+    run(cargo().args(["build", "--release", "--bin", "oi-trace"]))?;
+    // liboil.so (oil/include/oil.h), which the OIL journeys link.
+    run(cargo().args(["build", "--release", "-p", "oil"]))
 }
 
 fn test(cargo_args: &[String]) -> Result<()> {

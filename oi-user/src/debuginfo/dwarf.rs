@@ -559,6 +559,27 @@ impl<'a> DebugInfo<'a> {
         Ok(None)
     }
 
+    /// Every class/struct/union definition whose unqualified DWARF name satisfies `wanted`,
+    /// in unit and DIE order (for lookups by a name spelled differently from the compiler's,
+    /// such as a demangled type name).
+    pub fn definitions_where(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<DieRef>, DwarfError> {
+        self.index_definitions()?;
+        let mut found: Vec<DieRef> = {
+            let index = self.definitions.borrow();
+            index
+                .by_name
+                .iter()
+                .filter(|(name, _)| wanted(name))
+                .flat_map(|(_, dies)| dies.iter().copied())
+                .collect()
+        };
+        found.sort_unstable();
+        Ok(found)
+    }
+
     /// Puts the class definitions of every unit not yet indexed into the index.
     fn index_definitions(&self) -> Result<(), DwarfError> {
         for unit in 0..self.units.len() {

@@ -6,6 +6,7 @@ pub mod code;
 pub mod dwarf;
 pub mod elf;
 pub mod symbols;
+pub mod type_names;
 pub mod vtables;
 
 pub use elf::{Binary, ElfError};

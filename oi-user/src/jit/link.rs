@@ -18,9 +18,20 @@ use super::{CompiledWalker, JitError};
 
 pub(super) fn isa() -> Result<OwnedTargetIsa, JitError> {
     let err = |e: &dyn std::fmt::Display| JitError::Codegen(e.to_string());
+    // Baseline x86-64 only: the code runs in another process, maybe on another CPU model.
+    isa::lookup_by_name("x86_64-unknown-linux-gnu")
+        .map_err(|e| err(&e))?
+        .finish(flags(true)?)
+        .map_err(|e| err(&e))
+}
+
+/// The code generation settings of every walker; `is_pic` for code that runs in another
+/// process (cranelift-jit, for code of this process, requires it off).
+pub(super) fn flags(is_pic: bool) -> Result<settings::Flags, JitError> {
+    let err = |e: &dyn std::fmt::Display| JitError::Codegen(e.to_string());
     let mut flags = settings::builder();
     for (k, v) in [
-        ("is_pic", "true"),
+        ("is_pic", if is_pic { "true" } else { "false" }),
         ("opt_level", "speed"),
         // An outline probestack would be a call to a libcall; frames are small anyway.
         ("enable_probestack", "false"),
@@ -29,11 +40,7 @@ pub(super) fn isa() -> Result<OwnedTargetIsa, JitError> {
     ] {
         flags.set(k, v).map_err(|e| err(&e))?;
     }
-    // Baseline x86-64 only: the code runs in another process, maybe on another CPU model.
-    isa::lookup_by_name("x86_64-unknown-linux-gnu")
-        .map_err(|e| err(&e))?
-        .finish(settings::Flags::new(flags))
-        .map_err(|e| err(&e))
+    Ok(settings::Flags::new(flags))
 }
 
 /// A compiled function: its bytes and its calls to other functions of the blob

@@ -48,6 +48,7 @@
 
 pub mod cache;
 mod codegen;
+pub mod in_process;
 mod link;
 
 #[cfg(test)]
@@ -237,16 +238,21 @@ pub enum JitError {
 
 /// Compiles the walk of `roots` (plan nodes of the measured arguments, in argument order).
 pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError> {
+    check_plan(plan, roots)?;
+    let isa = link::isa()?;
+    let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
+    link::link(&isa, funcs)
+}
+
+/// What code generation requires of (plan, roots), for either backend.
+fn check_plan(plan: &Plan, roots: &[NodeId]) -> Result<(), JitError> {
     if roots.len() > MAX_ROOTS {
         return Err(JitError::TooManyRoots(roots.len()));
     }
     if let Some(&bad) = roots.iter().find(|&&r| r >= plan.nodes.len()) {
         return Err(JitError::NoSuchNode(bad));
     }
-    check_references(plan)?;
-    let isa = link::isa()?;
-    let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
-    link::link(&isa, funcs)
+    check_references(plan)
 }
 
 /// Every node a plan node refers to exists (code generation indexes them freely).

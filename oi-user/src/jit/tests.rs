@@ -266,6 +266,11 @@ fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec
     assert_eq!(s, STATUS_DONE, "{probe}: {:?}", check_status(&r.frame));
     let got = r.streams(roots.len());
     assert_eq!(got, want, "{probe}: JIT and interpreter streams differ");
+    assert_eq!(
+        in_process_streams(m.plan(), &roots, addrs),
+        want,
+        "{probe}: in-process (OIL) and interpreter streams differ"
+    );
     // And the decoder accepts it, like the interpreter's.
     for (root, s) in roots.iter().zip(&got) {
         let mut out = Vec::new();
@@ -274,6 +279,32 @@ fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec
         crate::report::decode(m.plan(), *root, s, &mut sink).expect("decode");
     }
     got
+}
+
+/// The in-process backend (OIL) on the same objects, called on this thread's stack.
+fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u64>> {
+    let w = in_process::LocalWalker::compile(plan, roots).expect("compile in process");
+    let mut out_len = 64;
+    loop {
+        let mut r = Run::new(addrs, out_len);
+        r.frame.out = r.out.as_mut_ptr() as u64;
+        r.frame.out_len = out_len as u64;
+        r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+        r.frame.scratch_len = SCRATCH_BYTES;
+        r.frame.bias = lib().bias;
+        // SAFETY: the buffers outlive the call; the objects are live in this process; the
+        // test thread's stack is larger than the walker's default 256 KiB.
+        let s = unsafe { w.call(&mut r.frame) };
+        assert!(
+            r.out[out_len..].iter().all(|&b| b == 0xAB),
+            "wrote past out_len"
+        );
+        match s {
+            STATUS_FULL => out_len = r.frame.out_used as usize,
+            STATUS_DONE => return r.streams(roots.len()),
+            _ => panic!("in-process walk: {:?}", check_status(&r.frame)),
+        }
+    }
 }
 
 #[test]

@@ -102,6 +102,7 @@ pub fn decode(
         path: Vec::new(),
         statics: &mut statics,
         depth: 0,
+        record: true,
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
@@ -115,6 +116,7 @@ pub fn decode(
         path: Vec::new(),
         statics: &mut statics,
         depth: 0,
+        record: true,
     };
     print.node(root, None)?;
     Ok(())
@@ -133,15 +135,18 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u64]) -> Result<u64, Repo
         path: Vec::new(),
         statics: &mut statics,
         depth: 0,
+        record: false,
     };
     d.node(root, None)
 }
 
 /// What a node's children are, once its own words are read.
-enum Children {
+enum Children<'p> {
     None,
-    /// Struct members.
-    Members(Vec<NodeId>),
+    /// Struct members (offset, node), borrowed from the plan: no allocation per node.
+    Members(&'p [(u64, NodeId)]),
+    /// The two children of a pair or a map entry.
+    Two(NodeId, NodeId),
     /// `count` times the same element node.
     Repeat(NodeId, u64),
     One(NodeId),
@@ -159,6 +164,8 @@ struct Decoder<'a, 's> {
     statics: &'s mut Vec<Option<u64>>,
     /// Dynamic nodes open above this one (counted as the walker counts its nesting).
     depth: u32,
+    /// Pass 1 keeps the sizes for pass 2; a sizing alone ([`total_size`]) does not.
+    record: bool,
 }
 
 impl Decoder<'_, '_> {
@@ -278,10 +285,7 @@ impl Decoder<'_, '_> {
         let (exclusive, children) = match &n.op {
             Op::Leaf => (s, Children::None),
             Op::Bitfield => (0, Children::None),
-            Op::Struct { members, padding } => (
-                *padding,
-                Children::Members(members.iter().map(|m| m.1).collect()),
-            ),
+            Op::Struct { members, padding } => (*padding, Children::Members(members)),
             Op::Array {
                 elem,
                 count,
@@ -297,7 +301,7 @@ impl Decoder<'_, '_> {
                         .static_size
                         .saturating_add(plan.nodes[second.1].static_size),
                 );
-                (e, Children::Members(vec![first.1, second.1]))
+                (e, Children::Two(first.1, second.1))
             }
             Op::Entry {
                 key,
@@ -312,7 +316,7 @@ impl Decoder<'_, '_> {
                         .static_size
                         .saturating_add(plan.nodes[value.1].static_size),
                 );
-                (e, Children::Members(vec![key.1, value.1]))
+                (e, Children::Two(key.1, value.1))
             }
             Op::String(l) => {
                 let (len, cap) = (self.word()?, self.bounded(MAX_BYTES, "string capacity")?);
@@ -425,18 +429,13 @@ impl Decoder<'_, '_> {
         let has_children = match &children {
             Children::None => false,
             Children::Members(m) => !m.is_empty(),
+            Children::Two(..) => true,
             Children::Repeat(_, c) => *c > 0,
             Children::One(_) => true,
         };
-        let name = match (&data, name) {
-            (Some(d), _) => format!("[{}]", d.label()),
-            (None, Some(nm)) => nm,
-            (None, None) => n.name.clone(),
-        };
-
         if !printing {
             // Pass 1: reserve this node's slot before its children's (pre-order).
-            let slot = has_children.then(|| {
+            let slot = (self.record && has_children).then(|| {
                 self.sizes.push(0);
                 self.sizes.len() - 1
             });
@@ -447,6 +446,12 @@ impl Decoder<'_, '_> {
             return Ok(size);
         }
 
+        // Only printers see names: the sizing pass allocates nothing per node.
+        let name = match (&data, name) {
+            (Some(d), _) => format!("[{}]", d.label()),
+            (None, Some(nm)) => nm,
+            (None, None) => n.name.clone(),
+        };
         let size = if !n.dynamic {
             self.static_total(id)
         } else if has_children {
@@ -484,14 +489,43 @@ impl Decoder<'_, '_> {
             Children::None => 0,
             Children::Members(m) => {
                 let mut t = 0u64;
-                for &id in m {
+                for &(_, id) in *m {
                     t = t.saturating_add(self.node(id, None)?);
                 }
                 t
             }
+            Children::Two(a, b) => self.node(*a, None)?.saturating_add(self.node(*b, None)?),
             Children::Repeat(id, count) => {
-                if !self.plan.nodes[*id].dynamic {
+                let plan = self.plan;
+                if !plan.nodes[*id].dynamic {
                     self.static_total(*id).saturating_mul(*count)
+                } else if let Op::String(l) = &plan.nodes[*id].op {
+                    // Elements that are strings are leaves: sized in one loop, exactly as
+                    // `node` would size each (same words, bounds and depth limit).
+                    if *count > 0 && self.depth >= MAX_DEPTH {
+                        return Err(ReportError::Corrupt(format!(
+                            "nested deeper than {MAX_DEPTH} levels"
+                        )));
+                    }
+                    let words = usize::try_from(*count)
+                        .ok()
+                        .and_then(|c| c.checked_mul(2))
+                        .and_then(|n| self.pos.checked_add(n))
+                        .and_then(|end| self.stream.get(self.pos..end))
+                        .ok_or(ReportError::Truncated)?;
+                    let end = self.pos + words.len();
+                    let mut t = 0u64;
+                    for w in words.chunks_exact(2) {
+                        if w[1] > MAX_BYTES {
+                            return Err(ReportError::Corrupt(format!(
+                                "implausible string capacity {}",
+                                w[1]
+                            )));
+                        }
+                        t = t.saturating_add(l.account(w[0], w[1]).0);
+                    }
+                    self.pos = end;
+                    t
                 } else {
                     let mut t = 0u64;
                     for _ in 0..*count {
@@ -508,9 +542,13 @@ impl Decoder<'_, '_> {
         match c {
             Children::None => {}
             Children::Members(m) => {
-                for &id in m {
+                for &(_, id) in *m {
                     self.node(id, None)?;
                 }
+            }
+            Children::Two(a, b) => {
+                self.node(*a, None)?;
+                self.node(*b, None)?;
             }
             Children::Repeat(id, count) => {
                 let alike = !self.plan.nodes[*id].dynamic;
@@ -627,6 +665,60 @@ mod tests {
             v[0]["members"][0]["members"].as_array().map(Vec::len),
             Some(3)
         );
+    }
+
+    /// Elements that are strings are sized in one loop: the same sizes as the printing
+    /// pass, and the same errors for short or forged streams.
+    #[test]
+    fn vector_of_strings_sizes_like_printing() {
+        let mut plan = Plan::default();
+        plan.nodes.push(node(
+            "[]",
+            "string",
+            32,
+            Op::String(StringLayout {
+                ptr_off: 0,
+                len_off: 8,
+                cap_off: 16,
+                char_size: 1,
+                size: 32,
+            }),
+        ));
+        plan.nodes.push(node(
+            "a0",
+            "std::vector<string>",
+            24,
+            Op::Vector {
+                layout: VectorLayout {
+                    start_off: 0,
+                    finish_off: 8,
+                    eos_off: 16,
+                    elem_size: 32,
+                    size: 24,
+                },
+                elem: 0,
+            },
+        ));
+        plan.compute_dynamic();
+        // 3 strings, capacity 4: inline, 40 on the heap, inline.
+        let stream = [0x1000, 3, 4, 5, 0, 40, 40, 1, 0];
+        let total = total_size(&plan, 1, &stream).expect("size");
+        assert_eq!(total, 24 + 32 + 32 + (32 + 40) + 32);
+        let mut out = Vec::new();
+        let mut sink = json::JsonSink::new(&mut out, false);
+        sink.start_sample().expect("start");
+        decode(&plan, 1, &stream, &mut sink).expect("decode");
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(text.starts_with(&format!("[{{\"size\":{total},")), "{text}");
+        assert!(matches!(
+            total_size(&plan, 1, &stream[..8]),
+            Err(ReportError::Truncated)
+        ));
+        let forged = [0x1000, 1, 1, 5, u64::MAX];
+        assert!(matches!(
+            total_size(&plan, 1, &forged),
+            Err(ReportError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -1,0 +1,175 @@
+//! The in-process backend (OIL): the same walker as the target backend, compiled with
+//! cranelift-jit into executable memory of *this* process, for a program that measures its
+//! own objects.
+//!
+//! The IR is `codegen::generate`'s, function for function, so both backends walk a plan
+//! with one body of code and write the same stream (`tests.rs` runs every differential test
+//! on both). Only the last step differs: instead of `link`'s relocation-free blob for
+//! another process, cranelift-jit (the crate's intended use: code for the current process)
+//! places the functions in one contiguous reservation of this process
+//! (`ArenaMemoryProvider`, so the PC-relative calls between them always reach), resolves
+//! their calls, and maps them read-execute (never writable and executable at once). The
+//! code is tuned for this CPU (`cranelift-native`), since it never leaves this process.
+//!
+//! Never runs the code: the caller gives it a stack and contains its faults (a walk reads
+//! whatever the object's pointers say), as the `oil` crate does. Like the target backend,
+//! the code calls nothing outside itself (a relocation to anything else fails the
+//! compilation), so no symbol of this process is ever looked up.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use cranelift_codegen::binemit::Reloc;
+use cranelift_codegen::ir::ExternalName;
+use cranelift_codegen::{Context, FinalizedRelocTarget};
+use cranelift_jit::{ArenaMemoryProvider, JITBuilder, JITModule};
+use cranelift_module::{Module, default_libcall_names};
+
+use super::{JitError, WalkFrame, check_plan, codegen, link};
+use crate::plan::{NodeId, Plan};
+
+/// Address space reserved for one walker's code (only what is used is ever mapped
+/// accessible). Walkers of the largest plans seen are a few MiB.
+const CODE_RESERVATION: usize = 256 << 20;
+
+/// A walker compiled into this process. The code stays mapped as long as this value lives.
+pub struct LocalWalker {
+    entry: unsafe extern "sysv64" fn(*mut WalkFrame) -> u64,
+    code: Range<usize>,
+    /// Owns the executable memory; only touched again to free it (`Drop`). A mutex makes
+    /// the walker `Sync` without ever being locked while the code runs.
+    module: Mutex<Option<JITModule>>,
+}
+
+impl std::fmt::Debug for LocalWalker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalWalker")
+            .field(
+                "code",
+                &format_args!("{:#x}..{:#x}", self.code.start, self.code.end),
+            )
+            .finish()
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> JitError {
+    JitError::Codegen(e.to_string())
+}
+
+impl LocalWalker {
+    /// Compiles the walk of `roots` (plan nodes, in argument order) into this process.
+    pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
+        check_plan(plan, roots)?;
+        let isa = cranelift_native::builder()
+            .map_err(err)?
+            .finish(link::flags(false)?)
+            .map_err(err)?;
+        let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
+        let count = funcs.len();
+        let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+        let arena = ArenaMemoryProvider::new_with_size(CODE_RESERVATION).map_err(err)?;
+        builder.memory_provider(Box::new(arena));
+        let mut module = JITModule::new(builder);
+        // Function ids are the index of each function, as `codegen` names its callees.
+        let mut ids = Vec::with_capacity(count);
+        for (i, f) in funcs.iter().enumerate() {
+            let id = module
+                .declare_anonymous_function(&f.signature)
+                .map_err(err)?;
+            if id.as_u32() as usize != i {
+                return Err(err(format!("function {i} was declared as {id}")));
+            }
+            ids.push(id);
+        }
+        let mut sizes = Vec::with_capacity(count);
+        let mut ctx = Context::new();
+        for (f, &id) in funcs.into_iter().zip(&ids) {
+            // Callee names, before defining borrows the context.
+            let names = f.params.user_named_funcs().clone();
+            ctx.func = f;
+            module
+                .define_function(id, &mut ctx)
+                .map_err(|e| JitError::Codegen(format!("{e:?}")))?;
+            let code = ctx
+                .compiled_code()
+                .ok_or_else(|| err("no code after compiling"))?;
+            for r in code.buffer.relocs() {
+                let own = match &r.target {
+                    FinalizedRelocTarget::ExternalName(ExternalName::User(name)) => names
+                        .get(*name)
+                        .is_some_and(|n| n.namespace == 0 && (n.index as usize) < count),
+                    FinalizedRelocTarget::Func(_) => true,
+                    _ => false,
+                };
+                if !own || !matches!(r.kind, Reloc::X86CallPCRel4 | Reloc::X86PCRel4) {
+                    return Err(JitError::Relocation(format!(
+                        "{:?} to {:?} at +{:#x}",
+                        r.kind, r.target, r.offset
+                    )));
+                }
+            }
+            sizes.push(code.code_info().total_size as usize);
+            ctx.clear();
+        }
+        module.finalize_definitions().map_err(err)?;
+        let starts: Vec<usize> = ids
+            .iter()
+            .map(|&id| module.get_finalized_function(id) as usize)
+            .collect();
+        let code = starts.iter().copied().min().unwrap_or(0)
+            ..starts
+                .iter()
+                .zip(&sizes)
+                .map(|(s, n)| s + n)
+                .max()
+                .unwrap_or(0);
+        let entry = starts
+            .get(codegen::FN_ENTRY as usize)
+            .copied()
+            .ok_or_else(|| err("no entry function"))?;
+        // SAFETY: the entry function was generated with exactly this signature (System V,
+        // one pointer argument, one u64 result) and is finalized (mapped read-execute).
+        let entry = unsafe {
+            std::mem::transmute::<usize, unsafe extern "sysv64" fn(*mut WalkFrame) -> u64>(entry)
+        };
+        Ok(Self {
+            entry,
+            code,
+            module: Mutex::new(Some(module)),
+        })
+    }
+
+    /// Where the walker's code lies: a fault with its instruction pointer in this range is
+    /// the walk's (the code calls nothing outside it).
+    pub fn code_range(&self) -> Range<usize> {
+        self.code.clone()
+    }
+
+    /// Runs the walk described by `frame` on the calling thread and stack; returns the status
+    /// (also in `frame.status`). See the module doc of `jit` for the frame's contract.
+    ///
+    /// # Safety
+    /// `frame.out[..out_len]` and `frame.scratch[..scratch_len]` must be writable memory that
+    /// nothing else uses during the call, and at least `frame.stack_len` bytes (256 KiB if 0)
+    /// of the current stack must be free below the caller. The walk reads the objects at
+    /// `frame.args` with plain loads: a bad pointer in them faults (SIGSEGV/SIGBUS), which
+    /// the caller must be ready to contain.
+    pub unsafe fn call(&self, frame: &mut WalkFrame) -> u64 {
+        // SAFETY: the caller upholds the contract above; the code is alive while `self` is.
+        unsafe { (self.entry)(frame) }
+    }
+}
+
+impl Drop for LocalWalker {
+    fn drop(&mut self) {
+        let module = self
+            .module
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(m) = module {
+            // SAFETY: `&mut self`: nobody can be running this walker's code any more.
+            unsafe { m.free_memory() };
+        }
+    }
+}

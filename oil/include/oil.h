@@ -1,0 +1,162 @@
+// oil.h: the footprint of your own C++ objects, with the numbers oi-trace gives.
+//
+//   #include <oil.h>
+//   std::string j = oil::json(cache);   // the JSON `oi-trace --format json` prints for it
+//   std::string t = oil::tree(cache);   // the readable tree (`--format tree`)
+//   std::size_t n = oil::size(cache);   // its inclusive size in bytes (the root's `size`)
+//
+// Build with g++ -g (-std=c++17 or later) and link liboil.so:
+//   g++ -g -std=c++17 -I oil/include app.cpp -L target/release -loil -Wl,-rpath,$PWD/target/release
+//
+// The type is found from typeid(T) in the debug information of the module that uses it (the
+// executable or a shared library, or their separate debug files); the walker is compiled at
+// the first call for each (type, features) and kept for the life of the process, so later
+// calls cost the walk only. Calls are thread-safe. Failures (no debug information, type not
+// found, a corrupt object) throw oil::Error with a one-line message; a corrupt object never
+// crashes the program. The object must not be modified by another thread during the call.
+#ifndef OIL_H
+#define OIL_H
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <vector>
+
+extern "C" {
+struct oil_type;
+typedef void (*oil_append_fn)(void* ctx, const char* bytes, std::size_t len);
+const oil_type* oil_type_lookup(const char* type_name, std::size_t type_size,
+                                const void* const* hints, std::size_t nhints,
+                                const char* const* features, std::size_t nfeatures,
+                                oil_append_fn error, void* error_ctx);
+int oil_size(const oil_type* type, const void* object, std::uint64_t* size, oil_append_fn error,
+             void* error_ctx);
+int oil_report(const oil_type* type, const void* object, int format, oil_append_fn append,
+               void* out_ctx, void* error_ctx);
+std::uint64_t oil_compilations(void);
+}
+
+namespace oil {
+
+// OI feature names, as oi-trace's --feature: "chase-raw-pointers", "capture-keys",
+// "polymorphic-inheritance".
+struct Options {
+    std::vector<std::string> features;
+};
+
+class Error : public std::runtime_error {
+    using runtime_error::runtime_error;
+};
+
+namespace detail {
+
+struct Text {
+    std::string text;
+    bool failed = false;
+};
+
+inline void append(void* ctx, const char* bytes, std::size_t len) noexcept {
+    Text* t = static_cast<Text*>(ctx);
+    try {
+        t->text.append(bytes, len);
+    } catch (...) {
+        t->failed = true;
+    }
+}
+
+// An address in the code of the module this is compiled into (always inlined, so never a
+// copy in another module): where the type's debug information is looked for first.
+__attribute__((always_inline)) inline const void* here() {
+#if defined(__x86_64__)
+    const void* p;
+    __asm__("leaq 0(%%rip), %0" : "=r"(p));
+    return p;
+#else
+    return __builtin_return_address(0);
+#endif
+}
+
+inline const oil_type* lookup(const std::type_info& type, std::size_t size,
+                              const void* const* hints, std::size_t nhints,
+                              const Options& opts) {
+    std::vector<const char*> features;
+    features.reserve(opts.features.size());
+    for (const std::string& f : opts.features) features.push_back(f.c_str());
+    Text error;
+    const oil_type* t = oil_type_lookup(type.name(), size, hints, nhints, features.data(),
+                                        features.size(), &append, &error);
+    if (t == nullptr) throw Error(error.failed ? "oil: out of memory" : error.text);
+    return t;
+}
+
+template <class T>
+const oil_type* type_of(const T& obj, const Options& opts) {
+    static_assert(std::is_class<T>::value || std::is_union<T>::value,
+                  "oil measures objects of class, struct or union type");
+    const void* hints[3];
+    std::size_t n = 0;
+    hints[n++] = here();
+    if constexpr (std::is_polymorphic<T>::value) {
+        // The vtable lives in the module that defines the class's key function.
+        hints[n++] = *reinterpret_cast<const void* const*>(&obj);
+    }
+    hints[n++] = &typeid(T);
+    if (!opts.features.empty()) return lookup(typeid(T), sizeof(T), hints, n, opts);
+    // The common case skips even the library's cache lookup after the first call.
+    static std::atomic<const oil_type*> cached{nullptr};
+    const oil_type* t = cached.load(std::memory_order_acquire);
+    if (t == nullptr) {
+        t = lookup(typeid(T), sizeof(T), hints, n, opts);
+        cached.store(t, std::memory_order_release);
+    }
+    return t;
+}
+
+template <class T>
+std::string report(const T& obj, const Options& opts, int format) {
+    const oil_type* t = type_of(obj, opts);
+    Text out, error;
+    if (oil_report(t, &obj, format, &append, &out, &error) != 0)
+        throw Error(error.failed ? "oil: out of memory" : error.text);
+    if (out.failed) throw std::bad_alloc();
+    return std::move(out.text);
+}
+
+}  // namespace detail
+
+// The JSON report oi-trace prints for this object as a probed function's arg0
+// (`oi-trace --format json`), byte for byte, newline included.
+template <class T>
+std::string json(const T& obj, const Options& opts = {}) {
+    return detail::report(obj, opts, 0);
+}
+
+// The same as a readable tree (`oi-trace --format tree`).
+template <class T>
+std::string tree(const T& obj, const Options& opts = {}) {
+    return detail::report(obj, opts, 2);
+}
+
+// The object's inclusive size in bytes: the `size` of the report's root.
+template <class T>
+std::size_t size(const T& obj, const Options& opts = {}) {
+    const oil_type* t = detail::type_of(obj, opts);
+    detail::Text error;
+    std::uint64_t s = 0;
+    if (oil_size(t, &obj, &s, &detail::append, &error) != 0)
+        throw Error(error.failed ? "oil: out of memory" : error.text);
+    return static_cast<std::size_t>(s);
+}
+
+// How many walkers this process has built (a test's way to see that concurrent first calls
+// compile once).
+inline std::uint64_t compilations() { return oil_compilations(); }
+
+}  // namespace oil
+
+#endif  // OIL_H

@@ -1,0 +1,157 @@
+//! From a type's name to a compiled walker: the C++ name (`typeid(T).name()` demangled), the
+//! module whose DWARF defines it (the modules holding the caller's code, the object's
+//! vtable and the `type_info` object, then every other loaded module), its definition there
+//! (`debuginfo::type_names`), the plan (`Measurer::for_type`, the same `typegraph` → `plan`
+//! code as oi-trace), and the walker (`jit::in_process`).
+//!
+//! Reads files (the modules and their separate debug files, as `debuginfo` finds them) and
+//! compiles; never reads the program's memory.
+
+use oi_trace::debuginfo::Binary;
+use oi_trace::debuginfo::dwarf::{self, DwarfError};
+use oi_trace::debuginfo::type_names::demangle_type;
+use oi_trace::jit::in_process::LocalWalker;
+use oi_trace::measure::Measurer;
+use oi_trace::plan::NodeId;
+
+use crate::Error;
+use crate::modules::{self, Module};
+
+/// Everything a measurement of one (type, features) needs, built once.
+pub struct Compiled {
+    /// The C++ name, as the demangler spells it.
+    pub name: String,
+    pub measurer: Measurer,
+    pub walker: LocalWalker,
+    pub root: NodeId,
+    /// Load bias of the module whose DWARF describes the type (vtable ranges are ELF
+    /// addresses of that module).
+    pub bias: u64,
+}
+
+/// The C++ name of `type_name`: a mangled type (`typeid(T).name()`), else taken as a C++ name
+/// already (`app::State`, from the Rust API).
+pub fn cxx_name(type_name: &str) -> Result<String, Error> {
+    if let Some(n) = demangle_type(type_name) {
+        return Ok(n);
+    }
+    let plausible = !type_name.is_empty()
+        && type_name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_' || c == '(')
+        && !type_name.starts_with("_Z");
+    if plausible {
+        Ok(type_name.trim().to_string())
+    } else {
+        Err(Error::BadTypeName(type_name.to_string()))
+    }
+}
+
+/// Finds, plans and compiles the walker of `name` (a C++ name) of `size` bytes (if known),
+/// looking in the modules that hold `hints` first, then in every other loaded module.
+pub fn compile(
+    name: &str,
+    size: Option<u64>,
+    hints: &[usize],
+    features: &[String],
+) -> Result<Compiled, Error> {
+    let mut why_not: Vec<String> = Vec::new();
+    let mut mismatch = None;
+    let candidates = modules::by_addresses(hints, true);
+    for module in &candidates {
+        match plan_in(module, name, size, features) {
+            Ok(Found::Yes(measurer)) => {
+                let roots = measurer.roots();
+                let root = *roots
+                    .first()
+                    .ok_or_else(|| Error::Internal("no root".into()))?;
+                let walker = LocalWalker::compile(measurer.plan(), &roots).map_err(|e| {
+                    Error::Build(format!("cannot compile the walk of `{name}`: {e}"))
+                })?;
+                return Ok(Compiled {
+                    name: name.to_string(),
+                    measurer,
+                    walker,
+                    root,
+                    bias: module.bias,
+                });
+            }
+            Ok(Found::OtherSizes(sizes)) => {
+                mismatch.get_or_insert((module.path.clone(), sizes));
+            }
+            Ok(Found::No) => why_not.push(format!(
+                "`{name}` is not defined in the debug information of {}",
+                module.path.display()
+            )),
+            Err(PlanIn::NoDebugInfo(e)) => why_not.push(e.to_string()),
+            // A module whose DWARF defines the type but that cannot be planned is an error
+            // about that type, not a reason to look further.
+            Err(PlanIn::Fatal(e)) => return Err(e),
+        }
+    }
+    if let (Some((path, sizes)), Some(size)) = (mismatch, size) {
+        return Err(Error::SizeMismatch {
+            ty: name.to_string(),
+            module: path.display().to_string(),
+            dwarf: sizes
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" or "),
+            size,
+        });
+    }
+    // The reason that concerns the module the caller named first (its own code) is the one
+    // to give; the others are counted.
+    let first = why_not
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "no module of this process has a file to read".into());
+    Err(Error::NotFound {
+        ty: name.to_string(),
+        reason: first,
+        others: why_not.len().saturating_sub(1),
+    })
+}
+
+enum Found {
+    Yes(Measurer),
+    No,
+    /// Defined, but with other sizes than the program's `sizeof`.
+    OtherSizes(Vec<u64>),
+}
+
+enum PlanIn {
+    /// This module cannot say (no debug information, unreadable): look further.
+    NoDebugInfo(String),
+    Fatal(Error),
+}
+
+fn plan_in(
+    module: &Module,
+    name: &str,
+    size: Option<u64>,
+    features: &[String],
+) -> Result<Found, PlanIn> {
+    let binary = Binary::open(&module.path).map_err(|e| PlanIn::NoDebugInfo(e.to_string()))?;
+    let found = dwarf::with_debug_info(&binary, |di| -> Result<Found, PlanIn> {
+        let fatal = |e: DwarfError| PlanIn::Fatal(Error::Build(e.to_string()));
+        match di.find_type(name, size).map_err(fatal)? {
+            Some(die) => Measurer::for_type(&binary, di, die, features)
+                .map(Found::Yes)
+                .map_err(|e| PlanIn::Fatal(Error::Build(e.to_string()))),
+            None if size.is_some() => {
+                let sizes = di.type_sizes(name).map_err(fatal)?;
+                Ok(if sizes.is_empty() {
+                    Found::No
+                } else {
+                    Found::OtherSizes(sizes)
+                })
+            }
+            None => Ok(Found::No),
+        }
+    });
+    // No debug information, or none we can read: the next module may have it.
+    found.unwrap_or_else(|e| Err(PlanIn::NoDebugInfo(e.to_string())))
+}

@@ -1,0 +1,239 @@
+//! One measurement on the calling thread: the compiled walker on the object (contained by
+//! `guard`), the interpreter when the walker faults or finds the object corrupt, then the
+//! `report` decoder, exactly as oi-trace decodes a sample.
+//!
+//! Each thread keeps what a walk needs between calls (a walk stack, the visited-set table,
+//! an output buffer and its generation counter), so that a call in the steady state costs
+//! the walk and the decoding and nothing else. Never writes to the measured object.
+
+use std::cell::RefCell;
+use std::ptr;
+
+use oi_trace::interp::RemoteReader;
+use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
+use oi_trace::measure::{OutputFormat, WALK_STACK};
+use oi_trace::report;
+
+use crate::guard::{self, STATUS_FAULT, WalkStack};
+use crate::resolve::Compiled;
+use crate::{Error, Format};
+
+/// Output buffer a thread starts with, in words (grown to what a walk needs, then kept).
+const FIRST_OUT_WORDS: usize = 8 << 10;
+
+/// What one thread keeps between measurements.
+struct Env {
+    stack: WalkStack,
+    /// The visited-set table (`SCRATCH_BYTES`, zero pages until touched).
+    scratch: Scratch,
+    out: Vec<u64>,
+    /// The walker's generation tag for the scratch table, kept between calls.
+    generation: u64,
+}
+
+/// An anonymous mapping: zeroed by the kernel and only the slots a walk touches cost memory.
+struct Scratch(*mut libc::c_void);
+
+impl Scratch {
+    fn new() -> Result<Self, Error> {
+        // SAFETY: a fresh private anonymous mapping owned by the value.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                SCRATCH_BYTES as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::Internal(format!(
+                "cannot map the walk's visited-set table: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(Self(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping; no walk runs (the Env is borrowed by one).
+        unsafe {
+            libc::munmap(self.0, SCRATCH_BYTES as usize);
+        }
+    }
+}
+
+impl Env {
+    fn new() -> Result<Self, Error> {
+        Ok(Self {
+            stack: WalkStack::new(WALK_STACK).map_err(|e| Error::Internal(e.to_string()))?,
+            scratch: Scratch::new()?,
+            out: vec![0; FIRST_OUT_WORDS],
+            generation: 0,
+        })
+    }
+}
+
+thread_local! {
+    static ENV: RefCell<Option<Env>> = const { RefCell::new(None) };
+}
+
+/// What a measurement produces.
+pub enum Output {
+    Size(u64),
+    Text(String),
+}
+
+/// Runs `f` on this thread's walk stack (building a walker recurses as deep as the type
+/// nests, and the calling thread's own stack may be small).
+pub fn on_walk_stack<R>(f: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {
+    ENV.with(|cell| {
+        let mut guard = cell.try_borrow_mut().map_err(|_| Error::Reentrant)?;
+        if guard.is_none() {
+            *guard = Some(Env::new()?);
+        }
+        let env = guard
+            .as_mut()
+            .ok_or_else(|| Error::Internal("no walk environment".into()))?;
+        guard::on_stack(&mut env.stack, f)
+    })
+}
+
+/// Measures the object at `obj` with `c`: its inclusive size, or its report in `format`.
+pub fn measure(c: &Compiled, obj: usize, format: Option<Format>) -> Result<Output, Error> {
+    if obj == 0 {
+        return Err(Error::Null);
+    }
+    ENV.with(|cell| {
+        let mut guard = cell.try_borrow_mut().map_err(|_| Error::Reentrant)?;
+        if guard.is_none() {
+            *guard = Some(Env::new()?);
+        }
+        let env = guard
+            .as_mut()
+            .ok_or_else(|| Error::Internal("no walk environment".into()))?;
+        measure_in(env, c, obj, format)
+    })
+}
+
+fn measure_in(
+    env: &mut Env,
+    c: &Compiled,
+    obj: usize,
+    format: Option<Format>,
+) -> Result<Output, Error> {
+    let native = walk_native(env, c, obj)?;
+    let Env { stack, out, .. } = env;
+    match native {
+        Some(words) => {
+            let stream = &out[1..1 + words];
+            guard::on_stack(stack, || decode(c, stream, format))
+        }
+        None => {
+            // The walker faulted or found the object corrupt: the interpreter reads through
+            // process_vm_readv, which fails with EFAULT where a load would fault, and says
+            // which read failed (or succeeds, if another thread repaired the object).
+            let mem = RemoteReader::new(std::process::id() as i32);
+            guard::on_stack(stack, || {
+                let stream = c
+                    .measurer
+                    .walk_object(obj as u64, c.bias, &mem)
+                    .map_err(|e| Error::Walk {
+                        ty: c.name.clone(),
+                        addr: obj as u64,
+                        reason: walk_reason(&e),
+                    })?;
+                decode(c, &stream, format)
+            })
+        }
+    }
+}
+
+/// The interpreter's reason, without the probe wording (`walking `arg0` failed: `).
+fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
+    match e {
+        oi_trace::measure::MeasureError::Walk { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs the compiled walker; `Some(n)`: the stream is `out[1..1 + n]`; `None`: it faulted or
+/// found the object corrupt (ask the interpreter).
+fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>, Error> {
+    loop {
+        let mut frame = WalkFrame {
+            out: env.out.as_mut_ptr() as u64,
+            out_len: (env.out.len() * 8) as u64,
+            scratch: env.scratch.0 as u64,
+            scratch_len: SCRATCH_BYTES,
+            generation: env.generation,
+            nargs: 1,
+            bias: c.bias,
+            stack_len: RECOMMENDED_STACK,
+            ..Default::default()
+        };
+        frame.args[0] = obj as u64;
+        let (status, _fault_addr) = guard::run_walker(&mut env.stack, &c.walker, &mut frame)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        match status {
+            jit::STATUS_DONE => {
+                env.generation = frame.generation;
+                let used = (frame.out_used / 8) as usize;
+                let words = env.out.get(..used).unwrap_or_default();
+                return match words.first() {
+                    Some(&n) if (n as usize) < used => Ok(Some(n as usize)),
+                    _ => Err(Error::Internal(format!(
+                        "the walker's output is malformed ({used} words)"
+                    ))),
+                };
+            }
+            jit::STATUS_FULL => {
+                env.generation = frame.generation;
+                let need = (frame.out_used as usize).div_ceil(8);
+                if need <= env.out.len() {
+                    return Err(Error::Internal(
+                        "the walker asked for no more output".into(),
+                    ));
+                }
+                env.out.resize(need, 0);
+            }
+            STATUS_FAULT | jit::STATUS_CORRUPT => {
+                // A walk cut short leaves its generation's tags in the table and did not
+                // write the generation back: skip past every tag it may have used.
+                env.generation = env.generation.max(frame.generation) + jit::MAX_ROOTS as u64;
+                return Ok(None);
+            }
+            _ => {
+                return Err(Error::Internal(
+                    jit::check_status(&frame)
+                        .err()
+                        .map_or_else(|| format!("walker status {status}"), |e| e.to_string()),
+                ));
+            }
+        }
+    }
+}
+
+fn decode(c: &Compiled, stream: &[u64], format: Option<Format>) -> Result<Output, Error> {
+    let report_err = |e: &dyn std::fmt::Display| Error::Internal(format!("cannot decode: {e}"));
+    let Some(format) = format else {
+        return report::total_size(c.measurer.plan(), c.root, stream)
+            .map(Output::Size)
+            .map_err(|e| report_err(&e));
+    };
+    let format = match format {
+        Format::Json => OutputFormat::Json,
+        Format::JsonPretty => OutputFormat::JsonPretty,
+        Format::Tree => OutputFormat::Tree,
+    };
+    let mut out = Vec::new();
+    c.measurer
+        .write_report(&[stream.to_vec()], format, &mut out)
+        .map_err(|e| report_err(&e))?;
+    String::from_utf8(out)
+        .map(Output::Text)
+        .map_err(|e| report_err(&e))
+}
