@@ -1,5 +1,7 @@
 //! Compiles `oi-ebpf` for the BPF target (nightly, `-Z build-std=core`, bpf-linker) and leaves
-//! the object in OUT_DIR, where `probe.rs` embeds it with `include_bytes_aligned!`.
+//! one object per eBPF binary in OUT_DIR, where the tools embed them with
+//! `include_bytes_aligned!`: `oi-ebpf` (the footprint trigger, `src/main.rs`) and one object per
+//! `src/bin/NAME.rs` (a profiler's programs and maps), so a tool loads only its own.
 //!
 //! This is aya-build's recipe with one change: `-C target-cpu=v3`. The trigger needs the value
 //! returned by an atomic fetch-and-add (exact hit numbers), which BPF has only from ISA v3
@@ -18,11 +20,13 @@ fn main() -> anyhow::Result<()> {
     );
     println!("cargo:rerun-if-env-changed=OI_SKIP_EBPF");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    let object = out_dir.join("oi-ebpf");
+    let objects = ebpf_binaries(&ebpf_dir)?;
     if env::var_os("OI_SKIP_EBPF").is_some() {
-        // For tooling that only type-checks (e.g. a quick `cargo check`): an empty object
-        // makes `Trigger::load` fail at run time with a clear error.
-        std::fs::write(&object, [])?;
+        // For tooling that only type-checks (e.g. a quick `cargo check`): empty objects make
+        // loading fail at run time with a clear error.
+        for name in &objects {
+            std::fs::write(out_dir.join(name), [])?;
+        }
         return Ok(());
     }
     let target_dir = out_dir.join("ebpf-target");
@@ -41,8 +45,7 @@ fn main() -> anyhow::Result<()> {
         "build",
         "--package",
         "oi-ebpf",
-        "--bin",
-        "oi-ebpf",
+        "--bins",
     ])
     .args([
         "--release",
@@ -73,7 +76,28 @@ fn main() -> anyhow::Result<()> {
             "building the eBPF object failed ({status}); `cargo xtask setup` installs what it needs"
         );
     }
-    let built = target_dir.join("bpfel-unknown-none/release/oi-ebpf");
-    std::fs::copy(&built, &object).with_context(|| format!("copying {}", built.display()))?;
+    for name in &objects {
+        let built = target_dir.join("bpfel-unknown-none/release").join(name);
+        std::fs::copy(&built, out_dir.join(name))
+            .with_context(|| format!("copying {}", built.display()))?;
+    }
     Ok(())
+}
+
+/// The eBPF binaries of the crate: `oi-ebpf` (`src/main.rs`) and every `src/bin/NAME.rs`.
+fn ebpf_binaries(ebpf_dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let mut names = vec!["oi-ebpf".to_string()];
+    let bin_dir = ebpf_dir.join("src/bin");
+    if let Ok(entries) = std::fs::read_dir(&bin_dir) {
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "rs")
+                && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+            {
+                names.push(stem.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
 }

@@ -7,12 +7,6 @@
 //! It never freezes a process the tracer has not seized: an unseized process would stop whole.
 #![no_std]
 #![no_main]
-// The BPF target has no `AtomicU64::fetch_add` (no CAS), but LLVM lowers the xadd intrinsic
-// to BPF's atomic fetch-and-add, which is what exact hit numbers need.
-#![allow(internal_features)]
-#![feature(core_intrinsics)]
-
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
     EbpfContext,
@@ -71,9 +65,8 @@ pub fn oi_return(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn bump(counter: *mut u64) -> u64 {
     // SAFETY: `counter` points into an array map value, which lives as long as the map and is
-    // 8-byte aligned; all concurrent accesses go through atomics.
-    let before = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(counter, 1) };
-    before + 1
+    // 8-byte aligned; all concurrent accesses go through atomics (exact hit numbers).
+    unsafe { oi_ebpf::add(counter, 1) }
 }
 
 #[inline(always)]

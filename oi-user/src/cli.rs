@@ -1,17 +1,49 @@
-//! Command-line arguments. Parsing and validation only; `session` does the work.
+//! Command-line arguments. Parsing and validation only; `session` (footprints) and the
+//! profilers (`allocs`, `calls`) do the work. Without a tool name, oi-trace measures footprints
+//! (the form of round one, unchanged); `oi-trace allocs …` and `oi-trace calls …` are the
+//! profilers, whose options live in a file each.
+
+pub mod allocs;
+pub mod calls;
+pub mod profiler;
 
 use std::path::PathBuf;
 
-use clap::{ArgGroup, Parser, ValueEnum};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 
-/// Exact memory footprints of live C++ objects, sampled at a function's entry or return.
+/// Where the memory and the time of a running C++ process go.
 ///
-/// oi-trace puts an eBPF uprobe on SYMBOL in a running process (or every process of a cgroup),
-/// counts its hits in the kernel, and on every Nth hit briefly freezes the calling thread and
-/// measures the function's arguments: the object, every container inside it, every heap block
-/// it owns. Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) and a binary built with -g.
+/// Without a tool name: exact memory footprints of live objects. oi-trace puts an eBPF uprobe on
+/// SYMBOL in a running process (or every process of a cgroup), counts its hits in the kernel,
+/// and on every Nth hit briefly freezes the calling thread and measures the function's
+/// arguments: the object, every container inside it, every heap block it owns.
+///
+/// `oi-trace allocs` profiles allocations, `oi-trace calls` times call trees; neither stops the
+/// target (`oi-trace allocs --help`, `oi-trace calls --help`).
+///
+/// Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) and binaries built with -g.
 #[derive(Debug, Parser)]
 #[command(name = "oi-trace", version, max_term_width = 100)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(subcommand_value_name = "TOOL", subcommand_help_heading = "Tools")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub tool: Option<Tool>,
+
+    #[command(flatten)]
+    pub footprint: Args,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Tool {
+    /// Every allocation and free of a live process, by site, C++ type and class, with lifetimes.
+    Allocs(allocs::AllocsArgs),
+    /// Time every call beneath an entry point, per thread, as a call tree.
+    Calls(calls::CallsArgs),
+}
+
+/// Footprints: measure a function's arguments at its entry or return.
+#[derive(Debug, clap::Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "cgroup"])))]
 #[command(group(ArgGroup::new("probes").required(true).multiple(true).args(["uprobe", "uretprobe"])))]
 #[command(after_help = "\

@@ -5,12 +5,15 @@
 //! `report`. Stages with side effects: `probe` (eBPF), `target` (ptrace), `interp` (reads
 //! target memory through a `MemoryReader`).
 
+pub mod allocs;
+pub mod calls;
 pub mod cgroup;
 pub mod cli;
 pub mod containers;
 pub mod debuginfo;
 pub mod disk_cache;
 pub mod error;
+pub mod event_loop;
 pub mod interp;
 pub mod jit;
 pub mod measure;
@@ -19,5 +22,6 @@ pub mod plan_cache;
 pub mod probe;
 pub mod report;
 pub mod session;
+pub mod symbolize;
 pub mod target;
 pub mod typegraph;

@@ -1,11 +1,16 @@
-//! The `oi-trace` binary: parse arguments, run a session, turn the outcome into an exit status.
+//! The `oi-trace` binary: parse arguments, run the tool they name, turn the outcome into an exit
+//! status.
 use std::process::ExitCode;
 
 use clap::{Parser as _, error::ErrorKind};
-use oi_trace::{cli::Args, session};
+use oi_trace::{
+    allocs, calls,
+    cli::{Cli, Tool},
+    session,
+};
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let cli = match Cli::try_parse() {
         Ok(args) => args,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             e.exit()
@@ -16,7 +21,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match session::run(&args) {
+    let outcome = match &cli.tool {
+        None => session::run(&cli.footprint),
+        Some(Tool::Allocs(args)) => allocs::run(args),
+        Some(Tool::Calls(args)) => calls::run(args),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("oi-trace: error: {e}");

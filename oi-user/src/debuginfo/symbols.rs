@@ -252,7 +252,9 @@ pub fn demangle(name: &str) -> String {
         .unwrap_or_else(|| name.to_string())
 }
 
-fn demangle_without_params(name: &str) -> Option<String> {
+/// Demangles a C++ name without its parameter list and return type (`ns::C::f`); `None` for
+/// names that are not mangled C++.
+pub fn demangle_without_params(name: &str) -> Option<String> {
     let sym = Symbol::new(name).ok()?;
     sym.demangle_with_options(&DemangleOptions::new().no_params().no_return_type())
         .ok()

@@ -11,6 +11,7 @@
 //! overwrite it. Counts and nesting beyond the walker's own bounds are errors (never a loop of
 //! 2^64 elements or a stack overflow), and sizes add up saturating.
 
+pub mod flame;
 pub mod json;
 pub mod tree;
 

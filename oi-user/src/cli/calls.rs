@@ -1,0 +1,89 @@
+//! `oi-trace calls`: options of the call-tree profiler. Parsing and validation only.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+use super::profiler::{ScopeArgs, parse_time};
+
+/// Times every call beneath an entry point, per thread, as a call tree.
+///
+/// Puts uprobes on the entry and on the return instructions of the entry function and of every
+/// function the filters select (never uretprobes: an exception unwinding through one kills a C++
+/// program). A call counts only while its thread is inside the entry function; per-thread
+/// shadow stacks in the kernel aggregate the tree, so nothing is sent per call and the target is
+/// never stopped.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "\
+Examples:
+  oi-trace calls --pid 4242 --entry shop::handle --duration 10
+      the call tree beneath every shop::handle for 10 s
+  oi-trace calls --pid 4242 --entry shop::handle --filter 'shop::*' --depth 4 --min-time 10us
+      only shop's functions, 4 levels deep, hiding nodes under 10 us
+  oi-trace calls --pid 4242 --entry shop::handle --count 100 --chrome trace.json
+      the first 100 requests, and a Perfetto/Chrome timeline of the first 10
+
+Exit status: 0 success, 1 the profiler failed while running, 2 bad usage or input.")]
+pub struct CallsArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+
+    /// The entry point: calls are counted only while a thread is inside it (mangled or
+    /// demangled, with or without parameters).
+    #[arg(long, value_name = "SYM")]
+    pub entry: String,
+
+    /// Instrument only functions whose demangled name (without parameters) matches GLOB
+    /// (`shop::*`, `*::parse*`); may name functions of shared libraries. Repeatable.
+    /// Default: every function of the binary that defines the entry, minus the C++ runtime.
+    #[arg(long, value_name = "GLOB")]
+    pub filter: Vec<String>,
+
+    /// Leave out functions matching GLOB. Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+
+    /// Deepest level of the tree below the entry that is timed (the entry is level 0).
+    #[arg(long, value_name = "D")]
+    pub depth: Option<u32>,
+
+    /// Hide nodes whose total time is below TIME (`10us`, `1ms`); their time stays in the
+    /// parent's.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub min_time: Option<Duration>,
+
+    /// Stop after K completed calls of the entry.
+    #[arg(long, value_name = "K")]
+    pub count: Option<u64>,
+
+    /// Output format of the tree.
+    #[arg(long, value_enum, default_value_t = TreeFormat::Tree)]
+    pub format: TreeFormat,
+
+    /// At exit, write folded stacks weighted by total time in ns (for flame graph tools).
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// At exit, write a flame graph of the tree, weighted by time (SVG).
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// Write a Chrome trace (Perfetto reads it) of every call of the first K entries
+    /// (--trace-entries).
+    #[arg(long, value_name = "FILE")]
+    pub chrome: Option<PathBuf>,
+
+    /// How many entries --chrome records call by call.
+    #[arg(long, value_name = "K", default_value_t = 10, requires = "chrome")]
+    pub trace_entries: u32,
+
+    /// Also print a latency histogram per function.
+    #[arg(long)]
+    pub histograms: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TreeFormat {
+    Tree,
+    Json,
+}
