@@ -529,6 +529,8 @@ fn jit_refuses_plans_with_dangling_nodes() {
         is_primitive: false,
         op: crate::plan::Op::RawPointer { target: Some(7) },
         dynamic: true,
+        readable: String::new(),
+        value: None,
     });
     assert!(matches!(compile(&p, &[0]), Err(JitError::NoSuchNode(7))));
     assert!(matches!(compile(&p, &[3]), Err(JitError::NoSuchNode(3))));

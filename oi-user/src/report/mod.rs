@@ -41,6 +41,8 @@ pub struct NodeOut<'a> {
     pub data: Option<&'a Data>,
     pub length_capacity: Option<(u64, u64)>,
     pub has_children: bool,
+    /// With `--values`: the scalar's words (low, high; high is 0 below 16 bytes).
+    pub value: Option<(u64, u64)>,
 }
 
 /// A captured key (SEMANTICS.md §9).
@@ -275,6 +277,14 @@ impl Decoder<'_, '_> {
         let mut pointer = None;
         let mut lc = None;
         let mut data = None;
+        let value = match &n.value {
+            Some(v) => {
+                let low = self.word()?;
+                let high = if v.words() > 1 { self.word()? } else { 0 };
+                Some((low, high))
+            }
+            None => None,
+        };
         let (exclusive, children) = match &n.op {
             Op::Leaf => (s, Children::None),
             Op::Bitfield => (0, Children::None),
@@ -467,6 +477,7 @@ impl Decoder<'_, '_> {
             data: data.as_ref(),
             length_capacity: lc,
             has_children,
+            value,
         };
         if let Some(sink) = self.sink.as_mut() {
             sink.begin(&out)?;
@@ -553,6 +564,8 @@ mod tests {
             is_primitive: false,
             op,
             dynamic: false,
+            readable: String::new(),
+            value: None,
         }
     }
 
