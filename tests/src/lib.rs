@@ -207,6 +207,11 @@ impl Lines {
         fresh
     }
 
+    /// Every line received so far by `expect`, `take` or `rest`, in order.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     /// Everything until the stream closes (the child exited).
     pub fn rest(&mut self) -> Vec<String> {
         while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(30)) {

@@ -60,6 +60,9 @@ struct TreeNode {
     lines: Vec<Line>,
     /// Nodes in this subtree as kept (bounds what is kept as a representative).
     nodes: usize,
+    /// With `--values`: a hash of every value in the subtree, kept or not, so that only
+    /// elements with the same values fold.
+    values: u64,
 }
 
 /// What a node's own line says.
@@ -111,6 +114,8 @@ struct Key {
     ty: String,
     size: u64,
     value: Option<String>,
+    /// [`TreeNode::values`] (0 without `--values`).
+    values: u64,
 }
 
 #[derive(Debug)]
@@ -134,6 +139,8 @@ struct Open {
     children: u64,
     children_bytes: u64,
     last_key: Option<Key>,
+    /// [`TreeNode::values`] so far: own value, then the children's in order.
+    values: u64,
 }
 
 pub struct TreeSink<'p> {
@@ -350,6 +357,7 @@ impl<'p> TreeSink<'p> {
             head: open.head,
             lines,
             nodes,
+            values: open.values,
         }
     }
 }
@@ -366,7 +374,15 @@ fn leaf(key: &Key) -> TreeNode {
         },
         lines: Vec::new(),
         nodes: 1,
+        values: key.values,
     }
+}
+
+/// Mixes `v` into the hash `h` (FNV-1a over the bytes of `v`).
+fn mix(h: u64, v: u64) -> u64 {
+    v.to_le_bytes()
+        .iter()
+        .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// A scalar as C++ would print it.
@@ -504,13 +520,18 @@ fn print(
         .as_ref()
         .map(|e| format!("  {e}"))
         .unwrap_or_default();
+    // OI spells map entries with no type at all.
+    let ty = if h.ty.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", h.ty)
+    };
     match fold {
         None => writeln!(
             out,
-            "{:indent$}{}: {}{value}  {}  {}{extra}",
+            "{:indent$}{}{ty}{value}  {}  {}{extra}",
             "",
             h.name,
-            h.ty,
             human(h.size),
             pct(h.size, total),
         )?,
@@ -518,11 +539,10 @@ fn print(
             let all = count.saturating_mul(each);
             writeln!(
                 out,
-                "{:indent$}{} × {}: {}{value}  {} each, {}  {}{extra}",
+                "{:indent$}{} × {}{ty}{value}  {} each, {}  {}{extra}",
                 "",
                 h.name,
                 thousands(count),
-                h.ty,
                 human(each),
                 human(all),
                 pct(all, total),
@@ -588,7 +608,12 @@ impl Sink for TreeSink<'_> {
             value: self.value(n),
             extra: self.extra(n),
         };
+        let values = match n.value {
+            Some((low, high)) if self.opts.values => mix(mix(0xcbf2_9ce4_8422_2325, low), high),
+            _ => 0,
+        };
         self.stack.push(Open {
+            values,
             head,
             padding: self.padding(n),
             members: matches!(
@@ -616,12 +641,16 @@ impl Sink for TreeSink<'_> {
         };
         let seq = parent.children;
         parent.children += 1;
+        if self.opts.values {
+            parent.values = mix(parent.values, done.values);
+        }
         parent.children_bytes = parent.children_bytes.saturating_add(done.head.size);
         let key = Key {
             name: done.head.name.clone(),
             ty: done.head.ty.clone(),
             size: done.head.size,
             value: done.head.value.clone(),
+            values: done.values,
         };
         parent.last_key = Some(key.clone());
         let groups = parent.groups.len();
@@ -676,6 +705,9 @@ impl Sink for TreeSink<'_> {
                 && let Some(g) = parent.groups.get_mut(key)
             {
                 g.count = g.count.saturating_add(count);
+            }
+            if self.opts.values {
+                parent.values = mix(parent.values, count);
             }
         }
         Ok(())
