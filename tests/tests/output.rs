@@ -198,7 +198,10 @@ fn children_come_largest_first_and_top_sums_up_the_rest() {
         let b = facts[key];
         format!("{name}: {ty}  {}  {}", human(b), pct(b, total))
     };
-    assert!(top[0].starts_with(&line("tags", "std::vector<std::string>", "record.tags")), "{text}");
+    assert!(
+        top[0].starts_with(&line("tags", "std::vector<std::string>", "record.tags")),
+        "{text}"
+    );
     assert!(
         top[1].starts_with(&line(
             "index",
@@ -207,7 +210,10 @@ fn children_come_largest_first_and_top_sums_up_the_rest() {
         )),
         "{text}"
     );
-    assert!(top[2].starts_with(&line("same", "std::vector<int>", "record.same")), "{text}");
+    assert!(
+        top[2].starts_with(&line("same", "std::vector<int>", "record.same")),
+        "{text}"
+    );
     // Padding is shown whatever --top says, and adds up to the struct's own bytes.
     let padding: u64 = top
         .iter()
@@ -268,7 +274,10 @@ fn pointers_padding_and_values() {
                 bin.display()
             )
         };
-        has(&format!("  cursor: Node* = {}  8 B", printed(&f, "value.cursor")));
+        has(&format!(
+            "  cursor: Node* = {}  8 B",
+            printed(&f, "value.cursor")
+        ));
         has("  nothing: Node* = null  8 B");
         has("  spare: std::unique_ptr<Node> → null  8 B");
         has(&format!("  count: int = {}  4 B", facts["value.count"]));
@@ -276,7 +285,10 @@ fn pointers_padding_and_values() {
         has("  enabled: bool = true  1 B");
         has("  letter: char = 'x' (120)  1 B");
         has("  ratio: double = 0.25  8 B");
-        has(&format!("  big: unsigned long = {}  8 B", facts["value.big"]));
+        has(&format!(
+            "  big: unsigned long = {}  8 B",
+            facts["value.big"]
+        ));
         has("    [] × 100: int = 5  4 B each, 400 B");
         // Padded16: a long, a short, then the padding to 16.
         has(&format!("    (padding at +10)  {} B", facts["pad.padding"]));
@@ -307,7 +319,10 @@ fn pointers_padding_and_values() {
             ],
         );
         assert!(
-            ret.contains(&format!("retval: int = {}  4 B  100.0%", facts["answer.value"])),
+            ret.contains(&format!(
+                "retval: int = {}  4 B  100.0%",
+                facts["answer.value"]
+            )),
             "{ret}"
         );
         f.finish();
@@ -409,7 +424,10 @@ fn svg_and_folded_pictures_are_in_bytes() {
 
     let text = std::fs::read_to_string(&svg).expect("svg written");
     let (frames, svg_total) = frames(&text);
-    assert_eq!(svg_total, total, "the picture's width is the sample's bytes");
+    assert_eq!(
+        svg_total, total,
+        "the picture's width is the sample's bytes"
+    );
     let frame = |start: &str| {
         frames
             .iter()
@@ -438,7 +456,10 @@ fn svg_and_folded_pictures_are_in_bytes() {
             .join(",");
         assert!(title.contains(&format!("({thousands} bytes")), "{title}");
         let expect = *w as f64 * 100.0 / total as f64;
-        assert!((width - expect).abs() < 0.001, "{title}: {width}% vs {expect}%");
+        assert!(
+            (width - expect).abs() < 0.001,
+            "{title}: {width}% vs {expect}%"
+        );
     }
     // Twenty strings of one path: one frame, and its count.
     frame("[] × 20: std::string (");
@@ -489,7 +510,8 @@ fn growth_follows_each_member_over_the_samples() {
             .iter()
             .filter_map(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                (w.first() == Some(&"G")).then(|| (w[2].parse().unwrap_or(0), w[3].parse().unwrap_or(0)))
+                (w.first() == Some(&"G"))
+                    .then(|| (w[2].parse().unwrap_or(0), w[3].parse().unwrap_or(0)))
             })
             .collect();
         assert_eq!(steps.len(), STEPS);
@@ -594,7 +616,12 @@ fn csv_is_the_json_tree_one_row_per_node() {
         assert_eq!(id, i as u64 + 1);
         let list = |v: &serde_json::Value| {
             v.as_array()
-                .map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(";"))
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(";")
+                })
                 .unwrap_or_default()
         };
         assert_eq!(row[1], *node["name"].as_str().unwrap_or_default());
@@ -638,19 +665,40 @@ fn bad_output_options_are_one_line_errors() {
             "--values applies to --format tree only",
         ),
         (
-            &["--pid", "1", "--uprobe", "f", "--format", "tree", "--top", "0"][..],
+            &[
+                "--pid", "1", "--uprobe", "f", "--format", "tree", "--top", "0",
+            ][..],
             "--top must be at least 1",
         ),
         (
-            &["--pid", "1", "--uprobe", "f", "--format", "csv", "--names", "oi"][..],
+            &[
+                "--pid", "1", "--uprobe", "f", "--format", "csv", "--names", "oi",
+            ][..],
             "--names applies to --format tree only",
         ),
         (
-            &["--pid", "1", "--uprobe", "f", "--count-only", "--growth", "g.json"][..],
+            &[
+                "--pid",
+                "1",
+                "--uprobe",
+                "f",
+                "--count-only",
+                "--growth",
+                "g.json",
+            ][..],
             "--growth needs samples",
         ),
         (
-            &["--pid", "1", "--uprobe", "f", "--growth", "g.json", "--interval", "0"][..],
+            &[
+                "--pid",
+                "1",
+                "--uprobe",
+                "f",
+                "--growth",
+                "g.json",
+                "--interval",
+                "0",
+            ][..],
             "--interval must be a positive number",
         ),
         (
@@ -687,7 +735,9 @@ fn bad_output_options_are_one_line_errors() {
     assert_eq!(out.status.code(), Some(2), "{out:#?}");
     assert_eq!(
         out.stderr,
-        ["oi-trace: error: cannot write --svg /nonexistent-dir/x.svg: No such file or directory (os error 2)"]
+        [
+            "oi-trace: error: cannot write --svg /nonexistent-dir/x.svg: No such file or directory (os error 2)"
+        ]
     );
     f.assert_running();
     f.finish();

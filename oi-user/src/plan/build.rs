@@ -199,6 +199,18 @@ impl<'t> PlanBuilder<'t> {
         Ok(id)
     }
 
+    /// The element of a `vector<bool>`: a bit, which no walk reads, so never a value (the
+    /// shared `bool` child node may have one, for arrays of bools).
+    fn bit_element(&mut self, t: TypeId) -> Result<NodeId, PlanError> {
+        let elem = self.child(t, "[]")?;
+        if self.plan.nodes[elem].value.is_none() {
+            return Ok(elem);
+        }
+        let mut bit = self.plan.nodes[elem].clone();
+        bit.value = None;
+        Ok(self.push(bit))
+    }
+
     /// With `--values`, what a `Leaf` node of resolved type `r` reads: primitives, enums
     /// and pointers that are not chased (`vptr`: the vtable pointer, whatever its type).
     fn scalar(&self, id: NodeId, r: TypeId, vptr: bool) -> Option<Scalar> {
@@ -336,7 +348,7 @@ impl<'t> PlanBuilder<'t> {
                 if is_bool {
                     Op::VectorBool {
                         layout: vector::bool_layout(tg, r)?,
-                        elem: self.child(t, "[]")?,
+                        elem: self.bit_element(t)?,
                     }
                 } else {
                     Op::Vector {

@@ -3,8 +3,9 @@
 //! share of the root; containers add `len/cap` and the bytes lost to unused capacity;
 //! pointers say when they are null; `--values` adds scalar values. Children come largest
 //! first, `--top K` of them (default 10), then one line `… N more members|elements (X)`;
-//! identical sibling elements (same name, type, size and value) fold into one line
-//! `[] × N`, shown with the subtree of one of them; a struct's padding is a `(padding)`
+//! identical sibling elements (alike in all their line shows: name, type, size, len/cap,
+//! value) fold into one line `[] × N`, shown with the subtree of one of them (with
+//! `--values`, only elements whose subtrees hold the same values fold); a struct's padding is a `(padding)`
 //! line per gap, so a struct's lines add up to its size.
 //!
 //! Memory is bounded while decoding however many elements a sample has: per node, the
@@ -107,13 +108,14 @@ impl Line {
     }
 }
 
-/// Siblings that fold together.
+/// Siblings that fold together: alike in everything their line shows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     name: String,
     ty: String,
     size: u64,
     value: Option<String>,
+    extra: Option<String>,
     /// [`TreeNode::values`] (0 without `--values`).
     values: u64,
 }
@@ -370,7 +372,7 @@ fn leaf(key: &Key) -> TreeNode {
             ty: key.ty.clone(),
             size: key.size,
             value: key.value.clone(),
-            extra: None,
+            extra: key.extra.clone(),
         },
         lines: Vec::new(),
         nodes: 1,
@@ -650,6 +652,7 @@ impl Sink for TreeSink<'_> {
             ty: done.head.ty.clone(),
             size: done.head.size,
             value: done.head.value.clone(),
+            extra: done.head.extra.clone(),
             values: done.values,
         };
         parent.last_key = Some(key.clone());
