@@ -56,6 +56,12 @@ Examples:
       count calls for 10 seconds without freezing anything
   oi-trace --cgroup /sys/fs/cgroup/shop.slice --uprobe shop::Ledger::inspect --every 100
       every process of the cgroup and its descendants, now and later
+  oi-trace --pid 4242 --uprobe shop::Ledger::inspect --arg this --count 1 --format tree \
+           --values --svg ledger.svg
+      the object as C++ names it, largest members first, with values, and as a picture
+  oi-trace --pid 4242 --uprobe shop::Cache::get --arg this --every 1000 --duration 60 \
+           --growth growth.json --interval 10
+      which member keeps growing: per member, first/last/min/max bytes over a minute
 
 Exit status: 0 success, 1 a sample failed or the target exited, 2 bad usage or input.")]
 pub struct Args {

@@ -1,6 +1,8 @@
 //! Decodes a data stream by replaying the plan that produced it, and hands each result node
 //! (in pre-order, with its inclusive size already known) to a printer: streaming JSON
-//! ([`json`]) or a summarised tree ([`tree`]).
+//! ([`json`]), OI's CSV ([`csv`]), a summarised tree ([`tree`]), or sums by member path
+//! ([`totals`]) for pictures ([`picture`]) and growth over samples ([`growth`]); [`output`]
+//! feeds several of them from one pass.
 //!
 //! Inclusive sizes come first in the JSON, before the children, so decoding is two passes
 //! over the stream: the first computes the size of every dynamic node that has children (a
