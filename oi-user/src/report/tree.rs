@@ -260,7 +260,7 @@ impl<'p> TreeSink<'p> {
         if members.is_empty()
             || members
                 .iter()
-                .any(|m| matches!(self.plan.nodes[m.1].op, Op::Bitfield { .. }))
+                .any(|m| matches!(self.plan.nodes[m.1].op, Op::Bitfield))
         {
             return whole;
         }
