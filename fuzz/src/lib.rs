@@ -45,10 +45,11 @@ impl Write for CappedSink {
     }
 }
 
-pub const FORMATS: [OutputFormat; 3] = [
+pub const FORMATS: [OutputFormat; 4] = [
     OutputFormat::Json,
     OutputFormat::JsonPretty,
     OutputFormat::Tree,
+    OutputFormat::Csv,
 ];
 
 /// Decodes `streams` with `m`'s plan into `format`, as the report thread does.

@@ -56,6 +56,12 @@ Examples:
       count calls for 10 seconds without freezing anything
   oi-trace --cgroup /sys/fs/cgroup/shop.slice --uprobe shop::Ledger::inspect --every 100
       every process of the cgroup and its descendants, now and later
+  oi-trace --pid 4242 --uprobe shop::Ledger::inspect --arg this --count 1 --format tree \
+           --values --svg ledger.svg
+      the object as C++ names it, largest members first, with values, and as a picture
+  oi-trace --pid 4242 --uprobe shop::Cache::get --arg this --every 1000 --duration 60 \
+           --growth growth.json --interval 10
+      which member keeps growing: per member, first/last/min/max bytes over a minute
 
 Exit status: 0 success, 1 a sample failed or the target exited, 2 bad usage or input.")]
 pub struct Args {
@@ -133,12 +139,65 @@ pub struct Args {
     /// Write one JSON line per sample: {"probe","pid","tid","hit","pause_us","walk_us","regs"}.
     #[arg(long, value_name = "FILE")]
     pub sample_log: Option<PathBuf>,
+
+    /// With --format tree: children shown per node, largest first; the rest are summed up
+    /// in one line (`… 990 more elements (3.9 KiB)`). Default 10.
+    #[arg(long, value_name = "K", help_heading = "Output for people")]
+    pub top: Option<usize>,
+
+    /// With --format tree: type names as C++ is written (`std::map<int, std::string>`), or
+    /// as Object Introspection spells them in the JSON (`oi`). Default: readable.
+    #[arg(long, value_enum, help_heading = "Output for people")]
+    pub names: Option<Names>,
+
+    /// With --format tree: show scalar values (integers, enums by name, bools, floating
+    /// point, pointers in hex or null), read by the same walk. Off by default: the walk
+    /// then reads no values and the pause is unchanged.
+    #[arg(long, help_heading = "Output for people")]
+    pub values: bool,
+
+    /// Draw the footprint as an icicle picture (SVG, width = bytes, tooltips with exact
+    /// sizes) of the last sample, written at exit.
+    #[arg(long, value_name = "FILE", help_heading = "Output for people")]
+    pub svg: Option<PathBuf>,
+
+    /// Write the last sample's footprint as folded stacks (`root;member;… bytes`), for
+    /// flamegraph tools.
+    #[arg(long, value_name = "FILE", help_heading = "Output for people")]
+    pub folded: Option<PathBuf>,
+
+    /// Follow every member over the samples: at exit, write per member path the first,
+    /// last, min and max inclusive bytes (JSON, largest growth first) and print the table.
+    #[arg(long, value_name = "FILE", help_heading = "Output for people")]
+    pub growth: Option<PathBuf>,
+
+    /// With --growth: print the growth table so far on stderr every S seconds.
+    #[arg(
+        long,
+        value_name = "S",
+        requires = "growth",
+        help_heading = "Output for people"
+    )]
+    pub interval: Option<f64>,
+}
+
+/// Spelling of type names in the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Names {
+    /// As C++ is written: `std::string`, `std::map<int, std::string>`, `unsigned long`.
+    Readable,
+    /// As Object Introspection's JSON spells them.
+    Oi,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
+    /// Object Introspection's JSON, one line per sample.
     Json,
+    /// An indented tree for people: readable names, largest first, summaries.
     Tree,
+    /// Object Introspection's CSV exporter: one row per node, for spreadsheets.
+    Csv,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -201,6 +260,52 @@ impl Args {
         if self.pretty && self.format != Format::Json {
             return Err("--pretty applies to --format json only".into());
         }
+        self.validate_outputs()
+    }
+
+    /// The options of the outputs for people (tree, pictures, growth).
+    fn validate_outputs(&self) -> Result<(), String> {
+        if self.top == Some(0) {
+            return Err("--top must be at least 1 (children shown per node), got 0".into());
+        }
+        if self.format != Format::Tree {
+            let tree_only = [
+                (self.values, "--values"),
+                (self.top.is_some(), "--top"),
+                (self.names.is_some(), "--names"),
+            ];
+            if let Some((_, flag)) = tree_only.iter().find(|(set, _)| *set) {
+                return Err(format!("{flag} applies to --format tree only"));
+            }
+        }
+        if let Some(s) = self.interval
+            && !(s.is_finite() && s > 0.0)
+        {
+            return Err(format!(
+                "--interval must be a positive number of seconds, got {s}"
+            ));
+        }
+        if self.count_only {
+            let sampled = [
+                (self.values, "--values"),
+                (self.svg.is_some(), "--svg"),
+                (self.folded.is_some(), "--folded"),
+                (self.growth.is_some(), "--growth"),
+            ];
+            if let Some((_, flag)) = sampled.iter().find(|(set, _)| *set) {
+                return Err(format!("{flag} needs samples; --count-only takes none"));
+            }
+        }
         Ok(())
+    }
+
+    /// The features the walk plan is built with: the OI features, and `values` when the
+    /// tree shows values (it changes what the walk reads).
+    pub fn plan_features(&self) -> Vec<String> {
+        let mut f = self.feature.clone();
+        if self.values {
+            f.push(crate::measure::VALUES.to_string());
+        }
+        f
     }
 }

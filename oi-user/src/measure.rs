@@ -17,9 +17,10 @@ use crate::interp::memory::{LocalReader, Overlay};
 use crate::interp::{MemoryReader, WalkError};
 use crate::plan::build::{DerivedClasses, Options};
 use crate::plan::{NodeId, Plan, PlanBuilder, PlanError};
-use crate::report::json::JsonSink;
-use crate::report::tree::TreeSink;
-use crate::report::{self, ReportError};
+use crate::report::ReportError;
+use crate::report::output::{self, Root, SampleWriter};
+use crate::report::totals::Totals;
+use crate::report::tree;
 use crate::typegraph::abi::{self, Location};
 use crate::typegraph::{BuildError, Builder, Kind, TypeId};
 
@@ -31,7 +32,24 @@ pub enum OutputFormat {
     Json,
     JsonPretty,
     Tree,
+    Csv,
 }
+
+impl OutputFormat {
+    /// The report format, with default tree options.
+    pub fn report_format(self) -> output::Format {
+        match self {
+            OutputFormat::Json => output::Format::Json { pretty: false },
+            OutputFormat::JsonPretty => output::Format::Json { pretty: true },
+            OutputFormat::Tree => output::Format::Tree(tree::Options::default()),
+            OutputFormat::Csv => output::Format::Csv,
+        }
+    }
+}
+
+/// Not an OI feature but passed with them (it changes the plan, hence the caches' keys):
+/// read the scalar values the tree shows with `--values`.
+pub const VALUES: &str = "values";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
@@ -532,23 +550,30 @@ impl Measurer {
         format: OutputFormat,
         out: &mut dyn Write,
     ) -> Result<(), MeasureError> {
-        match format {
-            OutputFormat::Json | OutputFormat::JsonPretty => {
-                let mut sink = JsonSink::new(out, format == OutputFormat::JsonPretty);
-                sink.start_sample()?;
-                for (a, s) in self.args.iter().zip(streams) {
-                    report::decode(&self.plan, a.root, s, &mut sink)?;
-                }
-                sink.end_sample()?;
-            }
-            OutputFormat::Tree => {
-                let mut sink = TreeSink::new();
-                for (a, s) in self.args.iter().zip(streams) {
-                    report::decode(&self.plan, a.root, s, &mut sink)?;
-                }
-                sink.write(out)?;
-            }
-        }
+        let mut writer = SampleWriter::new(format.report_format());
+        self.report(streams, &mut writer, out, None)
+    }
+
+    /// [`Self::write_report`] through a writer that lasts over the samples of a run;
+    /// `totals`, if given, is filled with the sample summed by member path in the same pass.
+    pub fn report(
+        &self,
+        streams: &[Vec<u64>],
+        writer: &mut SampleWriter,
+        out: &mut dyn Write,
+        totals: Option<&mut Totals>,
+    ) -> Result<(), MeasureError> {
+        let roots: Vec<Root<'_>> = self
+            .args
+            .iter()
+            .zip(streams)
+            .map(|(a, s)| Root {
+                label: &a.name,
+                node: a.root,
+                stream: s,
+            })
+            .collect();
+        writer.write(&self.plan, &roots, out, totals)?;
         Ok(())
     }
 
@@ -654,6 +679,7 @@ pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
             "chase-raw-pointers" => opts.chase_raw_pointers = true,
             "capture-keys" => opts.capture_keys = true,
             "polymorphic-inheritance" => opts.polymorphic = true,
+            VALUES => opts.values = true,
             other => return Err(MeasureError::UnknownFeature(other.to_string())),
         }
     }

@@ -329,6 +329,8 @@ mod tests {
                 size: 32,
             }),
             dynamic: false,
+            readable: "std::string".into(),
+            value: None,
         });
         plan.compute_dynamic();
         LocalWalker::compile(&plan, &[0]).expect("compile")

@@ -43,18 +43,43 @@ fn tree_format_summarises_a_million_strings() {
         "{text}"
     );
     let first = lines.next().unwrap_or("");
-    assert!(first.starts_with("a0: std::vector<"), "{text}");
-    assert!(first.contains("[len 1,000,000, cap "), "{first}");
-    assert!(first.ends_with("(100.0%)"), "{first}");
-    assert!(text.contains("… 999,990 more elements"), "{text}");
-    // Largest first: the ten shown are heap strings of the longest length (69 chars).
-    let shown: Vec<&str> = text.lines().skip(2).take(10).collect();
     assert!(
-        shown.iter().all(|l| l.contains("[len 69, cap 69]")),
-        "{shown:?}"
+        first.starts_with("arg0: std::vector<std::string>  "),
+        "{text}"
     );
+    assert!(first.contains("  100.0%  len 1,000,000 / cap "), "{first}");
     let human = format!("{:.1} MiB", total as f64 / (1024.0 * 1024.0));
     assert!(first.contains(&human), "{first} should show {human}");
+    // Alike strings fold: `[] × N: std::string  S B each, …`, largest total first, then
+    // one line for the rest; the counts add up to the million.
+    let (mut count, mut last_total) = (0u64, u64::MAX);
+    let number = |s: &str| s.replace(',', "").parse::<u64>().expect("number");
+    let rest: Vec<&str> = lines.collect();
+    assert_eq!(rest.len(), 11, "ten lines and a summary: {text}");
+    for line in &rest[..10] {
+        let (n, each) = line
+            .strip_prefix("  [] × ")
+            .and_then(|l| l.split_once(": std::string  "))
+            .and_then(|(n, l)| Some((n, l.split_once(" B each, ")?.0)))
+            .unwrap_or_else(|| panic!("{line}"));
+        let (n, each) = (number(n), number(each));
+        assert!(n * each <= last_total, "largest first: {text}");
+        last_total = n * each;
+        count += n;
+    }
+    let more = rest[10]
+        .strip_prefix("  … ")
+        .and_then(|l| l.split_once(" more elements ("))
+        .map(|(n, _)| number(n))
+        .unwrap_or_else(|| panic!("{}", rest[10]));
+    assert_eq!(count + more, 1_000_000, "{text}");
+    // The fixture's largest group: std::to_string(i) of the 600,000 six-digit i not
+    // divisible by 3, all inline.
+    assert!(
+        rest[0].starts_with("  [] × 600,000: std::string  32 B each, ")
+            && rest[0].ends_with("  len 6 / cap 15 (inline)"),
+        "{text}"
+    );
 }
 
 #[test]

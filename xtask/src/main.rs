@@ -223,6 +223,10 @@ fn demo() -> Result<()> {
         example.display()
     );
     let symbol = "shop::Ledger::inspect";
+    let pictures = root().join("target/demo");
+    std::fs::create_dir_all(&pictures)?;
+    let svg = pictures.join("ledger.svg");
+    let svg_arg = svg.display().to_string();
     let counting = [
         "--pid",
         &pid,
@@ -245,6 +249,8 @@ fn demo() -> Result<()> {
         "1",
         "--format",
         "tree",
+        "--svg",
+        &svg_arg,
         "--sample-log",
         "/dev/stdout",
     ];
@@ -252,6 +258,10 @@ fn demo() -> Result<()> {
         println!("\n$ oi-trace {}", args.join(" "));
         run(Command::new(&bin).args(args))?;
     }
+    println!(
+        "\ndemo: the ledger's footprint as a picture (width = bytes, hover for sizes): {}",
+        svg.display()
+    );
     fixture.assert_running();
     println!("\ndemo: the example is still running, untouched; stopping it");
     ensure!(

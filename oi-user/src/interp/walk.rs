@@ -200,6 +200,15 @@ impl Walker<'_> {
         if !node.dynamic {
             return Ok(());
         }
+        if let Some(v) = &node.value {
+            // `--values`: the scalar's bytes, a word at a time (zero-extended).
+            for w in 0..v.words() {
+                let n = v.size.saturating_sub(8 * w).min(8);
+                let word = containers::uint(obj, 8 * w, n)
+                    .ok_or_else(|| corrupt(addr, "field outside its object"))?;
+                self.emit(word);
+            }
+        }
         match &node.op {
             Op::Leaf | Op::Bitfield => {}
             Op::Struct { members, .. } => {
@@ -531,6 +540,8 @@ mod tests {
             is_primitive: false,
             op,
             dynamic: false,
+            readable: String::new(),
+            value: None,
         });
         // Element: a string when it must be walked, else an int.
         let elem_op = if elem_dynamic {
@@ -551,6 +562,8 @@ mod tests {
             is_primitive: false,
             op: elem_op,
             dynamic: false,
+            readable: String::new(),
+            value: None,
         });
         p.compute_dynamic();
         p

@@ -129,6 +129,8 @@ mod tests {
                 size: 32,
             }),
             dynamic: false,
+            readable: String::new(),
+            value: None,
         });
         p.compute_dynamic();
         p

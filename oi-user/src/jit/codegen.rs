@@ -517,6 +517,17 @@ impl Gen<'_, '_> {
 
     fn body_inner(&mut self, id: NodeId, addr: Value, len: u64, k: u64, tail: bool) -> G {
         let plan = self.plan;
+        if let Some(v) = &plan.nodes[id].value {
+            // `--values`: as the interpreter, a word at a time, checked to lie in the object.
+            for w in 0..v.words() {
+                let n = v.size.saturating_sub(8 * w).min(8);
+                if (8 * w).checked_add(n).is_none_or(|e| e > len) {
+                    return self.fail(ErrorCode::FieldOutside, addr);
+                }
+                let word = self.ld_uint(addr, 8 * w, n);
+                self.emit(&[word]);
+            }
+        }
         match &plan.nodes[id].op {
             Op::Leaf | Op::Bitfield => Ok(()),
             Op::Struct { members, .. } => {

@@ -224,6 +224,8 @@ fn random_plan(r: &mut Rng) -> Plan {
             is_primitive: false,
             op,
             dynamic: false,
+            readable: String::new(),
+            value: None,
         });
     }
     p.compute_dynamic();

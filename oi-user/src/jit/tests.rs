@@ -360,6 +360,21 @@ fn jit_every_kind_together() {
     }
 }
 
+/// `--values`: every scalar read, by both walkers alike (the plan says which).
+#[test]
+fn jit_values_agree_with_the_interpreter() {
+    let values = crate::measure::VALUES;
+    for (probe, object) in [
+        ("probe_everything", make("everything")),
+        ("probe_mixed", make("mixed")),
+        ("probe_ints", make_n("ints", 1000)),
+    ] {
+        let plain = same(probe, &["arg0"], &[], &[object]);
+        let with = same(probe, &["arg0"], &[values], &[object]);
+        assert!(with[0].len() > plain[0].len(), "{probe}: values read");
+    }
+}
+
 #[test]
 fn jit_smart_pointers_sharing_and_cycles() {
     let s = same("probe_pointers", &["arg0"], &[], &[make("pointers")]);
@@ -560,6 +575,8 @@ fn jit_refuses_plans_with_dangling_nodes() {
         is_primitive: false,
         op: crate::plan::Op::RawPointer { target: Some(7) },
         dynamic: true,
+        readable: String::new(),
+        value: None,
     });
     assert!(matches!(compile(&p, &[0]), Err(JitError::NoSuchNode(7))));
     assert!(matches!(compile(&p, &[3]), Err(JitError::NoSuchNode(3))));

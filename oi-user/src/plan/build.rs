@@ -4,12 +4,12 @@
 
 use std::collections::HashMap;
 
-use super::{Capture, Node, NodeId, Op, Plan};
+use super::{Capture, Node, NodeId, Op, Plan, Scalar, ScalarKind};
 use crate::containers::{
     self, ContainerKind, LayoutError, deque, hashtable, list, optional, rbtree, refwrap, smart_ptr,
     string, variant, vector,
 };
-use crate::typegraph::{Kind, PrimKind, TypeGraph, TypeId, layout, names};
+use crate::typegraph::{Kind, PrimKind, TypeGraph, TypeId, layout, names, readable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -27,6 +27,8 @@ pub struct Options {
     pub capture_keys: bool,
     /// Measure dynamic classes as their most-derived class (needs vtable ranges).
     pub polymorphic: bool,
+    /// Read scalar values (`--values`): every primitive, enum and stubbed pointer.
+    pub values: bool,
 }
 
 type MemoKey = (TypeId, &'static str);
@@ -85,6 +87,7 @@ impl<'t> PlanBuilder<'t> {
         for (start, end, derived) in cands {
             let names = vec![names::spell(self.tg, derived, &self.anon)];
             let node = self.build_node(derived, name.into(), names, false)?;
+            self.plan.nodes[node].readable = readable::readable(self.tg, derived);
             candidates.push((start, end, node));
         }
         self.plan.nodes[id].op = Op::Poly {
@@ -111,7 +114,10 @@ impl<'t> PlanBuilder<'t> {
         }
         let is_primitive = tg.is_fundamental(ty);
         let node = self.build_node(ty, "a0".into(), type_names, is_primitive)?;
-        Ok(self.poly_node(tg.resolve(ty), "a0", node)?.unwrap_or(node))
+        self.plan.nodes[node].readable = readable::declared(tg, ty);
+        let root = self.poly_node(tg.resolve(ty), "a0", node)?.unwrap_or(node);
+        self.plan.nodes[root].readable = readable::declared(tg, ty);
+        Ok(root)
     }
 
     pub fn finish(mut self) -> Plan {
@@ -148,18 +154,21 @@ impl<'t> PlanBuilder<'t> {
         }];
         let is_primitive = self.tg.is_fundamental(r);
         let id = self.reserve(name.into(), type_names, self.tg.size(r), is_primitive);
+        self.plan.nodes[id].readable = readable::readable(self.tg, r);
         if self.poly.contains_key(&r) && matches!(name, "*" | "ptr_val" | "ref_val") {
             // The memo points at the dynamic node (reserved first) so that cycles reach it.
             let poly = self.reserve(name.into(), Vec::new(), self.tg.size(r), is_primitive);
             self.memo.insert((r, name), poly);
             self.plan.nodes[id].op = self.op(r)?;
             let built = self.poly_node(r, name, id)?.unwrap_or(id);
-            let node = self.plan.nodes[built].clone();
+            let mut node = self.plan.nodes[built].clone();
+            node.readable = readable::readable(self.tg, r);
             self.plan.nodes[poly] = node;
             return Ok(poly);
         }
         self.memo.insert((r, name), id);
         self.plan.nodes[id].op = self.op(r)?;
+        self.plan.nodes[id].value = self.scalar(id, r, false);
         Ok(id)
     }
 
@@ -171,6 +180,8 @@ impl<'t> PlanBuilder<'t> {
             is_primitive: prim,
             op: Op::Leaf,
             dynamic: false,
+            readable: String::new(),
+            value: None,
         })
     }
 
@@ -184,7 +195,62 @@ impl<'t> PlanBuilder<'t> {
         let r = self.tg.resolve(ty);
         let id = self.reserve(name, type_names, self.tg.size(r), is_primitive);
         self.plan.nodes[id].op = self.op(r)?;
+        self.plan.nodes[id].value = self.scalar(id, r, false);
         Ok(id)
+    }
+
+    /// The element of a `vector<bool>`: a bit, which no walk reads, so never a value (the
+    /// shared `bool` child node may have one, for arrays of bools).
+    fn bit_element(&mut self, t: TypeId) -> Result<NodeId, PlanError> {
+        let elem = self.child(t, "[]")?;
+        if self.plan.nodes[elem].value.is_none() {
+            return Ok(elem);
+        }
+        let mut bit = self.plan.nodes[elem].clone();
+        bit.value = None;
+        Ok(self.push(bit))
+    }
+
+    /// With `--values`, what a `Leaf` node of resolved type `r` reads: primitives, enums
+    /// and pointers that are not chased (`vptr`: the vtable pointer, whatever its type).
+    fn scalar(&self, id: NodeId, r: TypeId, vptr: bool) -> Option<Scalar> {
+        if !self.opts.values || !matches!(self.plan.nodes[id].op, Op::Leaf) {
+            return None;
+        }
+        let tg = self.tg;
+        let size = tg.size(r);
+        if !matches!(size, 1 | 2 | 4 | 8 | 16) {
+            return None;
+        }
+        let mask = |v: i128| (v as u64) & (u64::MAX >> (64 - 8 * size.min(8)));
+        let kind = match &tg.get(r).kind {
+            _ if vptr => ScalarKind::Pointer,
+            Kind::Primitive {
+                prim, dwarf_name, ..
+            } => match prim {
+                PrimKind::Bool => ScalarKind::Bool,
+                PrimKind::Float => ScalarKind::Float,
+                PrimKind::Signed | PrimKind::Unsigned
+                    if size == 1 && dwarf_name.contains("char") =>
+                {
+                    ScalarKind::Char {
+                        signed: *prim == PrimKind::Signed,
+                    }
+                }
+                PrimKind::Signed => ScalarKind::Signed,
+                PrimKind::Unsigned => ScalarKind::Unsigned,
+            },
+            Kind::Enum { enumerators, .. } => ScalarKind::Enum {
+                signed: enumerators.iter().any(|(v, _)| *v < 0),
+                enumerators: enumerators
+                    .iter()
+                    .map(|(v, n)| (mask(*v), n.clone()))
+                    .collect(),
+            },
+            Kind::Pointer { .. } => ScalarKind::Pointer,
+            _ => return None,
+        };
+        Some(Scalar { size, kind })
     }
 
     /// The op for resolved type `r`.
@@ -240,9 +306,16 @@ impl<'t> PlanBuilder<'t> {
                 self.plan.nodes[id].op = Op::Bitfield;
                 id
             } else if is_vptr {
-                self.reserve(name, type_names, 8, is_primitive)
+                let id = self.reserve(name, type_names, 8, is_primitive);
+                self.plan.nodes[id].value = self.scalar(id, tg.resolve(m.ty), true);
+                id
             } else {
                 self.build_node(m.ty, name, type_names, is_primitive)?
+            };
+            self.plan.nodes[node].readable = match m.bit_size {
+                Some(bits) => format!("{} : {bits}", readable::declared(tg, m.ty)),
+                None if is_vptr => "(vtable pointer)".into(),
+                None => readable::declared(tg, m.ty),
             };
             out.push((m.bit_offset / 8, node));
         }
@@ -275,7 +348,7 @@ impl<'t> PlanBuilder<'t> {
                 if is_bool {
                     Op::VectorBool {
                         layout: vector::bool_layout(tg, r)?,
-                        elem: self.child(t, "[]")?,
+                        elem: self.bit_element(t)?,
                     }
                 } else {
                     Op::Vector {
@@ -349,6 +422,7 @@ impl<'t> PlanBuilder<'t> {
                     node_size,
                     tg.is_fundamental(k) && tg.is_fundamental(v),
                 );
+                self.plan.nodes[entry].readable = readable::map_entry(tg, k, v);
                 let key = self.child(k, "key")?;
                 let value = self.child(v, "value")?;
                 self.plan.nodes[entry].op = Op::Entry {

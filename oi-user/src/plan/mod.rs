@@ -20,6 +20,8 @@
 //! - `SmartPtr`, `RefWrap`, `RawPointer`: `pointer, descended`, then the target if descended.
 //! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
 //!   chosen node's words.
+//! - `Leaf` with a [`Scalar`] (`--values` only): the value's bytes, zero-extended, in one
+//!   word (two for 16-byte values, low word first).
 //! - `Entry` (map element): the captured key (`Capture`), then key and value.
 //!   Captured keys: scalar → 1 word; string → `len` then the bytes padded to words; other →
 //!   the key's address.
@@ -52,6 +54,46 @@ pub struct Node {
     pub op: Op,
     /// The walk of this subtree appends to the stream (computed when the plan is finished).
     pub dynamic: bool,
+    /// The type as people write it (`std::map<int, std::string>`), for the outputs people
+    /// read; `typeNames` keep OI's spelling. Empty: use OI's.
+    #[serde(default)]
+    pub readable: String,
+    /// With `--values`: the scalar this `Leaf` reads (and appends to the stream).
+    #[serde(default)]
+    pub value: Option<Scalar>,
+}
+
+/// A scalar read for `--values`: its size in bytes (1, 2, 4, 8 or 16) and how to show it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Scalar {
+    pub size: u64,
+    pub kind: ScalarKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScalarKind {
+    Signed,
+    Unsigned,
+    /// `char`, `signed char`, `unsigned char`, `char8_t`: a character and its code.
+    Char {
+        signed: bool,
+    },
+    Bool,
+    Float,
+    /// Raw pointers (not chased), vptrs: the address.
+    Pointer,
+    /// An enum: its enumerators, values as the `size` bytes they are stored in.
+    Enum {
+        signed: bool,
+        enumerators: Vec<(u64, String)>,
+    },
+}
+
+impl Scalar {
+    /// Stream words the value takes.
+    pub fn words(&self) -> u64 {
+        self.size.div_ceil(8).max(1)
+    }
 }
 
 /// How a map key is captured into `data` (SEMANTICS.md §9).
@@ -215,6 +257,8 @@ impl Plan {
                 | Op::Pair { .. }
                 | Op::Entry { .. }
         );
+        // A value read (`--values`) makes a leaf read the target itself.
+        let own = own || self.nodes[id].value.is_some();
         let mut dynamic = self.nodes[id].dynamic || own;
         for c in children {
             dynamic |= self.dynamic_of(c, state);

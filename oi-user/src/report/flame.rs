@@ -60,14 +60,24 @@ impl Folded {
     }
 
     pub fn write(&self, path: &Path) -> io::Result<()> {
-        let mut file = BufWriter::new(File::create(path)?);
-        file.write_all(self.text().as_bytes())?;
-        file.flush()
+        self.write_to(File::create(path)?)
+    }
+
+    /// The folded text into `out` (a file opened earlier, say).
+    pub fn write_to(&self, out: impl io::Write) -> io::Result<()> {
+        let mut out = BufWriter::new(out);
+        out.write_all(self.text().as_bytes())?;
+        out.flush()
     }
 
     /// Draws the stacks as an SVG flame graph (`Picture::Flame`: roots at the bottom) or an
     /// icicle graph (`Picture::Icicle`: roots at the top, as footprint trees read).
     pub fn write_svg(&self, path: &Path, picture: &Picture<'_>) -> io::Result<()> {
+        self.write_svg_to(File::create(path)?, picture)
+    }
+
+    /// [`Self::write_svg`] into `out`.
+    pub fn write_svg_to(&self, out: impl io::Write, picture: &Picture<'_>) -> io::Result<()> {
         let mut options = Options::default();
         options.title = picture.title.to_string();
         options.subtitle = picture.subtitle.map(str::to_string);
@@ -81,7 +91,7 @@ impl Folded {
         options.deterministic = true;
         options.hash = true;
         let text = self.text();
-        let file = BufWriter::new(File::create(path)?);
+        let file = BufWriter::new(out);
         if text.is_empty() {
             // inferno refuses empty input; an empty picture still says what it is of.
             options.notes = "no samples".into();

@@ -1,6 +1,8 @@
 //! Decodes a data stream by replaying the plan that produced it, and hands each result node
 //! (in pre-order, with its inclusive size already known) to a printer: streaming JSON
-//! ([`json`]) or a summarised tree ([`tree`]).
+//! ([`json`]), OI's CSV ([`csv`]), a summarised tree ([`tree`]), or sums by member path
+//! ([`totals`]) for pictures ([`picture`]) and growth over samples ([`growth`]); [`output`]
+//! feeds several of them from one pass.
 //!
 //! Inclusive sizes come first in the JSON, before the children, so decoding is two passes
 //! over the stream: the first computes the size of every dynamic node that has children (a
@@ -11,8 +13,13 @@
 //! overwrite it. Counts and nesting beyond the walker's own bounds are errors (never a loop of
 //! 2^64 elements or a stack overflow), and sizes add up saturating.
 
+pub mod csv;
 pub mod flame;
+pub mod growth;
 pub mod json;
+pub mod output;
+pub mod picture;
+pub mod totals;
 pub mod tree;
 
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
@@ -41,6 +48,8 @@ pub struct NodeOut<'a> {
     pub data: Option<&'a Data>,
     pub length_capacity: Option<(u64, u64)>,
     pub has_children: bool,
+    /// With `--values`: the scalar's words (low, high; high is 0 below 16 bytes).
+    pub value: Option<(u64, u64)>,
 }
 
 /// A captured key (SEMANTICS.md §9).
@@ -67,6 +76,9 @@ impl Data {
 const MAX_BYTES: u64 = 1 << 47;
 
 pub trait Sink {
+    /// A root is about to be decoded; `label` says which (`this`, `arg0`, `retval`).
+    fn root(&mut self, _label: &str) {}
+
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError>;
     fn end(&mut self) -> Result<(), ReportError>;
 
@@ -282,6 +294,14 @@ impl Decoder<'_, '_> {
         let mut pointer = None;
         let mut lc = None;
         let mut data = None;
+        let value = match &n.value {
+            Some(v) => {
+                let low = self.word()?;
+                let high = if v.words() > 1 { self.word()? } else { 0 };
+                Some((low, high))
+            }
+            None => None,
+        };
         let (exclusive, children) = match &n.op {
             Op::Leaf => (s, Children::None),
             Op::Bitfield => (0, Children::None),
@@ -472,6 +492,7 @@ impl Decoder<'_, '_> {
             data: data.as_ref(),
             length_capacity: lc,
             has_children,
+            value,
         };
         if let Some(sink) = self.sink.as_mut() {
             sink.begin(&out)?;
@@ -591,6 +612,8 @@ mod tests {
             is_primitive: false,
             op,
             dynamic: false,
+            readable: String::new(),
+            value: None,
         }
     }
 
@@ -730,21 +753,32 @@ mod tests {
         ));
     }
 
-    /// A vector (corrupt, or just huge) of 2^28 ints: the tree keeps ten and counts the rest
-    /// without visiting them (found by `cargo xtask fuzz` as a minutes-long decode).
+    /// A vector (corrupt, or just huge) of 2^28 ints: the tree and the path totals see one
+    /// and count the rest without visiting them (found by `cargo xtask fuzz` as a
+    /// minutes-long decode).
     #[test]
     fn tree_counts_identical_elements_without_visiting_them() {
         let (plan, _) = fixture();
-        let mut sink = tree::TreeSink::new();
+        let mut sink = tree::TreeSink::new(&plan, tree::Options::default());
+        let mut totals = totals::Totals::new();
         let stream = [0x1000, MAX_ELEMENTS, MAX_ELEMENTS, 35, 35];
-        decode(&plan, 0, &stream, &mut sink).expect("decode");
+        let mut tee = output::Tee {
+            sinks: vec![&mut sink, &mut totals],
+        };
+        decode(&plan, 0, &stream, &mut tee).expect("decode");
         let mut out = Vec::new();
         sink.write(&mut out).expect("write");
         let text = String::from_utf8(out).expect("utf8");
         assert!(
-            text.contains("    … 268,435,446 more elements (1024.0 MiB)"),
+            text.contains("    [] × 268,435,456: int32_t  4 B each, 1.0 GiB  100.0%"),
             "{text}"
         );
+        let elements = totals
+            .nodes
+            .iter()
+            .find(|n| n.name == "[]")
+            .expect("element path");
+        assert_eq!((elements.count, elements.inclusive), (1 << 28, 4 << 28));
     }
 
     /// Streams no walker writes (found by `cargo xtask fuzz`): errors, not a loop over 2^64
@@ -753,7 +787,7 @@ mod tests {
     fn forged_streams_are_errors() {
         let (plan, _) = fixture();
         let corrupt = |stream: &[u64]| {
-            let mut sink = tree::TreeSink::new();
+            let mut sink = tree::TreeSink::new(&plan, tree::Options::default());
             matches!(
                 decode(&plan, 0, stream, &mut sink),
                 Err(ReportError::Corrupt(_))
@@ -778,29 +812,42 @@ mod tests {
         assert!(matches!(result, Err(ReportError::Corrupt(_))), "{result:?}");
     }
 
+    /// The tree of the fixture with 100 ints of capacity 110: largest first, sizes, shares,
+    /// len/cap and unused capacity, identical elements folded, `--top` summarising the rest.
     #[test]
     fn tree_shows_largest_first_and_summarises() {
         let (mut plan, mut mem) = fixture();
-        // 100 ints, capacity 100.
         mem.bytes[8..16].copy_from_slice(&(0x2000u64 + 400).to_le_bytes());
-        mem.bytes[16..24].copy_from_slice(&(0x2000u64 + 400).to_le_bytes());
+        mem.bytes[16..24].copy_from_slice(&(0x2000u64 + 440).to_le_bytes());
         plan.nodes[1].is_primitive = true;
         let stream = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
-        let mut sink = tree::TreeSink::new();
-        decode(&plan, 0, &stream, &mut sink).expect("decode");
-        let mut out = Vec::new();
-        sink.write(&mut out).expect("write");
-        let text = String::from_utf8(out).expect("utf8");
+        let tree = |top: usize| {
+            let opts = tree::Options {
+                top,
+                ..tree::Options::default()
+            };
+            let mut sink = tree::TreeSink::new(&plan, opts);
+            sink.root("this");
+            decode(&plan, 0, &stream, &mut sink).expect("decode");
+            let mut out = Vec::new();
+            sink.write(&mut out).expect("write");
+            String::from_utf8(out).expect("utf8")
+        };
+        let text = tree(10);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "a0: S  491 B (100.0%)");
         assert_eq!(
-            lines[1],
-            "  v: std::vector<int32_t> [len 100, cap 100]  424 B (86.4%)"
+            lines,
+            [
+                "this: S  531 B  100.0%",
+                "  v: std::vector<int32_t>  464 B  87.4%  len 100 / cap 110, 40 B unused",
+                "    [] × 100: int32_t  4 B each, 400 B  75.3%",
+                "  s: string  67 B  12.6%  len 35 / cap 35",
+            ],
+            "{text}"
         );
-        assert!(text.contains("    … 90 more elements (360 B)"), "{text}");
-        assert_eq!(
-            lines.last().copied(),
-            Some("  s: string [len 35, cap 35]  67 B (13.6%)")
-        );
+        let text = tree(1);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[3], "  … 1 more member (67 B, 12.6%)");
     }
 }

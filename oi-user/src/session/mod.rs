@@ -27,10 +27,10 @@ use oi_common::{Event, ProbeConfig, event, filter, flags};
 
 use crate::{
     cgroup::Cgroup,
-    cli::{Args, Format, Mode},
+    cli::{Args, Mode},
     error::{Error, Result},
     interp::RemoteReader,
-    measure::{Measurer, OutputFormat},
+    measure::Measurer,
     plan_cache::{PlanCache, Source},
     probe::{AttachPoint, Trigger},
     target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs},
@@ -105,11 +105,7 @@ pub fn run(args: &Args) -> Result<()> {
         )
     };
     let trigger = Trigger::load()?;
-    let format = match (args.format, args.pretty) {
-        (Format::Tree, _) => OutputFormat::Tree,
-        (Format::Json, false) => OutputFormat::Json,
-        (Format::Json, true) => OutputFormat::JsonPretty,
-    };
+    let outputs = reporter::Outputs::from_args(args).map_err(Error::input)?;
     let in_target = match (args.mode, args.count_only) {
         (Mode::Jit, false) => Some(InTarget::prepare(
             &mut probes,
@@ -130,7 +126,7 @@ pub fn run(args: &Args) -> Result<()> {
         failed_samples: 0,
         sites: HashMap::new(),
         in_target,
-        reporter: Reporter::start(format)
+        reporter: Reporter::start(outputs)
             .map_err(|e| Error::internal(format!("starting the report thread: {e}")))?,
         deferred_busy: Vec::new(),
         guardian,
@@ -147,6 +143,8 @@ pub fn run(args: &Args) -> Result<()> {
     if was_armed {
         session.print_summary()?;
     }
+    // Pictures and the growth table, written at exit by the report thread.
+    let outputs = session.reporter.outputs().map_err(Error::sample);
     match result? {
         End::TargetExited => Err(Error::sample("target exited")),
         End::TargetExec(program) => Err(Error::sample(format!(
@@ -156,7 +154,7 @@ pub fn run(args: &Args) -> Result<()> {
             "{} of {} samples failed",
             session.failed_samples, session.samples
         ))),
-        End::Done => Ok(()),
+        End::Done => outputs,
     }
 }
 
@@ -219,7 +217,7 @@ fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
                     &site.binary,
                     &site.symbol,
                     &args.arg,
-                    &args.feature,
+                    &args.plan_features(),
                     probe.is_return,
                 )
                 .map_err(|e| {
@@ -641,7 +639,9 @@ impl Session {
         };
         timing.resumed_ns = monotonic_ns();
         timing.walk_us = started.elapsed().as_micros() as u64;
-        self.reporter.submit(tgid, ev.hit, measurer, streams?);
+        let probe = &self.probes[ev.probe as usize].symbol;
+        self.reporter
+            .submit((tgid, ev.hit), probe, measurer, streams?);
         Ok(())
     }
 

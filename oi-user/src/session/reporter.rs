@@ -4,20 +4,93 @@
 //!
 //! Backpressure goes to the kernel instead: while too many reports wait, the sampled process
 //! stays marked busy, so its next Nth hits are dropped rather than frozen.
+//!
+//! Besides the report of each sample (JSON, tree or CSV on stdout), this thread keeps what
+//! outlives a sample: the last sample summed by member path, drawn at exit (`--svg`,
+//! `--folded`), and the growth of every member over the samples (`--growth`, printed on
+//! stderr every `--interval` and at exit). Their files are opened at start, so that a path
+//! that cannot be written is an error before anything is armed.
 
 use std::{
+    fs::File,
     io::Write,
     os::fd::{AsFd, BorrowedFd},
+    path::{Path, PathBuf},
     sync::{
         Arc,
-        mpsc::{Receiver, Sender, channel},
+        mpsc::{Receiver, RecvTimeoutError, Sender, channel},
     },
     thread::JoinHandle,
+    time::{Duration, Instant},
 };
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::measure::{Measurer, OutputFormat, WALK_STACK};
+use crate::cli::{self, Args};
+use crate::measure::{Measurer, WALK_STACK};
+use crate::report::growth::Growth;
+use crate::report::output::{Format, SampleWriter};
+use crate::report::picture;
+use crate::report::totals::Totals;
+use crate::report::tree;
+
+/// A file given on the command line, opened (created, truncated) at start.
+pub struct OutputFile {
+    pub path: PathBuf,
+    file: File,
+}
+
+impl OutputFile {
+    /// Opens `path` for writing, or says in one line why it cannot be (`flag`: the option).
+    pub fn create(flag: &str, path: &Path) -> Result<Self, String> {
+        File::create(path)
+            .map(|file| Self {
+                path: path.to_path_buf(),
+                file,
+            })
+            .map_err(|e| format!("cannot write {flag} {}: {e}", path.display()))
+    }
+}
+
+/// What the report thread writes.
+pub struct Outputs {
+    pub format: Format,
+    pub svg: Option<OutputFile>,
+    pub folded: Option<OutputFile>,
+    pub growth: Option<OutputFile>,
+    /// With `growth`: print the table so far this often.
+    pub interval: Option<Duration>,
+}
+
+impl Outputs {
+    /// The outputs the command line asks for, their files opened.
+    pub fn from_args(args: &Args) -> Result<Self, String> {
+        let format = match (args.format, args.pretty) {
+            (cli::Format::Json, pretty) => Format::Json { pretty },
+            (cli::Format::Csv, _) => Format::Csv,
+            (cli::Format::Tree, _) => Format::Tree(tree::Options {
+                top: args.top.unwrap_or(tree::Options::default().top),
+                names: match args.names {
+                    Some(cli::Names::Oi) => tree::Names::Oi,
+                    _ => tree::Names::Readable,
+                },
+                values: args.values,
+            }),
+        };
+        let open = |flag: &str, p: &Option<PathBuf>| {
+            p.as_deref()
+                .map(|p| OutputFile::create(flag, p))
+                .transpose()
+        };
+        Ok(Self {
+            format,
+            svg: open("--svg", &args.svg)?,
+            folded: open("--folded", &args.folded)?,
+            growth: open("--growth", &args.growth)?,
+            interval: args.interval.map(Duration::from_secs_f64),
+        })
+    }
+}
 
 /// Reports waiting beyond which sampled processes stay busy until the writer catches up.
 pub const BACKLOG: usize = 4;
@@ -25,6 +98,8 @@ pub const BACKLOG: usize = 4;
 struct Job {
     tgid: i32,
     hit: u64,
+    /// The probed function, as the user named it.
+    probe: Arc<str>,
     measurer: Arc<Measurer>,
     streams: Vec<Vec<u64>>,
 }
@@ -41,11 +116,13 @@ pub struct Reporter {
     written: Receiver<Written>,
     wake: Arc<EventFd>,
     pending: usize,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+    /// Why the files written at exit could not be (after [`Self::finish`]).
+    outputs: Result<(), String>,
 }
 
 impl Reporter {
-    pub fn start(format: OutputFormat) -> std::io::Result<Self> {
+    pub fn start(outputs: Outputs) -> std::io::Result<Self> {
         let (jobs, queue) = channel::<Job>();
         let (done, written) = channel();
         let wake = Arc::new(EventFd::from_flags(
@@ -56,22 +133,9 @@ impl Reporter {
             .name("oi-report".into())
             .stack_size(WALK_STACK)
             .spawn(move || {
-                let mut out = std::io::stdout().lock();
-                for job in queue {
-                    // JSON lines speak for themselves; trees of several samples need a title.
-                    let title = if format == OutputFormat::Tree {
-                        writeln!(out, "# pid {}, hit {}", job.tgid, job.hit)
-                    } else {
-                        Ok(())
-                    };
-                    let result = title
-                        .map_err(|e| format!("writing the report: {e}"))
-                        .and_then(|()| {
-                            job.measurer
-                                .write_report(&job.streams, format, &mut out)
-                                .map_err(|e| e.to_string())
-                        })
-                        .and_then(|()| out.flush().map_err(|e| format!("writing the report: {e}")));
+                let mut state = State::new(outputs);
+                while let Some(job) = state.next(&queue) {
+                    let result = state.report(&job);
                     let _ = done.send(Written {
                         tgid: job.tgid,
                         hit: job.hit,
@@ -79,6 +143,7 @@ impl Reporter {
                     });
                     let _ = wake_writer.write(1);
                 }
+                state.finish()
             })?;
         Ok(Self {
             jobs: Some(jobs),
@@ -86,16 +151,24 @@ impl Reporter {
             wake,
             pending: 0,
             thread: Some(thread),
+            outputs: Ok(()),
         })
     }
 
-    /// Queues the report of one sample.
-    pub fn submit(&mut self, tgid: i32, hit: u64, measurer: Arc<Measurer>, streams: Vec<Vec<u64>>) {
+    /// Queues the report of one sample of `probe`.
+    pub fn submit(
+        &mut self,
+        (tgid, hit): (i32, u64),
+        probe: &str,
+        measurer: Arc<Measurer>,
+        streams: Vec<Vec<u64>>,
+    ) {
         if let Some(jobs) = &self.jobs
             && jobs
                 .send(Job {
                     tgid,
                     hit,
+                    probe: Arc::from(probe),
                     measurer,
                     streams,
                 })
@@ -123,12 +196,141 @@ impl Reporter {
         self.wake.as_fd()
     }
 
-    /// Writes what is still queued, then stops the thread.
+    /// Writes what is still queued and the files written at exit, then stops the thread.
     pub fn finish(&mut self) -> Vec<Written> {
         self.jobs = None;
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            self.outputs = thread
+                .join()
+                .unwrap_or_else(|_| Err("the report thread panicked".into()));
         }
         self.written()
+    }
+
+    /// After [`Self::finish`]: whether the pictures and the growth table were written.
+    pub fn outputs(&self) -> Result<(), String> {
+        self.outputs.clone()
+    }
+}
+
+/// The report thread's own state.
+struct State {
+    outputs: Outputs,
+    writer: SampleWriter,
+    out: std::io::StdoutLock<'static>,
+    growth: Option<Growth>,
+    /// The last sample summed by member path, and its title, for the pictures.
+    last: Option<(Totals, String)>,
+    next_tick: Option<Instant>,
+}
+
+impl State {
+    fn new(outputs: Outputs) -> Self {
+        Self {
+            writer: SampleWriter::new(outputs.format),
+            out: std::io::stdout().lock(),
+            growth: outputs.growth.as_ref().map(|_| Growth::new()),
+            last: None,
+            next_tick: outputs.interval.map(|i| Instant::now() + i),
+            outputs,
+        }
+    }
+
+    /// The next job; meanwhile, the growth table every `--interval`. None: no more jobs.
+    fn next(&mut self, queue: &Receiver<Job>) -> Option<Job> {
+        loop {
+            let Some(tick) = self.next_tick else {
+                return queue.recv().ok();
+            };
+            match queue.recv_timeout(tick.saturating_duration_since(Instant::now())) {
+                Ok(job) => return Some(job),
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => {
+                    let every = self.outputs.interval.unwrap_or(Duration::from_secs(1));
+                    self.next_tick = Some(tick + every);
+                    self.print_growth();
+                }
+            }
+        }
+    }
+
+    fn wants_totals(&self) -> bool {
+        self.outputs.svg.is_some() || self.outputs.folded.is_some() || self.growth.is_some()
+    }
+
+    fn report(&mut self, job: &Job) -> Result<(), String> {
+        // JSON and CSV rows speak for themselves; trees of several samples need a title.
+        if matches!(self.writer.format, Format::Tree(_)) {
+            writeln!(self.out, "# pid {}, hit {}", job.tgid, job.hit)
+                .map_err(|e| format!("writing the report: {e}"))?;
+        }
+        let mut totals = self.wants_totals().then(Totals::new);
+        job.measurer
+            .report(
+                &job.streams,
+                &mut self.writer,
+                &mut self.out,
+                totals.as_mut(),
+            )
+            .map_err(|e| e.to_string())?;
+        self.out
+            .flush()
+            .map_err(|e| format!("writing the report: {e}"))?;
+        if let Some(t) = totals {
+            if let Some(g) = &mut self.growth {
+                g.add(job.tgid, &job.probe, &t);
+            }
+            let title = format!("{} in pid {}, hit {}", job.probe, job.tgid, job.hit);
+            self.last = Some((t, title));
+        }
+        Ok(())
+    }
+
+    fn print_growth(&self) {
+        if let (Some(g), Some(file)) = (&self.growth, &self.outputs.growth) {
+            print_growth(g, &file.path);
+        }
+    }
+
+    /// Writes the files of the run (pictures of the last sample, the growth table).
+    fn finish(mut self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        let mut note = |flag: &str, f: &OutputFile, r: std::io::Result<()>| {
+            if let Err(e) = r {
+                errors.push(format!("writing {flag} {}: {e}", f.path.display()));
+            }
+        };
+        let (svg, folded, growth_file) = (
+            self.outputs.svg.take(),
+            self.outputs.folded.take(),
+            self.outputs.growth.take(),
+        );
+        let none = (Totals::new(), "no sample was taken".to_string());
+        let (totals, title) = self.last.as_ref().unwrap_or(&none);
+        if let Some(f) = &svg {
+            note("--svg", f, picture::write_svg(totals, title, &f.file));
+            eprintln!("oi-trace: picture of the last sample: {}", f.path.display());
+        }
+        if let Some(f) = &folded {
+            note("--folded", f, picture::write_folded(totals, &f.file));
+        }
+        if let (Some(g), Some(f)) = (&self.growth, &growth_file) {
+            let mut w = std::io::BufWriter::new(&f.file);
+            note("--growth", f, g.write_json(&mut w).and_then(|()| w.flush()));
+            print_growth(g, &f.path);
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// The growth table so far, on stderr.
+fn print_growth(g: &Growth, file: &Path) {
+    if !g.is_empty() {
+        let path = file.display().to_string();
+        let _ = g.write_text(&mut std::io::stderr().lock(), Some(&path));
     }
 }

@@ -212,6 +212,7 @@ mod tests {
             kind: Kind::Primitive {
                 name: String::new(),
                 prim,
+                dwarf_name: String::new(),
             },
         })
     }

@@ -124,7 +124,11 @@ impl<'d, 'a> Builder<'d, 'a> {
                 Type {
                     size,
                     align: if size == 0 { 1 } else { size.min(16) },
-                    kind: Kind::Primitive { name, prim },
+                    kind: Kind::Primitive {
+                        name,
+                        prim,
+                        dwarf_name: di.name(die)?.unwrap_or_default(),
+                    },
                 }
             }
             dw::DW_TAG_unspecified_type => Type {
@@ -195,7 +199,10 @@ impl<'d, 'a> Builder<'d, 'a> {
                 Type {
                     size,
                     align: size.max(1),
-                    kind: Kind::Enum { name },
+                    kind: Kind::Enum {
+                        name,
+                        enumerators: self.enumerators(die)?,
+                    },
                 }
             }
             dw::DW_TAG_array_type => self.array(die)?,
@@ -438,6 +445,26 @@ impl<'d, 'a> Builder<'d, 'a> {
         Ok(!di.flag(sub, dw::DW_AT_deleted)?)
     }
 
+    /// An enum's enumerators (name, value), in declaration order.
+    fn enumerators(&self, die: DieRef) -> Result<Vec<(i128, String)>, BuildError> {
+        let di = self.di;
+        let mut out = Vec::new();
+        for c in di.children(die)? {
+            if di.tag(c)? != dw::DW_TAG_enumerator {
+                continue;
+            }
+            let value = match di.attr(c, dw::DW_AT_const_value)? {
+                Some(Attr::Uint(v)) => i128::from(v),
+                Some(Attr::Int(v)) => i128::from(v),
+                _ => continue,
+            };
+            if let Some(name) = di.name(c)? {
+                out.push((value, name));
+            }
+        }
+        Ok(out)
+    }
+
     fn template_arg(&mut self, p: DieRef, out: &mut Vec<TemplateArg>) -> Result<(), BuildError> {
         let di = self.di;
         match di.tag(p)? {
@@ -445,7 +472,12 @@ impl<'d, 'a> Builder<'d, 'a> {
                 let t = di.reference(p, dw::DW_AT_type)?;
                 let is_const = self.strip(t)?.is_const;
                 let ty = self.type_of(t)?;
-                out.push(TemplateArg::Type { ty, is_const });
+                let is_default = di.flag(p, dw::DW_AT_default_value)?;
+                out.push(TemplateArg::Type {
+                    ty,
+                    is_const,
+                    is_default,
+                });
             }
             dw::DW_TAG_template_value_parameter => {
                 let v = match di.attr(p, dw::DW_AT_const_value)? {

@@ -111,6 +111,7 @@ mod tests {
             kind: Kind::Primitive {
                 name: format!("int{}_t", size * 8),
                 prim: PrimKind::Signed,
+                dwarf_name: String::new(),
             },
         })
     }

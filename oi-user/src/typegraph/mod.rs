@@ -10,6 +10,7 @@ pub mod abi;
 pub mod build;
 pub mod layout;
 pub mod names;
+pub mod readable;
 
 pub use build::{BuildError, Builder};
 
@@ -42,14 +43,17 @@ pub enum PrimKind {
 
 #[derive(Debug, Clone)]
 pub enum Kind {
-    /// Integer, floating or bool; `name` is already the SEMANTICS spelling (`int32_t`).
+    /// Integer, floating or bool; `name` is already the SEMANTICS spelling (`int32_t`),
+    /// `dwarf_name` the compiler's (`long unsigned int`), for names people read.
     Primitive {
         name: String,
         prim: PrimKind,
+        dwarf_name: String,
     },
-    /// `name` None for anonymous enums.
+    /// `name` None for anonymous enums; `enumerators` in declaration order, for values.
     Enum {
         name: Option<String>,
+        enumerators: Vec<(i128, String)>,
     },
     /// Pointer or reference (lvalue, rvalue). `target` None means `void`.
     Pointer {
@@ -112,7 +116,13 @@ pub struct Base {
 
 #[derive(Debug, Clone)]
 pub enum TemplateArg {
-    Type { ty: TypeId, is_const: bool },
+    /// `is_default`: DWARF 5 says the argument is the parameter's default
+    /// (`DW_AT_default_value`), which readable names leave out.
+    Type {
+        ty: TypeId,
+        is_const: bool,
+        is_default: bool,
+    },
     Value(i128),
 }
 

@@ -112,7 +112,7 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
     let r = tg.resolve(id);
     match &tg.get(r).kind {
         Kind::Primitive { name, .. } => name.clone(),
-        Kind::Enum { name } => name.clone().unwrap_or_else(|| anon.anon(r)),
+        Kind::Enum { name, .. } => name.clone().unwrap_or_else(|| anon.anon(r)),
         Kind::Pointer { target: None } => "void*".into(),
         Kind::Pointer { target: Some(t) } => format!("{}*", spell_depth(tg, *t, anon, depth + 1)),
         Kind::Array { elem, count } => {
@@ -127,7 +127,7 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
                 for a in &st.template_args {
                     match a {
                         TemplateArg::Value(v) => args.push(v.to_string()),
-                        TemplateArg::Type { ty, is_const } => {
+                        TemplateArg::Type { ty, is_const, .. } => {
                             let full = measured.is_none_or(|n| type_index < n);
                             type_index += 1;
                             let mut s = if full {
@@ -203,7 +203,7 @@ fn spell_unmeasured(
                     .iter()
                     .map(|a| match a {
                         TemplateArg::Value(v) => v.to_string(),
-                        TemplateArg::Type { ty, is_const } => {
+                        TemplateArg::Type { ty, is_const, .. } => {
                             let s = spell_depth(tg, *ty, anon, depth + 1);
                             if *is_const { format!("{s} const") } else { s }
                         }
