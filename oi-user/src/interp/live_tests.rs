@@ -336,47 +336,6 @@ impl Write for Counter {
     }
 }
 
-/// Benchmark (run with `cargo test -p oi-user --release -- --ignored bench_`): remote walk
-/// of a 1,000,000-element vector<string> against the fixture's own native walk; the total
-/// must still be exact.
-#[test]
-#[ignore = "benchmark"]
-fn bench_million_strings() {
-    let mut s = attach("footprint_bigvec", &["-O2"]);
-    let (measurer, regs) = s.hit(0);
-    let mem = RemoteReader::new(s.pid.as_raw());
-    let t0 = std::time::Instant::now();
-    let streams = measurer
-        .walk_arg_streams(&regs, s.bias, &mem)
-        .expect("walk");
-    let walk = t0.elapsed();
-    let (root, stream) = &streams[0];
-    let total = crate::report::total_size(measurer.plan(), *root, stream).expect("decode");
-    let t1 = std::time::Instant::now();
-    let mut sink = Counter::default();
-    measurer
-        .measure(&regs, s.bias, &mem, OutputFormat::Json, &mut sink)
-        .expect("measure");
-    let full = t1.elapsed();
-    let native = s.f.native_ns.expect("fixture reports its native time");
-    let want = s.probes[0]
-        .expect
-        .iter()
-        .find(|e| e.1 == "size")
-        .map(|e| e.2);
-    assert_eq!(Some(total), want);
-    assert_eq!(sink.lines, 1);
-    eprintln!(
-        "1M vector<string>: native {:.2} ms, remote walk {:.2} ms ({:.1}x), walk+decode+JSON {:.2} ms, {} MB of JSON",
-        native as f64 / 1e6,
-        walk.as_secs_f64() * 1e3,
-        walk.as_nanos() as f64 / native as f64,
-        full.as_secs_f64() * 1e3,
-        sink.bytes / 1_000_000
-    );
-    s.finish();
-}
-
 #[test]
 fn basic_structs_strings_vectors_and_abi() {
     let runs = run_fixture("footprint_basic", &["-O1"]);
@@ -723,37 +682,6 @@ fn debug_file_found_by_build_id() {
         err,
         Err(crate::debuginfo::dwarf::DwarfError::NoDebugInfo { .. })
     ));
-}
-
-/// Benchmark: node-based containers (one read per node without a cache).
-#[test]
-#[ignore = "benchmark"]
-fn bench_node_containers() {
-    let mut s = attach("footprint_bigmap", &["-O2"]);
-    let (measurer, regs) = s.hit(0);
-    let mem = RemoteReader::new(s.pid.as_raw());
-    let t0 = std::time::Instant::now();
-    let streams = measurer
-        .walk_arg_streams(&regs, s.bias, &mem)
-        .expect("walk");
-    let walk = t0.elapsed();
-    for (i, (root, stream)) in streams.iter().enumerate() {
-        let total = crate::report::total_size(measurer.plan(), *root, stream).expect("decode");
-        let want = s.probes[0]
-            .expect
-            .iter()
-            .find(|e| e.0 == i.to_string())
-            .map(|e| e.2);
-        assert_eq!(Some(total), want, "root {i}");
-    }
-    let native = s.f.native_ns.expect("native time");
-    eprintln!(
-        "200k map + 200k unordered_map of strings: native {:.2} ms, remote walk {:.2} ms ({:.1}x)",
-        native as f64 / 1e6,
-        walk.as_secs_f64() * 1e3,
-        walk.as_nanos() as f64 / native as f64
-    );
-    s.finish();
 }
 
 #[test]

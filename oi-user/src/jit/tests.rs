@@ -9,7 +9,7 @@
 //! is short-lived, and some have cycles).
 
 use std::ffi::{CString, c_void};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -23,7 +23,6 @@ use crate::measure::{MeasureError, Measurer};
 /// The fixture library, loaded once per test process.
 struct Lib {
     handle: usize,
-    path: PathBuf,
     binary: Binary,
     bias: u64,
 }
@@ -61,7 +60,6 @@ fn lib() -> &'static Lib {
         let bias = bias_of(&path, &binary);
         Lib {
             handle: handle as usize,
-            path,
             binary,
             bias,
         }
@@ -667,58 +665,6 @@ fn jit_unseeded_register_roots() {
     r.frame.unseeded = 1;
     assert_eq!(r.go(&code, 4096), STATUS_DONE);
     assert_eq!(r.streams(1), want);
-}
-
-/// Measurement, not a test: `cargo test --release -p oi-user jit_bench -- --ignored
-/// --nocapture`. Native walk of a 1,000,000-string vector by the JIT vs a C++ loop.
-#[test]
-#[ignore = "benchmark"]
-fn jit_bench_million_strings() {
-    bench("probe_strings", make_n("strings", 1_000_000), "native_sum");
-}
-
-/// Node containers (1,000,000 entries): map<int, string> and unordered_map<string, string>.
-#[test]
-#[ignore = "benchmark"]
-fn jit_bench_million_node_maps() {
-    bench("probe_imap", make_n("big_imap", 1_000_000), "native_imap");
-    bench("probe_umap", make_n("big_umap", 1_000_000), "native_umap");
-}
-
-fn bench(probe: &str, addr: u64, native_fn: &str) {
-    let m = measurer(probe, &["arg0"], &[]);
-    let (roots, want) = interp(&m, &[addr]).expect("interp");
-    let t = std::time::Instant::now();
-    let w = compile(m.plan(), &roots).expect("compile");
-    let compile_time = t.elapsed();
-    let code = Mapped::new(&w);
-    let len = 8 * (1 + want[0].len()) + 64;
-    let mut r = Run::new(&[addr], len);
-    let mut best_jit = u128::MAX;
-    for _ in 0..10 {
-        let t = std::time::Instant::now();
-        assert_eq!(r.go(&code, len), STATUS_DONE);
-        best_jit = best_jit.min(t.elapsed().as_nanos());
-    }
-    assert_eq!(r.streams(1), want);
-    // SAFETY: the native_* functions take the address of the object they walk.
-    let native: extern "C" fn(*mut c_void) -> u64 = unsafe { std::mem::transmute(sym(native_fn)) };
-    let mut best_native = u128::MAX;
-    let mut sum = 0;
-    for _ in 0..10 {
-        let t = std::time::Instant::now();
-        sum += native(addr as *mut c_void);
-        best_native = best_native.min(t.elapsed().as_nanos());
-    }
-    eprintln!(
-        "{probe}: JIT walk {:.3} ms, native C++ loop {:.3} ms (ratio {:.2}); compile {:?}; {} code bytes (sum {sum})",
-        best_jit as f64 / 1e6,
-        best_native as f64 / 1e6,
-        best_jit as f64 / best_native as f64,
-        compile_time,
-        w.code.len(),
-    );
-    let _ = &lib().path;
 }
 
 /// Every plan node of every probe of the footprint fixtures compiles (no unsupported node,
