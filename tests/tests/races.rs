@@ -320,7 +320,10 @@ fn a_second_oi_trace_on_the_same_process_is_refused() {
     first.signal(SIGINT);
     let out = first.finish(10 * SECOND);
     assert!(out.status.success(), "{out:#?}");
-    assert!(out.stdout.contains("a0"), "the first one sampled: {out:#?}");
+    assert!(
+        out.stdout.contains("\narg0: shop::Ledger "),
+        "the first one sampled: {out:#?}"
+    );
     target.assert_healthy();
 }
 
