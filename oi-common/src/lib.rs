@@ -47,8 +47,9 @@ pub struct ProbeConfig {
 
 /// Per-probe counters, updated atomically by the eBPF program.
 ///
-/// `hits` counts hits that passed the filter; of every Nth hit exactly one of `sampled` or
-/// `dropped` is incremented. `filtered` counts hits of processes outside the traced set.
+/// `hits` counts hits that passed the filter; of every Nth hit exactly one of `sampled`,
+/// `dropped` or `unseen` is incremented. `filtered` counts hits of processes outside the
+/// traced set; `unseen`, Nth hits at a point flagged [`point::NO_SAMPLE`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeCounters {
@@ -56,9 +57,24 @@ pub struct ProbeCounters {
     pub sampled: u64,
     pub dropped: u64,
     pub filtered: u64,
+    pub unseen: u64,
 }
 
-/// The registers the probed function was entered (or returned) with, System V x86-64.
+/// Flags of one attach point, in the high 32 bits of its attach cookie (the low 32 bits are
+/// the probe's index).
+pub mod point {
+    /// Count hits here, never freeze: what a sample would measure is not visible at this
+    /// point (a return through a tail call holds no result in any register).
+    pub const NO_SAMPLE: u32 = 1;
+
+    /// The attach cookie of a point of probe `index` with `flags`.
+    pub const fn cookie(index: u32, flags: u32) -> u64 {
+        index as u64 | (flags as u64) << 32
+    }
+}
+
+/// The registers at the probed instruction (a function's entry, one of its return
+/// instructions, or the entry of an inlined copy), System V x86-64.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EntryRegs {
@@ -72,6 +88,15 @@ pub struct EntryRegs {
     pub rip: u64,
     /// Return value; meaningful for return probes only.
     pub rax: u64,
+    /// The rest, for arguments an inlined copy or a clone keeps outside the ABI's registers.
+    pub rbx: u64,
+    pub rbp: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
 }
 
 impl EntryRegs {

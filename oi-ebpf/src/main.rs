@@ -1,6 +1,9 @@
-//! The trigger: uprobe / uretprobe programs that count hits exactly and freeze every Nth one.
+//! The trigger: a uprobe program that counts hits exactly and freezes every Nth one.
 //!
-//! One program serves every probe; the attach cookie says which probe fired. On a hit the
+//! One program serves every probe and every point of it (an entry, a return instruction, an
+//! inlined copy; return probes are uprobes on return instructions, never uretprobes, whose
+//! rewritten return address breaks C++ exception unwinding). The attach cookie says which
+//! probe fired (low 32 bits) and how (`point` flags, high 32 bits). On a hit the
 //! program filters by pid or cgroup, counts, and on every Nth hit of a process the tracer has
 //! seized and is not already walking it marks the process busy, stops the thread with
 //! `bpf_send_signal_thread(SIGSTOP)` and sends an [`Event`] with the registers of the hit.
@@ -17,13 +20,13 @@ use aya_ebpf::{
             bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_send_signal_thread,
         },
     },
-    macros::{map, uprobe, uretprobe},
+    macros::{map, uprobe},
     maps::{Array, HashMap, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    programs::ProbeContext,
 };
 use oi_common::{
     EntryRegs, Event, MAX_PROBES, MAX_PROCESSES, ProbeConfig, ProbeCounters, RING_BYTES, event,
-    filter, flags,
+    filter, flags, point,
 };
 
 const SIGSTOP: u32 = 19;
@@ -55,12 +58,6 @@ pub fn oi_entry(ctx: ProbeContext) -> u32 {
     0
 }
 
-#[uretprobe]
-pub fn oi_return(ctx: RetProbeContext) -> u32 {
-    on_hit(ctx.as_ptr(), ctx.regs);
-    0
-}
-
 /// Increments one counter; the counters are shared by all CPUs, so the add must be atomic.
 #[inline(always)]
 fn bump(counter: *mut u64) -> u64 {
@@ -72,7 +69,9 @@ fn bump(counter: *mut u64) -> u64 {
 #[inline(always)]
 fn on_hit(ctx: *mut core::ffi::c_void, regs: *mut pt_regs) {
     // SAFETY: the context pointer is the one the kernel passed to this program.
-    let probe = unsafe { bpf_get_attach_cookie(ctx) } as u32;
+    let cookie = unsafe { bpf_get_attach_cookie(ctx) };
+    let probe = cookie as u32;
+    let point_flags = (cookie >> 32) as u32;
     let Some(config) = CONFIG.get(probe) else {
         return;
     };
@@ -117,6 +116,11 @@ fn on_hit(ctx: *mut core::ffi::c_void, regs: *mut pt_regs) {
     if !nth {
         return;
     }
+    if point_flags & point::NO_SAMPLE != 0 {
+        // SAFETY: as above.
+        bump(unsafe { &raw mut (*counters).unseen });
+        return;
+    }
     // SAFETY: as above.
     let dropped = unsafe { &raw mut (*counters).dropped };
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
@@ -149,6 +153,14 @@ fn on_hit(ctx: *mut core::ffi::c_void, regs: *mut pt_regs) {
             rsp: r.rsp,
             rip: r.rip,
             rax: r.rax,
+            rbx: r.rbx,
+            rbp: r.rbp,
+            r10: r.r10,
+            r11: r.r11,
+            r12: r.r12,
+            r13: r.r13,
+            r14: r.r14,
+            r15: r.r15,
         },
     });
     // SAFETY: a plain helper call; the signal goes to the current thread only.

@@ -77,7 +77,9 @@ pub struct Args {
     #[arg(long, value_name = "SYM")]
     pub uprobe: Vec<String>,
 
-    /// Probe the return of SYM; lets you measure `retval`. Repeatable.
+    /// Probe the returns of SYM (uprobes on its return instructions: exceptions pass
+    /// through unharmed; returns through a tail call are counted, not measured); lets you
+    /// measure `retval`. Repeatable.
     #[arg(long, value_name = "SYM")]
     pub uretprobe: Vec<String>,
 
@@ -135,6 +137,12 @@ pub struct Args {
     /// At exit, write per-probe counters as JSON: [{"probe","hits","sampled","dropped","filtered"}].
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
+
+    /// With --mode jit: append one line per mapping of our code into a process (who, into
+    /// which pid, executable and cgroup, which probes, the code's BLAKE3, the region) to FILE,
+    /// as well as to syslog (authpriv), which always gets it.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
 
     /// Write one JSON line per sample: {"probe","pid","tid","hit","pause_us","walk_us","regs"}.
     #[arg(long, value_name = "FILE")]

@@ -6,6 +6,7 @@
 //! target memory through a `MemoryReader`).
 
 pub mod allocs;
+pub mod audit;
 pub mod calls;
 pub mod cgroup;
 pub mod cli;
@@ -20,6 +21,7 @@ pub mod kernel_features;
 pub mod measure;
 pub mod plan;
 pub mod plan_cache;
+pub mod privileges;
 pub mod probe;
 pub mod report;
 pub mod session;

@@ -10,9 +10,9 @@ use std::io::Write;
 
 use oi_common::EntryRegs;
 
-use crate::debuginfo::dwarf::{self, DwarfError};
-use crate::debuginfo::vtables;
+use crate::debuginfo::dwarf::{self, DieRef, DwarfError, ParamLocation};
 use crate::debuginfo::{Binary, FunctionSymbol};
+use crate::debuginfo::{cfi, vtables};
 use crate::interp::memory::{LocalReader, Overlay};
 use crate::interp::{MemoryReader, WalkError};
 use crate::plan::build::{DerivedClasses, Options};
@@ -146,6 +146,22 @@ enum StoredLocation {
     Regs(Vec<usize>),
     Stack(u64),
     Indirect(usize),
+    At(usize, i64),
+    Computed(usize, i64),
+    Address(u64),
+    Constant(u64),
+}
+
+/// A copy of a function probed where DWARF, not the calling convention, says where its
+/// parameters are: a clone (g++ changed its parameters) or an inlined copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CopyAt {
+    /// Its DIE: an inlined subroutine; `None` for the concrete DIE of the probed symbol.
+    pub die: Option<DieRef>,
+    /// The probed instruction, where the locations are read.
+    pub pc: u64,
+    /// `pc` is the copy's own entry (where a parameter's entry value is its register).
+    pub at_entry: bool,
 }
 
 /// Stack of the walking thread (virtual; only the depth actually used is touched).
@@ -180,14 +196,39 @@ impl Measurer {
         features: &[String],
         is_return: bool,
     ) -> Result<Self, MeasureError> {
+        Self::new_at(binary, function, None, args, features, is_return)
+    }
+
+    /// [`Self::new`] for a copy whose parameters DWARF places (`at`), or by the calling
+    /// convention at the function's entry (`None`).
+    pub fn new_at(
+        binary: &Binary,
+        function: &FunctionSymbol,
+        at: Option<&CopyAt>,
+        args: &[String],
+        features: &[String],
+        is_return: bool,
+    ) -> Result<Self, MeasureError> {
         let opts = options_for(features)?;
         let vtables = if opts.polymorphic {
             vtables::vtable_ranges(binary)
         } else {
             HashMap::new()
         };
+        let placed = at.map(|at| Placed {
+            at: *at,
+            cfa: cfi::cfa_at(binary, at.pc),
+        });
         dwarf::with_debug_info(binary, |di| {
-            Self::build(di, function, args, opts, is_return, &vtables)
+            Self::build(
+                di,
+                function,
+                placed.as_ref(),
+                args,
+                opts,
+                is_return,
+                &vtables,
+            )
         })?
     }
 
@@ -264,6 +305,7 @@ impl Measurer {
     fn build(
         di: &dwarf::DebugInfo<'_>,
         function: &FunctionSymbol,
+        placed: Option<&Placed>,
         args: &[String],
         opts: Options,
         is_return: bool,
@@ -274,8 +316,29 @@ impl Measurer {
             function: fname.clone(),
             source,
         };
-        let die = di.find_function(function)?;
-        let info = di.function_info(die)?;
+        let die = match placed.and_then(|p| p.at.die) {
+            Some(die) => die,
+            None => di.find_function(function)?,
+        };
+        // A copy placed by DWARF: its parameters in declaration order, where they are there.
+        let copy_params = match placed {
+            Some(p) => Some(di.copy_params(die, p.at.pc, p.at.at_entry)?),
+            None => None,
+        };
+        let info = match &copy_params {
+            Some(params) => dwarf::FunctionInfo {
+                params: params
+                    .iter()
+                    .map(|p| dwarf::Param {
+                        name: p.name.clone(),
+                        ty: p.ty,
+                        artificial: p.artificial,
+                    })
+                    .collect(),
+                return_type: di.function_info(die)?.return_type,
+            },
+            None => di.function_info(die)?,
+        };
         let mut b = Builder::new(di);
         let mut param_types = Vec::new();
         for p in &info.params {
@@ -340,7 +403,17 @@ impl Measurer {
                     function: fname.clone(),
                     reason: "its type is unknown".into(),
                 })?;
-                (ty, locations[index].clone())
+                let location = match (&copy_params, placed) {
+                    (Some(params), Some(placed)) => placed
+                        .location(&params[index].location)
+                        .map_err(|reason| MeasureError::Unavailable {
+                            arg: arg.clone(),
+                            function: fname.clone(),
+                            reason,
+                        })?,
+                    _ => locations[index].clone(),
+                };
+                (ty, location)
             };
             if let Location::Unavailable(reason) = location {
                 return Err(MeasureError::Unavailable {
@@ -435,6 +508,10 @@ impl Measurer {
                     Location::Regs(r) => StoredLocation::Regs(r.clone()),
                     Location::Stack(o) => StoredLocation::Stack(*o),
                     Location::Indirect(r) => StoredLocation::Indirect(*r),
+                    Location::At { reg, offset } => StoredLocation::At(*reg, *offset),
+                    Location::Computed { reg, offset } => StoredLocation::Computed(*reg, *offset),
+                    Location::Address(a) => StoredLocation::Address(*a),
+                    Location::Constant(c) => StoredLocation::Constant(*c),
                     Location::Unavailable(_) => return None,
                 };
                 Some(StoredArg {
@@ -468,6 +545,10 @@ impl Measurer {
                     StoredLocation::Regs(r) => Location::Regs(r),
                     StoredLocation::Stack(o) => Location::Stack(o),
                     StoredLocation::Indirect(r) => Location::Indirect(r),
+                    StoredLocation::At(reg, offset) => Location::At { reg, offset },
+                    StoredLocation::Computed(reg, offset) => Location::Computed { reg, offset },
+                    StoredLocation::Address(a) => Location::Address(a),
+                    StoredLocation::Constant(c) => Location::Constant(c),
                 },
                 deref: a.deref,
                 size: a.size,
@@ -588,14 +669,16 @@ impl Measurer {
     }
 
     /// Where each argument's object is at this sample, for a walker running in the target.
+    /// `load_bias`: of the probed file (arguments that point at globals are ELF addresses).
     pub fn locate(
         &self,
         regs: &EntryRegs,
+        load_bias: u64,
         mem: &dyn MemoryReader,
     ) -> Result<Vec<Located>, MeasureError> {
         self.args
             .iter()
-            .map(|a| self.locate_arg(a, regs, mem))
+            .map(|a| self.locate_arg(a, regs, load_bias, mem))
             .collect()
     }
 
@@ -623,7 +706,7 @@ impl Measurer {
             arg: a.name.clone(),
             source,
         };
-        let stream = match self.locate_arg(a, regs, mem)? {
+        let stream = match self.locate_arg(a, regs, bias, mem)? {
             Located::Memory(addr) => crate::interp::run(&self.plan, a.root, addr, mem, true, bias),
             Located::Registers(bytes) => {
                 let overlay = Overlay {
@@ -641,11 +724,23 @@ impl Measurer {
         &self,
         a: &ArgPlan,
         regs: &EntryRegs,
+        bias: u64,
         mem: &dyn MemoryReader,
     ) -> Result<Located, MeasureError> {
         let reg = |n: usize| match n {
             abi::RAX => regs.rax,
+            abi::RBX => regs.rbx,
+            abi::RBP => regs.rbp,
+            abi::RSP => regs.rsp,
+            n if (abi::R10..abi::R10 + 6).contains(&n) => {
+                [regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15][n - abi::R10]
+            }
             n => regs.int_args().get(n).copied().unwrap_or(0),
+        };
+        let value_bytes = |v: u64| {
+            let mut b = v.to_le_bytes().to_vec();
+            b.resize(a.size as usize, 0);
+            Located::Registers(b)
         };
         let read_word = |addr: u64| -> Result<u64, MeasureError> {
             let mut b = [0u8; 8];
@@ -666,7 +761,78 @@ impl Measurer {
                 b.resize(a.size as usize, 0);
                 Located::Registers(b)
             }
+            (Location::At { reg: r, offset }, true) => {
+                Located::Memory(read_word(reg(*r).wrapping_add(*offset as u64))?)
+            }
+            (Location::At { reg: r, offset }, false) => {
+                Located::Memory(reg(*r).wrapping_add(*offset as u64))
+            }
+            (Location::Computed { reg: r, offset }, true) => {
+                Located::Memory(reg(*r).wrapping_add(*offset as u64))
+            }
+            (Location::Computed { reg: r, offset }, false) => {
+                value_bytes(reg(*r).wrapping_add(*offset as u64))
+            }
+            (Location::Address(addr), true) => Located::Memory(addr.wrapping_add(bias)),
+            (Location::Address(addr), false) => value_bytes(addr.wrapping_add(bias)),
+            (Location::Constant(c), true) => Located::Memory(*c),
+            (Location::Constant(c), false) => value_bytes(*c),
             (Location::Unavailable(_), _) => Located::Unavailable,
+        })
+    }
+}
+
+/// A [`CopyAt`] with the call frame rule at its `pc`.
+struct Placed {
+    at: CopyAt,
+    cfa: Option<cfi::Cfa>,
+}
+
+impl Placed {
+    /// The [`Location`] of a parameter DWARF places at `location`; else why it has none.
+    fn location(&self, location: &ParamLocation) -> Result<Location, String> {
+        let register = |dwarf: u16| {
+            abi::register_of_dwarf(dwarf).ok_or_else(|| {
+                format!(
+                    "it is in DWARF register {dwarf} (a vector register), which is not captured"
+                )
+            })
+        };
+        Ok(match location {
+            ParamLocation::Registers(regs) => Location::Regs(
+                regs.iter()
+                    .map(|&r| register(r))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ParamLocation::Memory {
+                register: r,
+                offset,
+            } => Location::At {
+                reg: register(*r)?,
+                offset: *offset,
+            },
+            ParamLocation::FrameBase { offset } => {
+                let cfa = self.cfa.ok_or_else(|| {
+                    format!(
+                        "it lives in the stack frame, and no call frame information covers {:#x}",
+                        self.at.pc
+                    )
+                })?;
+                Location::At {
+                    reg: register(cfa.register)?,
+                    offset: cfa.offset + offset,
+                }
+            }
+            ParamLocation::Computed {
+                register: r,
+                offset,
+            } => Location::Computed {
+                reg: register(*r)?,
+                offset: *offset,
+            },
+            ParamLocation::Address(a) => Location::Address(*a),
+            ParamLocation::Constant(c) => Location::Constant(*c),
+            ParamLocation::Unavailable(why) => return Err(why.clone()),
         })
     }
 }

@@ -1,17 +1,15 @@
 //! Measurers (walk plan and argument locations) cached on disk, so that a second run on an
-//! unchanged binary does no DWARF work (`$XDG_CACHE_HOME/oi-trace/plans`, or
-//! `~/.cache/oi-trace/plans`).
+//! unchanged binary does no DWARF work (`<cache>/plans`; see `disk_cache` for where that is
+//! and why it can be trusted).
 //!
 //! The key is everything a measurer is derived from: the binary's identity (its build-id, or
 //! its path, size and modification time when it has none), the function, the requested
-//! arguments, the features, entry or return probe, and this oi-trace build. Each file carries
-//! a checksum of its contents: a damaged or foreign file is ignored and rebuilt.
-
-use std::path::PathBuf;
+//! arguments, the features, entry or return probe, and this oi-trace build. Each file is
+//! sealed with the machine's MAC: a damaged or forged file is ignored and rebuilt.
 
 use crate::debuginfo::{Binary, FunctionSymbol};
-use crate::disk_cache::{self, stable_hash};
-use crate::measure::{MeasureError, Measurer};
+use crate::disk_cache::{DiskCache, stable_hash};
+use crate::measure::{CopyAt, MeasureError, Measurer};
 
 /// Where a measurer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,17 +19,18 @@ pub enum Source {
 }
 
 pub struct PlanCache {
-    dir: Option<PathBuf>,
+    disk: Option<DiskCache>,
 }
 
 impl PlanCache {
-    /// A cache in `dir` (created on first store); `None`: no caching.
-    pub fn new(dir: Option<PathBuf>) -> Self {
-        Self { dir }
+    /// A cache backed by `disk`; `None`: no caching.
+    pub fn new(disk: Option<DiskCache>) -> Self {
+        Self { disk }
     }
 
-    pub fn default_dir() -> Option<PathBuf> {
-        disk_cache::dir("plans")
+    /// The trusted on-disk cache of plans for this user (`<cache>/plans`), if there is one.
+    pub fn default_disk() -> Option<DiskCache> {
+        DiskCache::open("plans")
     }
 
     /// The measurer of `function`'s `args` in `binary`: from the cache, or built from DWARF
@@ -40,27 +39,32 @@ impl PlanCache {
         &self,
         binary: &Binary,
         function: &FunctionSymbol,
+        at: Option<&CopyAt>,
         args: &[String],
         features: &[String],
         is_return: bool,
     ) -> Result<(Measurer, Source), MeasureError> {
-        let path = self.dir.as_ref().map(|dir| {
+        let name = self.disk.as_ref().map(|_| {
             let key = stable_hash((
                 binary_identity(binary),
                 &function.mangled,
                 function.address,
+                at,
                 args,
                 features,
                 is_return,
             ));
-            dir.join(format!("{key:016x}.plan"))
+            format!("{key:016x}.plan")
         });
-        if let Some(m) = path.as_ref().and_then(|p| load(p)) {
+        let cached = |disk: &DiskCache, name: &str| Measurer::from_bytes(&disk.load(name)?);
+        if let (Some(disk), Some(name)) = (&self.disk, &name)
+            && let Some(m) = cached(disk, name)
+        {
             return Ok((m, Source::Cache));
         }
-        let m = Measurer::new(binary, function, args, features, is_return)?;
-        if let (Some(dir), Some(path), Some(bytes)) = (&self.dir, &path, m.to_bytes()) {
-            disk_cache::store(dir, path, &seal(&bytes));
+        let m = Measurer::new_at(binary, function, at, args, features, is_return)?;
+        if let (Some(disk), Some(name), Some(bytes)) = (&self.disk, &name, m.to_bytes()) {
+            disk.store(name, &bytes);
         }
         Ok((m, Source::Dwarf))
     }
@@ -85,20 +89,4 @@ fn binary_identity(binary: &Binary) -> String {
         binary.path().display(),
         binary.bytes().len()
     )
-}
-
-/// `checksum (u64 LE) ‖ payload`.
-fn seal(payload: &[u8]) -> Vec<u8> {
-    let mut out = stable_hash(payload).to_le_bytes().to_vec();
-    out.extend_from_slice(payload);
-    out
-}
-
-fn load(path: &std::path::Path) -> Option<Measurer> {
-    let bytes = std::fs::read(path).ok()?;
-    let (sum, payload) = bytes.split_at_checked(8)?;
-    if u64::from_le_bytes(sum.try_into().ok()?) != stable_hash(payload) {
-        return None;
-    }
-    Measurer::from_bytes(payload)
 }

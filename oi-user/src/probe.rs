@@ -1,6 +1,15 @@
 //! The eBPF trigger from user space: load the embedded `oi-ebpf` object, configure and attach
 //! probes, read events and counters, and keep the kernel's view of seized and busy processes.
 //!
+//! Every point is a plain uprobe, return probes included (on the function's return
+//! instructions, see `debuginfo::code`): never a uretprobe, whose trampoline address in the
+//! stack makes the C++ unwinder call `std::terminate` when an exception passes through.
+//!
+//! A point is attached as a perf-event uprobe (the path every kernel has). Where the kernel
+//! refuses that for want of `CAP_SYS_ADMIN` (a user with only `CAP_BPF` and `CAP_PERFMON`, see
+//! `crate::privileges`), it goes through a multi-uprobe link instead (`multi`), which those two
+//! suffice for.
+//!
 //! Never freezes anything itself; it only tells the kernel side which processes may be frozen.
 
 pub mod multi;
@@ -15,20 +24,27 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use oi_common::{Event, ProbeConfig, ProbeCounters};
+use oi_common::{Event, ProbeConfig, ProbeCounters, point};
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    kernel_features::KernelFeatures,
+    privileges,
+};
+use multi::{MultiLink, MultiProgram};
 
 const ENTRY_PROGRAM: &str = "oi_entry";
-const RETURN_PROGRAM: &str = "oi_return";
+/// The eBPF object, loaded by aya and (for multi-uprobe links) by `multi`.
+const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/oi-ebpf"));
 
-/// Where one probe goes: a function at `file_offset` in the file `path`.
+/// Where one point of a probe goes: the instruction at `file_offset` in the file `path`.
 #[derive(Debug, Clone)]
 pub struct AttachPoint {
     /// Path reachable from our mount namespace (e.g. through `/proc/PID/root`).
     pub path: std::path::PathBuf,
     pub file_offset: u64,
-    pub is_return: bool,
+    /// `oi_common::point` flags (e.g. count only, at a return through a tail call).
+    pub flags: u32,
     /// Only this process (kernel-side filter), or every process mapping the file.
     pub pid: Option<u32>,
 }
@@ -41,7 +57,11 @@ pub struct Trigger {
     busy: HashMap<MapData, u32, u32>,
     announced: HashMap<MapData, u32, u8>,
     events: RingBuf<MapData>,
-    links: Vec<(&'static str, UProbeLinkId)>,
+    links: Vec<UProbeLinkId>,
+    /// The same program, loaded for multi-uprobe links (when the kernel has them): where a
+    /// perf-event uprobe is refused for privileges, points are attached through it.
+    multi: Option<MultiProgram>,
+    multi_links: Vec<MultiLink>,
 }
 
 fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
@@ -54,29 +74,32 @@ impl Trigger {
         raise_memlock_limit();
         // The programs read no kernel structures, so they need no BTF relocations: `.btf(None)`
         // spares a second parse of the kernel's BTF (`Ebpf::load` would do two, ~50 ms each).
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .load(aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/oi-ebpf")))
-            .map_err(|e| {
-                let msg = e.to_string();
-                if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-                    Error::input(
-                        "not permitted to load eBPF programs: run as root (CAP_BPF and CAP_PERFMON are missing)",
-                    )
-                } else {
-                    Error::internal(format!("loading the eBPF programs: {e}"))
-                }
-            })?;
-        for name in [ENTRY_PROGRAM, RETURN_PROGRAM] {
-            let program: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| Error::internal(format!("eBPF program {name} missing")))?
-                .try_into()
-                .map_err(|e| Error::internal(format!("eBPF program {name}: {e}")))?;
-            program.load().map_err(|e| {
-                Error::internal(format!("the kernel refused eBPF program {name}: {e}"))
-            })?;
-        }
+        let mut ebpf = EbpfLoader::new().btf(None).load(OBJECT).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+                Error::input(privileges::refusal(
+                    "loading eBPF programs",
+                    privileges::TO_LOAD,
+                ))
+            } else {
+                Error::internal(format!("loading the eBPF programs: {e}"))
+            }
+        })?;
+        let name = ENTRY_PROGRAM;
+        let program: &mut UProbe = ebpf
+            .program_mut(name)
+            .ok_or_else(|| Error::internal(format!("eBPF program {name} missing")))?
+            .try_into()
+            .map_err(|e| Error::internal(format!("eBPF program {name}: {e}")))?;
+        program
+            .load()
+            .map_err(|e| Error::internal(format!("the kernel refused eBPF program {name}: {e}")))?;
+        // Loaded before the maps are taken out of `ebpf` (it shares them). A kernel that
+        // refuses it leaves perf-event uprobes, which need no second copy.
+        let multi = KernelFeatures::get()
+            .uprobe_multi_link
+            .then(|| MultiProgram::load(OBJECT, &ebpf, name).ok())
+            .flatten();
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
@@ -96,19 +119,18 @@ impl Trigger {
             announced,
             events,
             links: Vec::new(),
+            multi,
+            multi_links: Vec::new(),
         })
     }
 
-    /// Configures probe `index` and attaches it; the config is in place before the first hit.
+    /// Configures probe `index` and attaches one point of it; the config is in place before
+    /// the first hit.
     pub fn attach(&mut self, index: u32, config: ProbeConfig, point: &AttachPoint) -> Result<()> {
         self.config
             .set(index, config, 0)
             .map_err(map_err("CONFIG"))?;
-        let name = if point.is_return {
-            RETURN_PROGRAM
-        } else {
-            ENTRY_PROGRAM
-        };
+        let name = ENTRY_PROGRAM;
         let program: &mut UProbe = self
             .ebpf
             .program_mut(name)
@@ -118,44 +140,94 @@ impl Trigger {
             Some(pid) => UProbeScope::OneProcess(pid),
             None => UProbeScope::AllProcesses,
         };
-        let link = program
-            .attach(
-                UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
-                    cookie: Some(index.into()),
-                },
-                &point.path,
-                scope,
-            )
-            .map_err(|e| {
-                if refused_for_privileges(&e) {
-                    return Error::input(format!(
-                        "the kernel refused the uprobe on {} (permission denied): run \
-                         oi-trace as root (this kernel may want CAP_SYS_ADMIN for uprobes)",
-                        point.path.display()
-                    ));
-                }
-                Error::internal(format!(
+        let cookie = point::cookie(index, point.flags);
+        let attached = program.attach(
+            UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(point.file_offset),
+                cookie: Some(cookie),
+            },
+            &point.path,
+            scope,
+        );
+        let refused = match attached {
+            Ok(link) => {
+                self.links.push(link);
+                return Ok(());
+            }
+            Err(e) if refused_for_privileges(&e) => e,
+            Err(e) => {
+                return Err(Error::internal(format!(
                     "attaching a uprobe to {} at offset {:#x}: {e}",
                     point.path.display(),
                     point.file_offset
-                ))
-            })?;
-        self.links.push((name, link));
-        Ok(())
+                )));
+            }
+        };
+        // Perf-event uprobes take CAP_SYS_ADMIN; a multi-uprobe link only CAP_BPF and
+        // CAP_PERFMON.
+        let via_link = self
+            .multi
+            .as_ref()
+            .map(|multi| multi.attach(&point.path, &[point.file_offset], &[cookie], point.pid));
+        match via_link {
+            Some(Ok(link)) => {
+                self.multi_links.push(link);
+                Ok(())
+            }
+            Some(Err(e)) if !refused_for_privileges(&e) => Err(Error::internal(e.to_string())),
+            _ => Err(Error::input(format!(
+                "the kernel refused the uprobe on {} ({refused}): {}",
+                point.path.display(),
+                privileges::refusal(
+                    "a uprobe",
+                    if self.multi.is_some() {
+                        &[privileges::BPF, privileges::PERFMON]
+                    } else {
+                        &[privileges::SYS_ADMIN]
+                    }
+                )
+            ))),
+        }
     }
 
     /// Detaches every probe; counters and pending events stay readable.
+    ///
+    /// Each uprobe the kernel removes waits for an RCU grace period (about 150 ms here), so
+    /// a function with many points (inlined in many places) is detached from several
+    /// threads at once, whose waits overlap.
     pub fn disarm(&mut self) {
-        for (name, link) in self.links.drain(..) {
-            if let Some(program) = self
-                .ebpf
-                .program_mut(name)
-                .and_then(|p| <&mut UProbe>::try_from(p).ok())
-            {
-                let _ = program.detach(link);
+        // One link holds all its points: dropping it detaches them in one go.
+        self.multi_links.clear();
+        let Some(program) = self
+            .ebpf
+            .program_mut(ENTRY_PROGRAM)
+            .and_then(|p| <&mut UProbe>::try_from(p).ok())
+        else {
+            return;
+        };
+        let links: Vec<_> = self
+            .links
+            .drain(..)
+            .filter_map(|id| program.take_link(id).ok())
+            .collect();
+        const THREADS: usize = 16;
+        let per_thread = links.len().div_ceil(THREADS).max(1);
+        let mut links = links.into_iter();
+        std::thread::scope(|scope| {
+            loop {
+                let chunk: Vec<_> = links.by_ref().take(per_thread).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                // Dropping a link detaches its uprobe.
+                if std::thread::Builder::new()
+                    .spawn_scoped(scope, move || drop(chunk))
+                    .is_err()
+                {
+                    // No thread to spare: the chunk was dropped here, in turn.
+                }
             }
-        }
+        });
     }
 
     pub fn counters(&self, index: u32) -> ProbeCounters {
@@ -178,6 +250,15 @@ impl Trigger {
     /// Ends a sample: the next Nth hit of `tgid` may freeze a thread again.
     pub fn clear_busy(&mut self, tgid: i32) {
         let _ = self.busy.remove(&(tgid as u32));
+    }
+
+    /// Keeps `tgid` busy for good (the run is ending): its Nth hits are dropped from now on,
+    /// none freezes a thread. `own_sample`: `tgid` is the process whose sample ends now; its
+    /// mark is replaced (the thread it names is about to run), not kept.
+    pub fn hold_busy(&mut self, tgid: i32, own_sample: bool) {
+        // BPF_ANY overwrites; BPF_NOEXIST keeps the thread of a sample already in flight.
+        let flags = if own_sample { 0 } else { 1 };
+        let _ = self.busy.insert(tgid as u32, 0, flags);
     }
 
     /// The thread the kernel side has frozen (or is freezing) in `tgid`, if any.

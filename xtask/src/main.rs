@@ -147,6 +147,14 @@ fn setup() -> Result<()> {
     if !succeeds(Command::new("g++").arg("--version")) {
         packages.push("g++".into());
     }
+    // The real C++ library the tests drive (tests/fixtures/real_json.cpp).
+    if !std::path::Path::new("/usr/include/nlohmann/json.hpp").exists() {
+        packages.push("nlohmann-json3-dev".into());
+    }
+    // setcap: the least-privilege journeys give a copy of oi-trace file capabilities.
+    if !succeeds(Command::new("sh").args(["-c", "command -v setcap"])) {
+        packages.push("libcap2-bin".into());
+    }
     if !packages.is_empty() {
         eprintln!("setup: apt-get install {}", packages.join(" "));
         run(Command::new("apt-get").args(["update", "-q"]))?;

@@ -149,9 +149,10 @@ impl Program {
         let mut ebpf = loader.load(OBJECT).map_err(|e| {
             let msg = e.to_string();
             if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-                Error::input(
-                    "not permitted to load eBPF programs: run as root (CAP_BPF and CAP_PERFMON are missing)",
-                )
+                Error::input(crate::privileges::refusal(
+                    "loading eBPF programs",
+                    crate::privileges::TO_LOAD,
+                ))
             } else {
                 Error::internal(format!("loading the call-tree eBPF program: {e}"))
             }

@@ -28,6 +28,11 @@ use object::{Object as _, ObjectSection as _};
 
 use super::{Binary, FunctionSymbol};
 
+mod inlined;
+mod locations;
+pub use inlined::{Inlined, InlinedCopy};
+pub use locations::{CopyParam, ParamLocation};
+
 pub type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
 #[derive(Debug, thiserror::Error)]

@@ -183,6 +183,14 @@ fn entry_regs(r: &nix::libc::user_regs_struct) -> EntryRegs {
         rsp: r.rsp,
         rip: r.rip,
         rax: r.rax,
+        rbx: r.rbx,
+        rbp: r.rbp,
+        r10: r.r10,
+        r11: r.r11,
+        r12: r.r12,
+        r13: r.r13,
+        r14: r.r14,
+        r15: r.r15,
     }
 }
 

@@ -1,17 +1,17 @@
-//! A cache of compiled walkers, in memory and on disk (`~/.cache/oi-trace/jit/`), so that an
-//! unchanged probe costs no Cranelift work on the next run.
+//! A cache of compiled walkers, in memory and on disk (`<cache>/jit/`, see `disk_cache` for
+//! where and why it can be trusted), so that an unchanged probe costs no Cranelift work on the
+//! next run.
 //!
 //! Content-addressed: the key is a hash of the plan (its `Debug` form, which spells every
 //! field), the roots and this oi-trace build, so a changed plan or compiler can never pick up
-//! stale code. (`plan_cache` spares the DWARF work that makes the plan.) The only side effects are files under
-//! the cache directory; a corrupt or unreadable entry is ignored and rewritten.
+//! stale code. (`plan_cache` spares the DWARF work that makes the plan.) The only side effects
+//! are files under the cache directory; an entry whose MAC fails is ignored and rewritten.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::{CompiledWalker, JitError, compile};
-use crate::disk_cache::{self, stable_hash};
+use crate::disk_cache::{DiskCache, stable_hash};
 use crate::plan::{NodeId, Plan};
 
 /// Bumped whenever the generated code changes for the same plan.
@@ -24,22 +24,22 @@ pub fn key(plan: &Plan, roots: &[NodeId]) -> u64 {
 }
 
 pub struct WalkerCache {
-    dir: Option<PathBuf>,
+    disk: Option<DiskCache>,
     mem: Mutex<HashMap<u64, Arc<CompiledWalker>>>,
 }
 
 impl WalkerCache {
-    /// A cache in `dir` (created on first store); `None`: memory only.
-    pub fn new(dir: Option<PathBuf>) -> Self {
+    /// A cache backed by `disk`; `None`: memory only.
+    pub fn new(disk: Option<DiskCache>) -> Self {
         Self {
-            dir,
+            disk,
             mem: Mutex::new(HashMap::new()),
         }
     }
 
-    /// `$XDG_CACHE_HOME/oi-trace/jit` or `~/.cache/oi-trace/jit`.
-    pub fn default_dir() -> Option<PathBuf> {
-        disk_cache::dir("jit")
+    /// The trusted on-disk cache of walkers for this user (`<cache>/jit`), if there is one.
+    pub fn default_disk() -> Option<DiskCache> {
+        DiskCache::open("jit")
     }
 
     /// The walker of (plan, roots): from memory, from disk, or compiled (then stored); and
@@ -71,19 +71,19 @@ impl WalkerCache {
         self.mem.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn path(&self, k: u64) -> Option<PathBuf> {
-        Some(self.dir.as_ref()?.join(format!("{k:016x}.walker")))
-    }
-
     fn load(&self, k: u64) -> Option<CompiledWalker> {
-        decode(&std::fs::read(self.path(k)?).ok()?)
+        decode(&self.disk.as_ref()?.load(&entry_name(k))?)
     }
 
     fn store(&self, k: u64, w: &CompiledWalker) {
-        if let (Some(dir), Some(path)) = (self.dir.as_ref(), self.path(k)) {
-            disk_cache::store(dir, &path, &encode(w));
+        if let Some(disk) = &self.disk {
+            disk.store(&entry_name(k), &encode(w));
         }
     }
+}
+
+fn entry_name(k: u64) -> String {
+    format!("{k:016x}.walker")
 }
 
 /// `MAGIC, entry (u64 LE), code length (u64 LE), code`.
@@ -140,11 +140,11 @@ mod tests {
     fn jit_cache_round_trip_and_keys() {
         let dir = std::env::temp_dir().join(format!("oi-jit-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let a = WalkerCache::new(Some(dir.clone()));
+        let a = WalkerCache::new(DiskCache::open_in(&dir, "jit"));
         let (w1, found) = a.get_or_compile(&plan(8), &[0]).expect("compile");
         assert!(!found, "compiled the first time");
         // A second cache (a new run) finds it on disk.
-        let b = WalkerCache::new(Some(dir.clone()));
+        let b = WalkerCache::new(DiskCache::open_in(&dir, "jit"));
         let k = key(&plan(8), &[0]);
         let loaded = b.load(k).expect("on disk");
         assert_eq!(loaded.code, w1.code);

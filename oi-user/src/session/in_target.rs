@@ -9,6 +9,7 @@ use oi_common::EntryRegs;
 
 use super::Probe;
 use crate::{
+    audit::{Audit, Injection},
     error::{Error, Result},
     interp::RemoteReader,
     jit::{self, CompiledWalker, STATUS_FULL, WalkFrame, cache::WalkerCache},
@@ -40,6 +41,10 @@ pub struct InTarget {
     /// probe → site → index into `walkers`.
     index: Vec<Vec<usize>>,
     processes: HashMap<i32, Mapped>,
+    /// Every mapping of our code is recorded here first.
+    audit: Audit,
+    /// The probes' names, for the audit line.
+    probe_names: Vec<String>,
 }
 
 /// How a sample in the target went wrong.
@@ -64,8 +69,9 @@ impl From<RemoteError> for Failure {
 
 impl InTarget {
     /// Compiles (or finds in the cache) the walker of every probe site.
-    pub fn prepare(probes: &mut [Probe], timeout: Duration) -> Result<Self> {
-        let cache = WalkerCache::new(WalkerCache::default_dir());
+    pub fn prepare(probes: &mut [Probe], timeout: Duration, audit: Audit) -> Result<Self> {
+        let probe_names = probes.iter().map(|p| p.symbol.clone()).collect();
+        let cache = WalkerCache::new(WalkerCache::default_disk());
         let mut walkers = Vec::new();
         let mut index = Vec::new();
         for probe in probes {
@@ -85,6 +91,8 @@ impl InTarget {
             walkers,
             index,
             processes: HashMap::new(),
+            audit,
+            probe_names,
         })
     }
 
@@ -168,6 +176,14 @@ impl InTarget {
             // A run killed while reserving its region left a note of it: remove that first.
             held.remove_pending();
             let seg = Segments::create(held, &code)?;
+            self.audit.record(&Injection {
+                tgid,
+                probes: &self.probe_names,
+                code_digest: &seg.code_digest,
+                base: seg.base,
+                code_len: seg.code_len,
+                total_len: seg.total_len(),
+            });
             // Segments a killed oi-trace left (no thread inside) go, through our new stub.
             for old in Segments::leftovers(tgid, held.tid) {
                 if old.base != seg.base {
@@ -189,7 +205,7 @@ impl InTarget {
         };
         let names = measurer.arg_names().join(",");
         let located = measurer
-            .locate(regs, &RemoteReader::new(tgid))
+            .locate(regs, bias, &RemoteReader::new(tgid))
             .map_err(|e| Failure::Sample(Error::sample(e.to_string())))?;
         let mut frame = WalkFrame {
             nargs: located.len() as u64,
@@ -261,11 +277,31 @@ impl InTarget {
     /// ptrace-stop and stays stopped; returns the signals to deliver once it is detached.
     pub fn unmap(&mut self, tgid: i32, tid: i32) -> Option<remote::HeldSignals> {
         let mapped = self.processes.remove(&tgid)?;
-        let mut held = Held::begin(tgid, tid, Some(mapped.bootstrap)).ok()?;
+        let warn = |e: &dyn std::fmt::Display| {
+            eprintln!(
+                "oi-trace: warning: pid {tgid}: could not unmap oi-trace's segments at {:#x} \
+                 ({} KiB, inert): {e}",
+                mapped.seg.base,
+                mapped.seg.total_len() / 1024
+            );
+        };
+        let mut held = match Held::begin(tgid, tid, Some(mapped.bootstrap)) {
+            Ok(held) => held,
+            Err(RemoteError::Gone(_)) => return None,
+            Err(e) => {
+                warn(&e);
+                return None;
+            }
+        };
         if let Err(e) = mapped.seg.destroy(&mut held) {
-            eprintln!("oi-trace: warning: pid {tgid}: could not unmap oi-trace's segments: {e}");
+            warn(&e);
         }
         held.restore().ok()
+    }
+
+    /// Whether our segments are still mapped in `tgid` (nobody could unmap them yet).
+    pub fn holds(&self, tgid: i32) -> bool {
+        self.processes.contains_key(&tgid)
     }
 
     pub fn forget(&mut self, tgid: i32) {

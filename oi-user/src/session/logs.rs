@@ -62,6 +62,8 @@ impl Logs {
             "regs": {
                 "rdi": regs.rdi, "rsi": regs.rsi, "rdx": regs.rdx, "rcx": regs.rcx,
                 "r8": regs.r8, "r9": regs.r9, "rsp": regs.rsp, "rip": regs.rip, "rax": regs.rax,
+                "rbx": regs.rbx, "rbp": regs.rbp, "r10": regs.r10, "r11": regs.r11,
+                "r12": regs.r12, "r13": regs.r13, "r14": regs.r14, "r15": regs.r15,
             },
         });
         writeln!(out, "{line}")
@@ -79,7 +81,9 @@ impl Logs {
             .map(|(p, c)| {
                 json!({
                     "probe": p.symbol, "hits": c.hits, "sampled": c.sampled,
-                    "dropped": c.dropped, "filtered": c.filtered, "sites": p.sites.len(),
+                    "dropped": c.dropped, "filtered": c.filtered, "unseen": c.unseen,
+                    "sites": p.sites.len(),
+                    "points": p.sites.iter().map(|s| s.points.len()).sum::<usize>(),
                     "plans_cached": p.plans_cached, "walkers_cached": p.walkers_cached,
                 })
             })

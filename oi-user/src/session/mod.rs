@@ -23,15 +23,18 @@ use nix::{
     },
     time::{ClockId, clock_gettime},
 };
-use oi_common::{Event, ProbeConfig, event, filter, flags};
+use oi_common::{Event, ProbeConfig, ProbeCounters, event, filter, flags, point};
 
 use crate::{
+    audit::Audit,
     cgroup::Cgroup,
     cli::{Args, Mode},
+    debuginfo::points::PointKind,
     error::{Error, Result},
     interp::RemoteReader,
-    measure::Measurer,
+    measure::{MeasureError, Measurer},
     plan_cache::{PlanCache, Source},
+    privileges,
     probe::{AttachPoint, Trigger},
     target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs},
 };
@@ -50,8 +53,14 @@ enum Scope {
 pub struct Probe {
     pub symbol: String,
     pub is_return: bool,
-    /// One site per distinct file (more than one only with --cgroup).
+    /// One site per distinct file (more than one only with --cgroup), each with its points:
+    /// its entry, or (return probes) every instruction that returns from it.
     pub sites: Vec<Resolved>,
+    /// What the user should know about how the points were chosen, said once when armed.
+    pub notes: Vec<String>,
+    /// Why the probe may get no hits (copies nothing calls, copies not probed): repeated in
+    /// one hint line if it gets none within 10 s (or `--duration`).
+    pub hints: Vec<String>,
     /// The walk of the requested arguments, per site; empty with --count-only.
     pub measurers: Vec<Arc<Measurer>>,
     /// How many sites' plans came from the plan cache, and their walkers from the walker
@@ -71,7 +80,7 @@ enum End {
 
 pub fn run(args: &Args) -> Result<()> {
     args.validate().map_err(Error::input)?;
-    check_capabilities()?;
+    privileges::check_footprints().map_err(Error::input)?;
     let scope = match (args.pid, &args.cgroup) {
         (Some(pid), _) => {
             let info = ProcessInfo::inspect(pid)?;
@@ -110,9 +119,11 @@ pub fn run(args: &Args) -> Result<()> {
         (Mode::Jit, false) => Some(InTarget::prepare(
             &mut probes,
             Duration::from_secs_f64(args.walk_timeout),
+            Audit::new(args.audit_log.as_deref()).map_err(Error::input)?,
         )?),
         _ => None,
     };
+    let probe_count = probes.len();
     let mut session = Session {
         sampling: !args.count_only,
         every: args.every,
@@ -124,6 +135,7 @@ pub fn run(args: &Args) -> Result<()> {
         pending: HashMap::new(),
         samples: 0,
         failed_samples: 0,
+        cancelled: vec![0; probe_count],
         sites: HashMap::new(),
         in_target,
         reporter: Reporter::start(outputs)
@@ -131,12 +143,19 @@ pub fn run(args: &Args) -> Result<()> {
         deferred_busy: Vec::new(),
         guardian,
         logs: Logs::open(args)?,
+        armed_at: Instant::now(),
+        hinted: false,
     };
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
     let armed = session.arm();
     let was_armed = armed.is_ok();
+    if was_armed && session.sampling && matches!(session.scope, Scope::Pid(_)) {
+        // Everything is loaded and attached, and one process never asks for more: keep what
+        // tracing it takes (ptrace, resuming it, reading its files and writing our outputs).
+        privileges::keep_only(privileges::AFTER_ARMING);
+    }
     let result = armed.and_then(|()| session.serve(&signals, deadline));
     session.shutdown();
     // A target refused while arming (already traced) is bad input: its one line says it all.
@@ -158,81 +177,74 @@ pub fn run(args: &Args) -> Result<()> {
     }
 }
 
-/// Says which capabilities are missing before anything fails for lack of them in a less
-/// telling way (a process's files unreadable look like a missing symbol; the kernel refuses a
-/// map or a perf event without saying why). CAP_SYS_ADMIN stands in for CAP_BPF and
-/// CAP_PERFMON, as it does in the kernel (and on kernels older than 5.8, which lack them).
-fn check_capabilities() -> Result<()> {
-    const CAP_SYS_PTRACE: u32 = 19;
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    const CAP_BPF: u32 = 39;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let Some(effective) = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-    else {
-        return Ok(()); // Cannot tell: let the kernel decide.
-    };
-    let last_cap: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(CAP_BPF);
-    let has = |cap: u32| effective & (1 << cap) != 0;
-    let admin = has(CAP_SYS_ADMIN);
-    let mut missing = Vec::new();
-    for (cap, name) in [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")] {
-        let covered = if cap <= last_cap {
-            has(cap) || admin
-        } else {
-            admin
-        };
-        if !covered {
-            missing.push(name);
-        }
-    }
-    if !has(CAP_SYS_PTRACE) {
-        missing.push("CAP_SYS_PTRACE");
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(Error::input(format!(
-        "missing capabilit{} {}: oi-trace needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (run \
-         it as root)",
-        if missing.len() == 1 { "y" } else { "ies" },
-        missing.join(", ")
-    )))
-}
-
 /// Reads the DWARF and plans the walk of every probe's arguments, before anything is armed:
 /// a missing argument or missing debug info is bad input, found before the target is touched.
+/// A copy of the function where a requested argument has no location is left out, with a
+/// note (and a hint, should the probe get no hits); if that leaves none, it is the error.
 fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
-    let cache = PlanCache::new(PlanCache::default_dir());
+    let cache = PlanCache::new(PlanCache::default_disk());
     for probe in probes {
-        for site in &probe.sites {
-            let (measurer, source) = cache
-                .get_or_build(
-                    &site.binary,
-                    &site.symbol,
-                    &args.arg,
-                    &args.plan_features(),
-                    probe.is_return,
-                )
-                .map_err(|e| {
+        let mut kept = Vec::new();
+        let mut first_error = None;
+        for site in probe.sites.drain(..) {
+            let at = site.copy_at();
+            let built = cache.get_or_build(
+                &site.binary,
+                &site.symbol,
+                at.as_ref(),
+                &args.arg,
+                &args.plan_features(),
+                probe.is_return,
+            );
+            match built {
+                Ok((measurer, source)) => {
+                    probe.plans_cached += usize::from(source == Source::Cache);
+                    probe.measurers.push(Arc::new(measurer));
+                    kept.push(site);
+                }
+                Err(e @ MeasureError::Unavailable { .. }) if site.copy_at().is_some() => {
+                    let MeasureError::Unavailable { arg, reason, .. } = &e else {
+                        unreachable!("matched above")
+                    };
+                    let note = format!(
+                        "{} is not probed: `{arg}` cannot be measured there: {reason}",
+                        site.symbol.demangled
+                    );
+                    probe.notes.push(note.clone());
+                    probe.hints.push(note);
+                    first_error.get_or_insert(Error::input(e.to_string()));
+                }
+                Err(e) => {
                     let msg = format!("{}: {e}", site.symbol.demangled);
-                    if e.is_bad_input() {
+                    return Err(if e.is_bad_input() {
                         Error::input(msg)
                     } else {
                         Error::internal(msg)
-                    }
-                })?;
-            probe.plans_cached += usize::from(source == Source::Cache);
-            probe.measurers.push(Arc::new(measurer));
+                    });
+                }
+            }
         }
+        if kept.is_empty()
+            && let Some(e) = first_error
+        {
+            return Err(e);
+        }
+        probe.sites = kept;
     }
     Ok(())
+}
+
+/// `shop::tally_a, shop::tally_b`: where the inlined copies among `sites` are.
+fn inlined_places(sites: &[&Resolved]) -> String {
+    let mut places: Vec<String> = sites
+        .iter()
+        .filter_map(|s| match &s.copy {
+            resolve::Copy::Inlined { into: Some(f), .. } => Some(format!("in {f}")),
+            _ => None,
+        })
+        .collect();
+    places.dedup();
+    places.join(", ")
 }
 
 fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
@@ -251,14 +263,35 @@ fn resolve_probes(args: &Args, scope: &Scope) -> Result<Vec<Probe>> {
                 if found.is_empty() {
                     return Err(resolve::not_found(&mut cache, info.pid, symbol, &place));
                 }
-                vec![resolve::exactly_one(symbol, &place, found)?]
+                resolve::one_function(symbol, &place, found)?
             }
             Scope::Cgroup(cgroup) => resolve_in_cgroup(&mut cache, args, cgroup, symbol)?,
         };
+        let mut sites = sites;
+        let copies = sites.len();
+        let mut notes = resolve::place_all(&mut sites, is_return)
+            .map_err(|e| Error::input(format!("{symbol}: {e}")))?;
+        // Why this probe might never fire: said once now, and again if it does not.
+        let mut hints = resolve::unreachable_notes(&sites);
+        let inlined: Vec<&Resolved> = sites
+            .iter()
+            .filter(|s| matches!(s.copy, resolve::Copy::Inlined { .. }))
+            .collect();
+        if !inlined.is_empty() && inlined.len() == sites.len() && !is_return {
+            hints.push(format!(
+                "{symbol} has no out-of-line copy: it is only inlined, at {} place(s) ({})",
+                inlined.len(),
+                inlined_places(&inlined)
+            ));
+        }
+        notes.extend(hints.iter().cloned());
+        let _ = copies;
         probes.push(Probe {
             symbol: symbol.clone(),
             is_return,
             sites,
+            notes,
+            hints,
             measurers: Vec::new(),
             plans_cached: 0,
             walkers_cached: 0,
@@ -286,14 +319,17 @@ fn resolve_in_cgroup(
         if found.is_empty() {
             return Ok(());
         }
-        let one = resolve::exactly_one(symbol, &place, found)?;
-        if !sites.iter().any(|s| s.file_id == one.file_id) {
-            sites.push(one);
+        let copies = resolve::one_function(symbol, &place, found)?;
+        if let Some(file) = copies.first().map(|c| c.file_id)
+            && !sites.iter().any(|s| s.file_id == file)
+        {
+            sites.extend(copies);
         }
         Ok(())
     };
+    let query = crate::debuginfo::symbols::Query::parse(symbol);
     for path in &args.binary {
-        let found = resolve::in_file(cache, path, path, symbol)?;
+        let found = resolve::in_file(cache, path, path, &query)?;
         if found.is_empty() {
             return Err(Error::input(format!(
                 "symbol {symbol:?} not found in {}",
@@ -331,8 +367,11 @@ struct Session {
     pending: HashMap<i32, Event>,
     samples: u64,
     failed_samples: u64,
-    /// (tgid, probe) → (index of the site the process maps, its load bias there).
-    sites: HashMap<(i32, u32), (usize, u64)>,
+    /// Samples the kernel side started (counted `sampled`) that this run let go unmeasured
+    /// because it was ending, per probe: reported as dropped, so `sampled` is what was printed.
+    cancelled: Vec<u64>,
+    /// (tgid, probe, rip of the hit) → (index of the site hit, its load bias there).
+    sites: HashMap<(i32, u32, u64), (usize, u64)>,
     /// `--mode jit`: walkers compiled for the target, and what each process carries of ours.
     in_target: Option<InTarget>,
     /// Decodes and prints samples off the sampling path.
@@ -342,6 +381,9 @@ struct Session {
     /// Resumes the targets if we die by SIGKILL (None with --count-only: nothing is frozen).
     guardian: Option<Guardian>,
     logs: Logs,
+    /// When the probes were armed, and whether the no-hit hint was given.
+    armed_at: Instant,
+    hinted: bool,
 }
 
 impl Session {
@@ -378,24 +420,29 @@ impl Session {
         };
         for (index, probe) in self.probes.iter().enumerate() {
             for site in &probe.sites {
-                let point = AttachPoint {
-                    path: site.host_path.clone(),
-                    file_offset: site.symbol.file_offset,
-                    is_return: probe.is_return,
-                    pid,
-                };
-                self.trigger.attach(index as u32, config, &point)?;
+                for p in &site.points {
+                    let point = AttachPoint {
+                        path: site.host_path.clone(),
+                        file_offset: p.file_offset,
+                        flags: if p.kind.can_sample() {
+                            0
+                        } else {
+                            point::NO_SAMPLE
+                        },
+                        pid,
+                    };
+                    self.trigger.attach(index as u32, config, &point)?;
+                }
             }
         }
         let what = match &self.scope {
             Scope::Pid(info) => format!("pid {} ({})", info.pid, info.comm),
             Scope::Cgroup(c) => format!("cgroup {} (id {})", c.path.display(), c.id),
         };
-        let names: Vec<String> = self
-            .probes
-            .iter()
-            .map(|p| p.sites[0].symbol.demangled.clone())
-            .collect();
+        for note in self.probes.iter().flat_map(|p| &p.notes) {
+            eprintln!("oi-trace: note: {note}");
+        }
+        let names: Vec<String> = self.probes.iter().map(describe_points).collect();
         eprintln!(
             "oi-trace: attached {} probe(s) to {what}: {}",
             self.probes.len(),
@@ -427,16 +474,68 @@ impl Session {
         self.trigger.mark_seized(tgid)
     }
 
+    /// One line per probe that has had no hit since it was armed: what may keep it silent.
+    fn hint_if_silent(&mut self) {
+        self.hinted = true;
+        let waited = self.armed_at.elapsed().as_secs_f64();
+        for (i, probe) in self.probes.iter().enumerate() {
+            if self.trigger.counters(i as u32).hits > 0 {
+                continue;
+            }
+            let points: usize = probe.sites.iter().map(|s| s.points.len()).sum();
+            let why = if probe.hints.is_empty() {
+                format!(
+                    "all {points} point(s) are armed; the code may not be running (check that \
+                     the process reaches it)"
+                )
+            } else {
+                probe.hints.join("; ")
+            };
+            eprintln!(
+                "oi-trace: hint: {}: no hits in {waited:.0} s: {why}; probing a caller may see \
+                 its work",
+                probe.symbol
+            );
+        }
+    }
+
+    fn count_reached(&self) -> bool {
+        self.count.is_some_and(|c| self.samples >= c)
+    }
+
+    /// The sample about to be taken in `tgid` is the last one `--count` allows: from here on
+    /// no process may start another (each stays marked busy, so its Nth hits are dropped and
+    /// no SIGSTOP of ours is sent after this one), and the run ends once it is printed.
+    fn last_sample(&mut self, tgid: i32) -> bool {
+        if self.count.is_none_or(|c| self.samples + 1 < c) {
+            return false;
+        }
+        let processes: Vec<i32> = self.tracer.processes().collect();
+        for other in processes {
+            if other != tgid {
+                self.trigger.hold_busy(other, false);
+            }
+        }
+        true
+    }
+
     /// The event loop: ring buffer, ptrace stops (SIGCHLD), our own signals, the deadline.
     fn serve(&mut self, signals: &SignalSet, deadline: Option<Instant>) -> Result<End> {
+        self.armed_at = Instant::now();
         loop {
-            if self.count.is_some_and(|c| self.samples >= c) {
+            if self.count_reached() {
                 return Ok(End::Done);
+            }
+            if !self.hinted && self.armed_at.elapsed() >= HINT_AFTER {
+                self.hint_if_silent();
             }
             let timeout = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
+                        if !self.hinted {
+                            self.hint_if_silent();
+                        }
                         return Ok(End::Done);
                     }
                     left.min(Duration::from_millis(100))
@@ -505,6 +604,12 @@ impl Session {
                         self.drain_events();
                     }
                     match self.pending.remove(&tid) {
+                        // A sample started before the count was reached, seen after: let
+                        // its thread go unmeasured (our SIGSTOP suppressed).
+                        Some(ev) if self.count_reached() => {
+                            self.cancelled[ev.probe as usize] += 1;
+                            self.tracer.resume(tid, None);
+                        }
                         Some(ev) => self.sample(ev, tid, tgid)?,
                         // Somebody else's SIGSTOP: deliver it (the process stops, as it should).
                         None => self.tracer.resume(tid, Some(Signal::SIGSTOP)),
@@ -534,7 +639,7 @@ impl Session {
         if let Some(in_target) = &mut self.in_target {
             in_target.forget(tgid);
         }
-        self.sites.retain(|&(pid, _), _| pid != tgid);
+        self.sites.retain(|&(pid, _, _), _| pid != tgid);
         // The threads our SIGSTOPs were meant for are gone.
         self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
         self.trigger.clear_busy(tgid);
@@ -549,10 +654,15 @@ impl Session {
     /// let the thread go on with our SIGSTOP suppressed and allow the next sample.
     fn sample(&mut self, ev: Event, tid: i32, tgid: i32) -> Result<()> {
         let mut timing = Timing::default();
-        let result = match self.site_of(tgid, ev.probe) {
-            Ok((site, bias)) => self.walk(&ev, (tgid, tid), site, bias, &mut timing),
+        let last = self.last_sample(tgid);
+        let result = match self.site_of(tgid, ev.probe, ev.regs.rip) {
+            Ok((site, bias)) => self.walk(&ev, (tgid, tid), (site, bias), last, &mut timing),
             Err(e) => {
-                self.trigger.clear_busy(tgid);
+                if last {
+                    self.trigger.hold_busy(tgid, true);
+                } else {
+                    self.trigger.clear_busy(tgid);
+                }
                 self.tracer.resume(tid, None);
                 timing.resumed_ns = monotonic_ns();
                 Err(Failure::Sample(e))
@@ -597,13 +707,14 @@ impl Session {
 
     /// Walks the probe's arguments in the stopped process, resumes the thread, and queues
     /// the report. Busy is cleared before the thread runs again (its next Nth hit must find
-    /// the process free, or it would be dropped), unless reports are backed up.
+    /// the process free, or it would be dropped), unless reports are backed up or this is
+    /// the `last` sample of the run (then the process stays busy for good).
     fn walk(
         &mut self,
         ev: &Event,
         (tgid, tid): (i32, i32),
-        site: usize,
-        bias: u64,
+        (site, bias): (usize, u64),
+        last: bool,
         timing: &mut Timing,
     ) -> Result<(), Failure> {
         let measurer = self.probes[ev.probe as usize].measurers[site].clone();
@@ -611,7 +722,9 @@ impl Session {
         let (trigger, reporter, deferred) =
             (&mut self.trigger, &self.reporter, &mut self.deferred_busy);
         let mut before_resume = || {
-            if reporter.pending() < BACKLOG {
+            if last {
+                trigger.hold_busy(tgid, true);
+            } else if reporter.pending() < BACKLOG {
                 trigger.clear_busy(tgid);
             } else {
                 deferred.push(tgid);
@@ -656,7 +769,7 @@ impl Session {
                 );
             }
         }
-        if self.reporter.pending() < BACKLOG {
+        if self.reporter.pending() < BACKLOG && !self.count_reached() {
             for tgid in self.deferred_busy.drain(..) {
                 self.trigger.clear_busy(tgid);
             }
@@ -669,13 +782,14 @@ impl Session {
         if let Some(in_target) = &mut self.in_target {
             in_target.forget(tgid);
         }
-        self.sites.retain(|&(pid, _), _| pid != tgid);
+        self.sites.retain(|&(pid, _, _), _| pid != tgid);
         self.pending.retain(|_, ev| ev.tgid as i32 != tgid);
     }
 
-    /// Which of the probe's files this process maps, and where (cached per process).
-    fn site_of(&mut self, tgid: i32, probe: u32) -> Result<(usize, u64)> {
-        if let Some(&found) = self.sites.get(&(tgid, probe)) {
+    /// Which of the probe's sites the hit at `rip` belongs to, and the load bias of its file
+    /// in this process (cached per process and point).
+    fn site_of(&mut self, tgid: i32, probe: u32, rip: u64) -> Result<(usize, u64)> {
+        if let Some(&found) = self.sites.get(&(tgid, probe, rip)) {
             return Ok(found);
         }
         let sites = &self.probes[probe as usize].sites;
@@ -683,12 +797,19 @@ impl Session {
             let Some(id) = procfs::file_id(&procfs::host_path(tgid, &mapping.path)) else {
                 continue;
             };
-            let Some(index) = sites.iter().position(|s| s.file_id == id) else {
-                continue;
-            };
-            if let Some(bias) = sites[index].binary.load_bias(mapping.start, mapping.offset) {
-                self.sites.insert((tgid, probe), (index, bias));
-                return Ok((index, bias));
+            for (index, site) in sites.iter().enumerate().filter(|(_, s)| s.file_id == id) {
+                let Some(bias) = site.binary.load_bias(mapping.start, mapping.offset) else {
+                    continue;
+                };
+                // The kernel reports a uprobe hit at the probed instruction's address.
+                if site
+                    .points
+                    .iter()
+                    .any(|p| p.address.wrapping_add(bias) == rip)
+                {
+                    self.sites.insert((tgid, probe, rip), (index, bias));
+                    return Ok((index, bias));
+                }
             }
         }
         Err(Error::sample(format!(
@@ -722,11 +843,26 @@ impl Session {
                 }
             };
             self.tracer.release_with(tgid, &is_ours, &mut unmap);
+            if let Some(in_target) = self.in_target.as_mut()
+                && in_target.holds(tgid)
+                && procfs::state(tgid).is_some()
+            {
+                // No thread reached a quiet stop in time: say so rather than leave silently.
+                eprintln!(
+                    "oi-trace: warning: pid {tgid}: no thread stopped in time to unmap \
+                     oi-trace's segments; they stay mapped (inert, never run again)"
+                );
+                in_target.forget(tgid);
+            }
             // Signals that arrived while we unmapped, now that the thread is detached.
             if let Some((tid, mut signals)) = held {
                 signals.redeliver(tgid, tid);
             }
             self.trigger.forget(tgid);
+        }
+        // Samples started that no walk will take: their SIGSTOPs were swallowed above.
+        for ev in self.pending.values() {
+            self.cancelled[ev.probe as usize] += 1;
         }
         self.pending.clear();
         if let Some(guardian) = &mut self.guardian {
@@ -736,17 +872,91 @@ impl Session {
 
     fn print_summary(&mut self) -> Result<()> {
         let counters: Vec<_> = (0..self.probes.len())
-            .map(|i| self.trigger.counters(i as u32))
+            .map(|i| {
+                let mut c = self.trigger.counters(i as u32);
+                // A cancelled sample was an Nth hit that came while the run was ending.
+                let cancelled = self.cancelled[i].min(c.sampled);
+                c.sampled -= cancelled;
+                c.dropped += cancelled;
+                c
+            })
             .collect();
         for (probe, c) in self.probes.iter().zip(&counters) {
-            eprintln!(
-                "oi-trace: {}: {} hits, {} sampled, {} dropped, {} filtered",
-                probe.symbol, c.hits, c.sampled, c.dropped, c.filtered
-            );
+            eprintln!("oi-trace: {}: {}", probe.symbol, summary_line(c));
         }
         self.logs.summary(&self.probes, &counters)
     }
 }
+
+/// `H hits, S sampled, D dropped, F filtered` (and the unseen ones, when there are any).
+fn summary_line(c: &ProbeCounters) -> String {
+    let mut line = format!(
+        "{} hits, {} sampled, {} dropped, {} filtered",
+        c.hits, c.sampled, c.dropped, c.filtered
+    );
+    if c.unseen > 0 {
+        line += &format!(
+            ", {} unseen (returned through a tail call: no result to measure)",
+            c.unseen
+        );
+    }
+    line
+}
+
+/// `shop::f(long) [1 entry]`, `shop::g(long) [3 return points, 1 a tail call]`,
+/// `shop::weigh [3 entries: 1 out of line, 2 inlined]`: what the `attached` line says of one
+/// probe.
+fn describe_points(probe: &Probe) -> String {
+    let points: Vec<_> = probe.sites.iter().flat_map(|s| &s.points).collect();
+    let n = points.len();
+    let tails = points
+        .iter()
+        .filter(|p| p.kind == PointKind::TailCall)
+        .count();
+    let what = match (probe.is_return, n) {
+        (false, 1) => "1 entry".to_string(),
+        (false, n) => format!("{n} entries"),
+        (true, 1) => "1 return point".to_string(),
+        (true, n) => format!("{n} return points"),
+    };
+    let tails = match tails {
+        0 => String::new(),
+        1 if n == 1 => ", a tail call".to_string(),
+        1 => ", 1 a tail call".to_string(),
+        t => format!(", {t} of them tail calls"),
+    };
+    // Which copies: only when there is more than the function's own code.
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for site in &probe.sites {
+        let kind = match &site.copy {
+            resolve::Copy::OutOfLine => "out of line".to_string(),
+            resolve::Copy::Clone(suffix) => format!("clone .{suffix}"),
+            resolve::Copy::Inlined { .. } => "inlined".to_string(),
+        };
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, count)) => *count += site.points.len(),
+            None => kinds.push((kind, site.points.len())),
+        }
+    }
+    let copies = if kinds.len() == 1 && kinds[0].0 == "out of line" {
+        String::new()
+    } else {
+        let list: Vec<String> = kinds.iter().map(|(k, c)| format!("{c} {k}")).collect();
+        format!(": {}", list.join(", "))
+    };
+    let name = probe
+        .sites
+        .iter()
+        .find(|s| !matches!(s.copy, resolve::Copy::Inlined { .. }))
+        .map_or_else(
+            || crate::debuginfo::symbols::demangle(&probe.sites[0].function),
+            |s| s.symbol.demangled.clone(),
+        );
+    format!("{name} [{what}{tails}{copies}]")
+}
+
+/// How long a probe may stay without hits before the hint (unless `--duration` ends first).
+const HINT_AFTER: Duration = Duration::from_secs(10);
 
 /// Whether `tgid` is alive, allowing for an execve in progress: while a non-leader thread
 /// execs, the old leader is briefly a zombie before the exec'ing thread takes its pid.

@@ -36,6 +36,8 @@ impl Guardian {
             -1 => Err(std::io::Error::last_os_error()),
             0 => {
                 drop(write);
+                // Resuming a stopped process is all it ever does.
+                crate::privileges::keep_only(crate::privileges::GUARDIAN);
                 detach_stdio();
                 watch(File::from(read));
                 // SAFETY: ends the child without running the parent's destructors.

@@ -609,6 +609,9 @@ pub struct Segments {
     pub stack: u64,
     pub output: u64,
     pub output_len: u64,
+    /// BLAKE3 of the code region as written (stub and walkers): what the audit line names.
+    /// (Zero for a leftover found in a process, which is only ever unmapped.)
+    pub code_digest: [u8; 32],
 }
 
 impl Segments {
@@ -658,6 +661,7 @@ impl Segments {
             stack: data + STACK_AFTER_DATA,
             output: data + OUTPUT_AFTER_DATA,
             output_len: INITIAL_OUTPUT,
+            code_digest: *blake3::hash(&code).as_bytes(),
         };
         let result = (|| {
             h.mprotect(base, code_len + DATA_LEN, rw)?;
@@ -703,7 +707,7 @@ impl Segments {
         STACK_LEN - PAGE
     }
 
-    fn total_len(&self) -> u64 {
+    pub fn total_len(&self) -> u64 {
         self.code_len + REGION_AFTER_CODE
     }
 
@@ -781,6 +785,8 @@ impl Segments {
                 stack: data.start + STACK_AFTER_DATA,
                 output: data.start + OUTPUT_AFTER_DATA,
                 output_len: 0,
+                // A leftover is only ever unmapped, never audited as a new mapping.
+                code_digest: [0; 32],
             });
         }
         found

@@ -192,8 +192,9 @@ impl Tracer {
     /// Detaches every thread of `tgid`, leaving each running. `is_ours(tid)` says whether a
     /// SIGSTOP pending on that thread was sent by our trigger (then it is swallowed, never
     /// delivered: an untraced SIGSTOP would stop the whole process). `cleanup(tid)` runs once,
-    /// on the first thread found in a quiet ptrace-stop, before it is detached: the moment to
-    /// undo what we did to the process (unmap our segments).
+    /// on the first thread found in a quiet ptrace-stop (a thread in a signal's stop is
+    /// brought to one first), before it is detached: the moment to undo what we did to the
+    /// process (unmap our segments).
     pub fn release_with(
         &mut self,
         tgid: i32,
@@ -201,7 +202,11 @@ impl Tracer {
         cleanup: &mut dyn FnMut(i32),
     ) {
         let mut cleanup = Some(cleanup);
-        let deadline = Instant::now() + Duration::from_secs(3);
+        let started = Instant::now();
+        // Threads answer an interrupt within microseconds; a loaded machine may take longer.
+        // While our segments are still mapped, wait longer for the quiet stop that unmaps them.
+        let deadline =
+            |cleaning: bool| started + Duration::from_secs(if cleaning { 10 } else { 3 });
         let mut interrupted: HashSet<i32> = HashSet::new();
         loop {
             let mine: Vec<i32> = self
@@ -210,7 +215,7 @@ impl Tracer {
                 .filter(|&(_, &g)| g == tgid)
                 .map(|(&t, _)| t)
                 .collect();
-            if mine.is_empty() || Instant::now() > deadline {
+            if mine.is_empty() || Instant::now() > deadline(cleanup.is_some()) {
                 break;
             }
             for &tid in &mine {
@@ -249,12 +254,30 @@ impl Tracer {
         cleanup: &mut Option<&mut dyn FnMut(i32)>,
     ) {
         let pid = Pid::from_raw(tid);
+        // Cleaning up takes a quiet stop (a remote syscall from a signal's stop would meet the
+        // interrupt still queued for the thread). So while nobody has cleaned up yet, a
+        // thread found in a signal's stop is let go past it (our SIGSTOP swallowed, another
+        // signal delivered now, while we still trace it) and interrupted again: its next
+        // stop is the quiet one. Without this, a process whose only thread stops with our
+        // own SIGSTOP (a sample started as the run ended) would keep our segments.
+        let cleaning = cleanup.is_some();
+        let pass_and_interrupt = |signal: Option<Signal>| {
+            let _ = ptrace::cont(pid, signal);
+            let _ = ptrace::interrupt(pid);
+        };
         match status {
-            WaitStatus::Stopped(_, Signal::SIGSTOP) if is_ours(tid) => self.detach(tid, None),
+            WaitStatus::Stopped(_, Signal::SIGSTOP) if is_ours(tid) => {
+                if cleaning {
+                    pass_and_interrupt(None);
+                } else {
+                    self.detach(tid, None);
+                }
+            }
             WaitStatus::Stopped(_, signal) if is_ours(tid) && pending_sigstop(tid) => {
                 // Deliver this signal while still attached; our SIGSTOP comes next.
                 let _ = ptrace::cont(pid, Some(signal));
             }
+            WaitStatus::Stopped(_, signal) if cleaning => pass_and_interrupt(Some(signal)),
             WaitStatus::Stopped(_, signal) => self.detach(tid, Some(signal)),
             WaitStatus::PtraceEvent(_, _, event) => {
                 if event == libc::PTRACE_EVENT_CLONE

@@ -19,10 +19,44 @@ pub enum Location {
     Indirect(usize),
     /// Passed in registers we do not capture (SSE / x87) or not passed at all (empty class).
     Unavailable(&'static str),
+    /// The value is in memory at register `reg` + `offset` (from DWARF: a clone's or an
+    /// inlined copy's parameter kept in the stack frame).
+    At { reg: usize, offset: i64 },
+    /// The value is register `reg` + `offset` itself (a pointer to a local object).
+    Computed { reg: usize, offset: i64 },
+    /// The value is this ELF address plus the load bias (a pointer to a global).
+    Address(u64),
+    /// The value is this constant.
+    Constant(u64),
 }
 
 /// Register number of rax in [`Location`].
 pub const RAX: usize = 6;
+/// Register numbers, in [`Location`], of the registers that only DWARF locations use.
+pub const RBX: usize = 7;
+pub const RBP: usize = 8;
+/// r10 … r15 are `R10 + 0` … `R10 + 5`.
+pub const R10: usize = 9;
+pub const RSP: usize = 15;
+
+/// The [`Location`] register number of DWARF x86-64 register `dwarf`; `None` for the
+/// vector and other registers a probe does not capture.
+pub fn register_of_dwarf(dwarf: u16) -> Option<usize> {
+    Some(match dwarf {
+        0 => RAX,
+        1 => 2, // rdx
+        2 => 3, // rcx
+        3 => RBX,
+        4 => 1, // rsi
+        5 => 0, // rdi
+        6 => RBP,
+        7 => RSP,
+        8 => 4, // r8
+        9 => 5, // r9
+        10..=15 => R10 + usize::from(dwarf - 10),
+        _ => return None,
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
