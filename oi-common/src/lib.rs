@@ -97,6 +97,10 @@ pub struct EntryRegs {
     pub r13: u64,
     pub r14: u64,
     pub r15: u64,
+    /// Low eightbytes of xmm0–xmm15 (float and double arguments and results). The eBPF side
+    /// cannot see them and leaves zeros; the tracer reads them from the stopped thread's FPU
+    /// state when a measured argument lives there.
+    pub xmm: [u64; 16],
 }
 
 impl EntryRegs {

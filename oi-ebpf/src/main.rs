@@ -161,6 +161,7 @@ fn on_hit(ctx: *mut core::ffi::c_void, regs: *mut pt_regs) {
             r13: r.r13,
             r14: r.r14,
             r15: r.r15,
+            xmm: [0; 16],
         },
     });
     // SAFETY: a plain helper call; the signal goes to the current thread only.

@@ -139,10 +139,10 @@ mod tests {
         });
         let me = std::process::id();
         assert!(
-            line.starts_with(&format!("injected pid={me} exe=/")),
+            line.starts_with(&format!("injected target_pid={me} exe=/")),
             "{line}"
         );
-        assert!(line.contains(&format!(" by pid={me} uid=")), "{line}");
+        assert!(line.contains(&format!(" tracer_pid={me} uid=")), "{line}");
         assert!(line.contains(" cgroup=/"), "{line}");
         assert!(
             line.contains(r#"probes="shop::inspect(Ledger const&)""#),

@@ -1,9 +1,8 @@
 //! Command-line arguments. Parsing and validation only; `session` (footprints) and the
-//! profilers (`allocs`, `calls`) do the work. Without a tool name, oi-trace measures footprints
-//! (the form of round one, unchanged); `oi-trace allocs …` and `oi-trace calls …` are the
-//! profilers, whose options live in a file each.
+//! profilers do the work. Without a tool name, oi-trace measures footprints (the form of round
+//! one, unchanged); `oi-trace calls …` is the call-tree profiler, whose options live in a file
+//! of their own (as will the allocation profiler's, issue 10, when it lands).
 
-pub mod allocs;
 pub mod calls;
 pub mod profiler;
 
@@ -18,10 +17,10 @@ use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 /// and on every Nth hit briefly freezes the calling thread and measures the function's
 /// arguments: the object, every container inside it, every heap block it owns.
 ///
-/// `oi-trace allocs` profiles allocations, `oi-trace calls` times call trees; neither stops the
-/// target (`oi-trace allocs --help`, `oi-trace calls --help`).
+/// `oi-trace calls` times call trees without stopping the target (`oi-trace calls --help`).
 ///
-/// Needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) and binaries built with -g.
+/// Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (README: Running without root), and
+/// binaries built with -g.
 #[derive(Debug, Parser)]
 #[command(name = "oi-trace", version, max_term_width = 100)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -36,8 +35,6 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Tool {
-    /// Every allocation and free of a live process, by site, C++ type and class, with lifetimes.
-    Allocs(allocs::AllocsArgs),
     /// Time every call beneath an entry point, per thread, as a call tree.
     Calls(calls::CallsArgs),
 }
@@ -137,6 +134,11 @@ pub struct Args {
     /// At exit, write per-probe counters as JSON: [{"probe","hits","sampled","dropped","filtered"}].
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
+
+    /// Refuse a binary whose debug information (its .debug_* sections, uncompressed) exceeds
+    /// MB megabytes: a crafted or absurd file is a clear error, not an exhausted machine.
+    #[arg(long, value_name = "MB", default_value_t = crate::debuginfo::dwarf::DEFAULT_MAX_DEBUGINFO_MB)]
+    pub max_debuginfo_mb: u64,
 
     /// With --mode jit: append one line per mapping of our code into a process (who, into
     /// which pid, executable and cgroup, which probes, the code's BLAKE3, the region) to FILE,

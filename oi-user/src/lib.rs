@@ -5,7 +5,6 @@
 //! `report`. Stages with side effects: `probe` (eBPF), `target` (ptrace), `interp` (reads
 //! target memory through a `MemoryReader`).
 
-pub mod allocs;
 pub mod audit;
 pub mod calls;
 pub mod cgroup;

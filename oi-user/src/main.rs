@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser as _, error::ErrorKind};
 use oi_trace::{
-    allocs, calls,
+    calls,
     cli::{Cli, Tool},
     session,
 };
@@ -23,7 +23,6 @@ fn main() -> ExitCode {
     };
     let outcome = match &cli.tool {
         None => session::run(&cli.footprint),
-        Some(Tool::Allocs(args)) => allocs::run(args),
         Some(Tool::Calls(args)) => calls::run(args),
     };
     match outcome {

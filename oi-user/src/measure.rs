@@ -670,6 +670,37 @@ impl Measurer {
 
     /// Where each argument's object is at this sample, for a walker running in the target.
     /// `load_bias`: of the probed file (arguments that point at globals are ELF addresses).
+    /// The first argument that lives in one of the xmm registers of `mask` (bit n: xmmN), and
+    /// that register's number.
+    pub fn arg_in_vector_registers(&self, mask: u16) -> Option<(&str, usize)> {
+        self.args.iter().find_map(|a| {
+            let regs: &[usize] = match &a.location {
+                Location::Regs(r) => r,
+                Location::Indirect(r)
+                | Location::At { reg: r, .. }
+                | Location::Computed { reg: r, .. } => std::slice::from_ref(r),
+                _ => &[],
+            };
+            regs.iter()
+                .filter_map(|r| r.checked_sub(abi::XMM0))
+                .find(|n| *n < 16 && mask & (1 << n) != 0)
+                .map(|n| (a.name.as_str(), n))
+        })
+    }
+
+    /// Whether an argument lives in an xmm register: the caller then fills
+    /// [`EntryRegs::xmm`] from the stopped thread before [`Self::locate`].
+    pub fn needs_vector_registers(&self) -> bool {
+        let vector = |r: &usize| *r >= abi::XMM0;
+        self.args.iter().any(|a| match &a.location {
+            Location::Regs(r) => r.iter().any(vector),
+            Location::Indirect(r)
+            | Location::At { reg: r, .. }
+            | Location::Computed { reg: r, .. } => vector(r),
+            _ => false,
+        })
+    }
+
     pub fn locate(
         &self,
         regs: &EntryRegs,
@@ -735,6 +766,7 @@ impl Measurer {
             n if (abi::R10..abi::R10 + 6).contains(&n) => {
                 [regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15][n - abi::R10]
             }
+            n if (abi::XMM0..abi::XMM0 + 16).contains(&n) => regs.xmm[n - abi::XMM0],
             n => regs.int_args().get(n).copied().unwrap_or(0),
         };
         let value_bytes = |v: u64| {
@@ -794,7 +826,8 @@ impl Placed {
         let register = |dwarf: u16| {
             abi::register_of_dwarf(dwarf).ok_or_else(|| {
                 format!(
-                    "it is in DWARF register {dwarf} (a vector register), which is not captured"
+                    "it is in DWARF register {dwarf} (an x87, MMX or upper vector register), \
+                     which is not captured"
                 )
             })
         };

@@ -535,7 +535,8 @@ fn missing_capabilities_are_named() {
     let target = Target::start(&races());
     let pid = target.pid();
     let args = ["--pid", &pid, "--uprobe", "shop::inspect", "--count", "1"];
-    let needs = "oi-trace needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (run it as root)";
+    let needs = "oi-trace needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (run it as root, or \
+                 give this copy `setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep`)";
     let rows: [(&[&str], &str); 3] = [
         (
             &["--inh-caps=-all", "--bounding-set=-sys_ptrace"],

@@ -384,3 +384,136 @@ fn capabilities_are_dropped_once_armed_and_every_injection_is_audited() {
     assert_eq!(mode, 0o600);
     fixture.assert_running();
 }
+
+#[test]
+fn a_path_that_leads_out_of_the_targets_root_is_refused() {
+    if !privileged() {
+        return;
+    }
+    // A process chrooted into its own root, with a static binary (nothing to share with the
+    // host's libraries).
+    let binary = FixtureBuild::new("races")
+        .variant("races_static", &["-static"])
+        .build();
+    let root = TempDir::new("chroot");
+    std::fs::create_dir_all(root.file("app")).expect("app dir");
+    std::fs::copy(&binary, root.file("app/target")).expect("copy into the root");
+    let mut fixture = Fixture::start_with(
+        Command::new("chroot")
+            .arg(root.path())
+            .args(["/app/target", "100"]),
+    );
+    fixture.stdout.expect("tick", 20 * SECOND);
+    let pid = fixture.pid.to_string();
+    // The path oi-trace reads it by (as /proc/PID/maps names it), turned inside the root into
+    // a link to a file of the host: a copy of the same program, which would be read and
+    // probed in its stead.
+    let mapped = std::fs::read_link(format!("/proc/{pid}/exe")).expect("exe");
+    let host = TempDir::new("host");
+    let decoy = host.file("target");
+    std::fs::copy(&binary, &decoy).expect("a copy on the host");
+    let inside = root
+        .path()
+        .join(mapped.strip_prefix("/").expect("absolute"));
+    std::fs::create_dir_all(inside.parent().expect("parent")).expect("dirs inside the root");
+    std::os::unix::fs::symlink(&decoy, &inside).expect("the link");
+    let out = oi_e2e::run_oi_trace(
+        &["--pid", &pid, "--uprobe", "shop::inspect", "--count", "1"],
+        60 * SECOND,
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:#?}");
+    assert_eq!(out.stderr.len(), 1, "{out:#?}");
+    assert!(
+        out.stderr[0].contains("leads out of the process's root"),
+        "{out:#?}"
+    );
+    fixture.assert_running();
+    fixture.stdout.expect("tick", 20 * SECOND);
+}
+
+#[test]
+fn debug_information_over_the_limit_is_a_clear_error() {
+    if !privileged() {
+        return;
+    }
+    // A program whose .debug_str claims 256 MiB once decompressed, in a file of a few hundred
+    // KiB: reading it would take the memory, not the disk.
+    let binary = FixtureBuild::new("races").build();
+    let dir = TempDir::new("bigdwarf");
+    let zeros = dir.file("zeros");
+    std::fs::write(&zeros, vec![0u8; 256 << 20]).expect("zeros");
+    let big = dir.file("races_big");
+    let crafted = dir.file("races_crafted");
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("objcopy")
+            .args(args)
+            .status()
+            .expect("objcopy");
+        assert!(status.success(), "objcopy {args:?}");
+    };
+    let mut update = std::ffi::OsString::from(".debug_str=");
+    update.push(&zeros);
+    objcopy(&[
+        "--update-section".as_ref(),
+        &update,
+        binary.as_os_str(),
+        big.as_os_str(),
+    ]);
+    objcopy(&[
+        "--compress-debug-sections=zlib".as_ref(),
+        big.as_os_str(),
+        crafted.as_os_str(),
+    ]);
+    std::fs::remove_file(&zeros).expect("rm");
+    std::fs::remove_file(&big).expect("rm");
+    assert!(std::fs::metadata(&crafted).expect("crafted").len() < 16 << 20);
+
+    let mut fixture = Fixture::start(&crafted, &["100"]);
+    fixture.stdout.expect("tick", 20 * SECOND);
+    let pid = fixture.pid.to_string();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, for its peak RSS"
+    )]
+    let mut child = Command::new(oi_e2e::oi_trace_bin())
+        .args([
+            "--pid",
+            &pid,
+            "--uprobe",
+            "shop::inspect",
+            "--count",
+            "1",
+            "--max-debuginfo-mb",
+            "64",
+        ])
+        // An empty cache: a plan cached for the original build-id would spare the DWARF.
+        .env("XDG_CACHE_HOME", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oi-trace");
+    let stderr = {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut text)
+            .expect("stderr");
+        text
+    };
+    // Waited for with wait4, for the peak memory it used.
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid, and wait4 writes only into what we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into locals.
+    let waited = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(waited, child.id() as i32);
+    assert_eq!(libc::WEXITSTATUS(status), 2, "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("is 256 MB (uncompressed), over the limit of 64 MB (--max-debuginfo-mb)"),
+        "{stderr}"
+    );
+    let peak_mb = usage.ru_maxrss / 1024;
+    assert!(peak_mb < 64 + 100, "peak RSS {peak_mb} MB");
+    fixture.assert_running();
+}

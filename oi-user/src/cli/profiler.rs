@@ -1,5 +1,6 @@
-//! Options every profiler shares (`oi-trace allocs`, `oi-trace calls`): what to trace, for how
-//! long, how often to report, how loudly; and the parsers of times and lists they use.
+//! Options every profiler shares (`oi-trace calls`, and the allocation profiler to come): what
+//! to trace, for how long, how often to report, how loudly; and the parsers of times and lists
+//! they use.
 
 use std::{path::PathBuf, time::Duration};
 

@@ -331,6 +331,53 @@ pub struct Unprobeable {
     pub why: String,
 }
 
+/// The instruction at `address` (its first bytes are `bytes`), if it overwrites the low
+/// eightbyte of any of xmm0–xmm15: a bit per register, and the instruction as people read it.
+///
+/// A uprobe's instruction runs before the thread can be stopped (the kernel steps over it,
+/// then delivers our SIGSTOP), and the eBPF side cannot see vector registers: so where the
+/// probed instruction writes an xmm register that holds an argument, that argument's value is
+/// gone by the time it can be read, and must be reported as unavailable, not read wrong.
+pub fn xmm_written(bytes: &[u8], address: u64) -> Option<(u16, String)> {
+    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    if insn.is_invalid() {
+        return None;
+    }
+    let reads_only = matches!(
+        insn.mnemonic(),
+        Mnemonic::Ucomisd
+            | Mnemonic::Ucomiss
+            | Mnemonic::Comisd
+            | Mnemonic::Comiss
+            | Mnemonic::Vucomisd
+            | Mnemonic::Vucomiss
+            | Mnemonic::Vcomisd
+            | Mnemonic::Vcomiss
+            | Mnemonic::Ptest
+            | Mnemonic::Vptest
+            | Mnemonic::Vtestps
+            | Mnemonic::Vtestpd
+            | Mnemonic::Vzeroupper
+    );
+    let mask = if insn.mnemonic() == Mnemonic::Vzeroall {
+        u16::MAX
+    } else if reads_only || insn.op_count() == 0 || insn.op0_kind() != OpKind::Register {
+        0
+    } else {
+        // XMM0…31, YMM0…31 and ZMM0…31 are consecutive in iced's Register (its register
+        // classes need the instr_info feature; this is all we ask of them).
+        let reg = insn.op0_register() as u32;
+        [Register::XMM0, Register::YMM0, Register::ZMM0]
+            .iter()
+            .find_map(|base| reg.checked_sub(*base as u32).filter(|n| *n < 32))
+            .filter(|n| *n < 16)
+            .map_or(0, |n| 1u16 << n)
+    };
+    let raw = bytes.get(..insn.len()).unwrap_or(bytes);
+    (mask != 0).then(|| (mask, describe(&insn, raw)))
+}
+
 /// The most instructions an entry probe is moved past.
 const MAX_SKIPPED: usize = 8;
 

@@ -18,6 +18,7 @@ use std::{
     ops::ControlFlow,
     path::{Path, PathBuf},
     rc::Rc,
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 use gimli::{
@@ -47,6 +48,35 @@ pub enum DwarfError {
         address: u64,
         path: PathBuf,
     },
+    #[error(
+        "the debug information of {path} is {mb} MB (uncompressed), over the limit of \
+         {limit} MB (--max-debuginfo-mb)"
+    )]
+    TooLarge { path: PathBuf, mb: u64, limit: u64 },
+}
+
+/// Most debug information read from one file, in MiB of uncompressed sections: a crafted or
+/// absurd file is an error, not an exhausted machine. Set once from the command line.
+static MAX_DEBUGINFO_MB: AtomicU64 = AtomicU64::new(DEFAULT_MAX_DEBUGINFO_MB);
+pub const DEFAULT_MAX_DEBUGINFO_MB: u64 = 4096;
+
+pub fn set_max_debuginfo_mb(mb: u64) {
+    MAX_DEBUGINFO_MB.store(mb, Ordering::Relaxed);
+}
+
+/// The uncompressed size of every `.debug_*` section of `obj`, read from the section headers
+/// (and compression headers): nothing is decompressed to learn it.
+fn debug_sections_size(obj: &object::File<'_>) -> u64 {
+    obj.sections()
+        .filter(|s| {
+            s.name()
+                .is_ok_and(|n| n.starts_with(".debug_") || n.starts_with(".zdebug_"))
+        })
+        .map(|s| {
+            s.compressed_file_range()
+                .map_or(s.size(), |r| r.uncompressed_size)
+        })
+        .fold(0u64, u64::saturating_add)
 }
 
 /// A DIE anywhere in `.debug_info`: unit index plus offset inside that unit.
@@ -222,6 +252,15 @@ impl<'a> DebugInfo<'a> {
             path: path.to_path_buf(),
             reason,
         };
+        let limit = MAX_DEBUGINFO_MB.load(Ordering::Relaxed);
+        let size = debug_sections_size(obj);
+        if size > limit << 20 {
+            return Err(DwarfError::TooLarge {
+                path: path.to_path_buf(),
+                mb: size >> 20,
+                limit,
+            });
+        }
         let endian = if obj.is_little_endian() {
             RunTimeEndian::Little
         } else {

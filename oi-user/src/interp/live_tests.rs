@@ -191,6 +191,7 @@ fn entry_regs(r: &nix::libc::user_regs_struct) -> EntryRegs {
         r13: r.r13,
         r14: r.r14,
         r15: r.r15,
+        xmm: [0; 16],
     }
 }
 

@@ -23,20 +23,20 @@ use nix::{
     },
     time::{ClockId, clock_gettime},
 };
-use oi_common::{Event, ProbeConfig, ProbeCounters, event, filter, flags, point};
+use oi_common::{EntryRegs, Event, ProbeConfig, ProbeCounters, event, filter, flags, point};
 
 use crate::{
     audit::Audit,
     cgroup::Cgroup,
     cli::{Args, Mode},
-    debuginfo::points::PointKind,
+    debuginfo::{code, points::PointKind},
     error::{Error, Result},
     interp::RemoteReader,
     measure::{MeasureError, Measurer},
     plan_cache::{PlanCache, Source},
     privileges,
     probe::{AttachPoint, Trigger},
-    target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs},
+    target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs, remote},
 };
 use in_target::{Failure, InTarget};
 use logs::{Logs, SampleRecord};
@@ -80,6 +80,7 @@ enum End {
 
 pub fn run(args: &Args) -> Result<()> {
     args.validate().map_err(Error::input)?;
+    crate::debuginfo::dwarf::set_max_debuginfo_mb(args.max_debuginfo_mb);
     privileges::check_footprints().map_err(Error::input)?;
     let scope = match (args.pid, &args.cgroup) {
         (Some(pid), _) => {
@@ -196,6 +197,16 @@ fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
                 &args.plan_features(),
                 probe.is_return,
             );
+            let built = built.and_then(|(measurer, source)| {
+                match overwritten_vector_argument(&site, &measurer) {
+                    Some(reason) => Err(MeasureError::Unavailable {
+                        arg: reason.0,
+                        function: site.symbol.demangled.clone(),
+                        reason: reason.1,
+                    }),
+                    None => Ok((measurer, source)),
+                }
+            });
             match built {
                 Ok((measurer, source)) => {
                     probe.plans_cached += usize::from(source == Source::Cache);
@@ -232,6 +243,28 @@ fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
         probe.sites = kept;
     }
     Ok(())
+}
+
+/// An argument in an xmm register that the probed instruction itself overwrites (it runs
+/// before the thread stops, see `code::xmm_written`): the argument and why it cannot be read.
+fn overwritten_vector_argument(site: &Resolved, measurer: &Measurer) -> Option<(String, String)> {
+    site.points
+        .iter()
+        .filter(|p| p.kind == PointKind::Entry)
+        .find_map(|p| {
+            let start = usize::try_from(p.file_offset).ok()?;
+            let bytes = site.binary.bytes().get(start..)?;
+            let bytes = &bytes[..bytes.len().min(15)];
+            let (mask, insn) = code::xmm_written(bytes, p.address)?;
+            let (arg, n) = measurer.arg_in_vector_registers(mask)?;
+            Some((
+                arg.to_string(),
+                format!(
+                    "it is in xmm{n}, which the probed instruction `{insn}` overwrites before \
+                     the thread can be stopped (the eBPF side cannot read vector registers)"
+                ),
+            ))
+        })
 }
 
 /// `shop::tally_a, shop::tally_b`: where the inlined copies among `sites` are.
@@ -655,8 +688,16 @@ impl Session {
     fn sample(&mut self, ev: Event, tid: i32, tgid: i32) -> Result<()> {
         let mut timing = Timing::default();
         let last = self.last_sample(tgid);
-        let result = match self.site_of(tgid, ev.probe, ev.regs.rip) {
-            Ok((site, bias)) => self.walk(&ev, (tgid, tid), (site, bias), last, &mut timing),
+        let located = self
+            .site_of(tgid, ev.probe, ev.regs.rip)
+            .and_then(|(site, bias)| {
+                let regs = self.registers_of(&ev, tid, site)?;
+                Ok((site, bias, regs))
+            });
+        let result = match located {
+            Ok((site, bias, regs)) => {
+                self.walk(&ev, &regs, (tgid, tid), (site, bias), last, &mut timing)
+            }
             Err(e) => {
                 if last {
                     self.trigger.hold_busy(tgid, true);
@@ -709,9 +750,23 @@ impl Session {
     /// the report. Busy is cleared before the thread runs again (its next Nth hit must find
     /// the process free, or it would be dropped), unless reports are backed up or this is
     /// the `last` sample of the run (then the process stays busy for good).
+    /// The registers of the hit: as the eBPF side captured them, plus the xmm registers when
+    /// an argument (a float or a double) lives there. The eBPF side cannot read those, but the
+    /// thread is stopped at the probe, so its FPU state still holds them.
+    fn registers_of(&self, ev: &Event, tid: i32, site: usize) -> Result<EntryRegs> {
+        let mut regs = ev.regs;
+        if self.probes[ev.probe as usize].measurers[site].needs_vector_registers() {
+            regs.xmm = remote::xmm_low_halves(tid).map_err(|e| {
+                Error::sample(format!("reading the vector registers of thread {tid}: {e}"))
+            })?;
+        }
+        Ok(regs)
+    }
+
     fn walk(
         &mut self,
         ev: &Event,
+        regs: &EntryRegs,
         (tgid, tid): (i32, i32),
         (site, bias): (usize, u64),
         last: bool,
@@ -737,14 +792,14 @@ impl Session {
                     (tgid, tid),
                     probe,
                     &measurer,
-                    &ev.regs,
+                    regs,
                     bias,
                     &mut before_resume,
                 )
             }
             None => {
                 let mem = RemoteReader::new(tgid);
-                let walked = measurer.walk_streams(&ev.regs, bias, &mem);
+                let walked = measurer.walk_streams(regs, bias, &mem);
                 before_resume();
                 self.tracer.resume(tid, None);
                 walked.map_err(|e| Failure::Sample(Error::sample(e.to_string())))

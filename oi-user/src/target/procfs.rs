@@ -160,7 +160,9 @@ fn parse_region(line: &str) -> Option<Region> {
     })
 }
 
-/// The files `pid` executes code from (its executable first), as target-side paths.
+/// The files `pid` executes code from (its executable first), as target-side paths. A path
+/// that, read through `/proc/PID/root`, would lead out of the process's root is an error
+/// (see [`escapes_root`]): nothing of it is read.
 pub fn executable_files(pid: i32) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = Vec::new();
     if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
@@ -171,7 +173,62 @@ pub fn executable_files(pid: i32) -> Result<Vec<PathBuf>> {
             files.push(m.path);
         }
     }
+    if let Some(bad) = files.iter().find(|f| escapes_root(pid, f)) {
+        return Err(Error::input(format!(
+            "pid {pid} maps {}, which leads out of the process's root (a symbolic link to a \
+             file outside it): refusing to read it",
+            bad.display()
+        )));
+    }
     Ok(files)
+}
+
+/// Whether `path` of process `pid`, opened as `/proc/PID/root/PATH`, is another file than the
+/// one it names inside that root. The kernel resolves an absolute symbolic link met on the way
+/// from *our* root, so a process (in a container, say) that turns a path of its own into a
+/// link to `/etc/…` would have us read a file of the host. `openat2` with `RESOLVE_IN_ROOT`
+/// resolves the same path as the process sees it; the two must be the same file.
+pub fn escapes_root(pid: i32, path: &Path) -> bool {
+    use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _};
+    let Ok(plain) = fs::metadata(host_path(pid, path)) else {
+        return false; // Nothing there to be misled into reading.
+    };
+    let root = format!("/proc/{pid}/root\0");
+    let relative = path.strip_prefix("/").unwrap_or(path);
+    let Ok(relative) = std::ffi::CString::new(relative.as_os_str().as_bytes()) else {
+        return true;
+    };
+    // SAFETY: plain system calls on NUL-terminated strings and a struct we own; every fd we
+    // get is closed below.
+    unsafe {
+        let dir = libc::open(
+            root.as_ptr().cast(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return false; // The process is gone: nothing will be read through it either.
+        }
+        let mut how: libc::open_how = std::mem::zeroed();
+        how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+        let fd = libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            relative.as_ptr(),
+            &mut how as *mut libc::open_how,
+            size_of::<libc::open_how>(),
+        ) as i32;
+        libc::close(dir);
+        if fd < 0 {
+            // ENOSYS: a kernel before 5.6 cannot tell; anything else: the path does not
+            // resolve inside the root although it does from outside it.
+            return std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS);
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        let ok = libc::fstat(fd, &mut st) == 0;
+        libc::close(fd);
+        !(ok && st.st_dev == plain.dev() && st.st_ino == plain.ino())
+    }
 }
 
 /// (device, inode) of a file: what identifies it across mount namespaces and hard links,

@@ -86,6 +86,21 @@ pub fn set_fpregs_image(tid: i32, image: &[u8; 512]) -> Result<(), RemoteError> 
     Ok(())
 }
 
+/// The low eightbyte of each of xmm0–xmm15 of a stopped thread (float and double arguments).
+pub fn xmm_low_halves(tid: i32) -> Result<[u64; 16], RemoteError> {
+    // SAFETY: an all-zero user_fpregs_struct (plain integers) is a valid value.
+    let mut fp: libc::user_fpregs_struct = unsafe { std::mem::zeroed() };
+    // SAFETY: PTRACE_GETFPREGS writes one user_fpregs_struct to the pointer, which we own.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_GETFPREGS, tid, 0usize, &mut fp as *mut _) };
+    if rc < 0 {
+        return Err(ptrace_err(tid, "GETFPREGS")(Errno::last()));
+    }
+    // Each xmm register is four 32-bit words of xmm_space, lowest first.
+    Ok(std::array::from_fn(|i| {
+        u64::from(fp.xmm_space[4 * i]) | u64::from(fp.xmm_space[4 * i + 1]) << 32
+    }))
+}
+
 /// Writes several pieces of target memory with one system call (in order; all or error).
 pub fn write_parts(pid: i32, parts: &[(u64, &[u8])]) -> Result<(), RemoteError> {
     let local: Vec<IoSlice<'_>> = parts.iter().map(|(_, b)| IoSlice::new(b)).collect();

@@ -1,16 +1,18 @@
 //! Where each argument is at function entry (and the return value at return), by the System V
 //! x86-64 ABI with the Itanium C++ rules: classes that are not trivially copyable travel by
 //! invisible reference; other aggregates are classified per eightbyte (INTEGER, SSE, MEMORY).
-//! Only integer registers and the stack are captured by the eBPF side, so SSE values are
-//! reported as unavailable rather than guessed.
+//! An SSE eightbyte is the low half of the next xmm register; the eBPF side captures only
+//! integer registers, so the tracer reads the xmm ones from the stopped thread (ptrace), once
+//! per sample that needs them. x87 values (`long double`) go in memory as arguments and are
+//! reported unavailable as results.
 
 use super::{Kind, PrimKind, TypeGraph, TypeId, layout};
 
 /// Where an argument's value lives at entry, in terms of the captured registers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
-    /// The value itself is in these integer registers (0 = rdi … 5 = r9; 6 = rax), low
-    /// eightbyte first.
+    /// The value itself is in these registers (0 = rdi … 5 = r9; 6 = rax; xmm0 … xmm15 are
+    /// [`XMM0`] + n, their low eightbyte), low eightbyte first.
     Regs(Vec<usize>),
     /// The object is in memory at rsp + offset (rsp as captured at entry).
     Stack(u64),
@@ -38,6 +40,8 @@ pub const RBP: usize = 8;
 /// r10 … r15 are `R10 + 0` … `R10 + 5`.
 pub const R10: usize = 9;
 pub const RSP: usize = 15;
+/// xmm0 … xmm15 are `XMM0 + 0` … `XMM0 + 15` (their low eightbyte).
+pub const XMM0: usize = 16;
 
 /// The [`Location`] register number of DWARF x86-64 register `dwarf`; `None` for the
 /// vector and other registers a probe does not capture.
@@ -54,6 +58,7 @@ pub fn register_of_dwarf(dwarf: u16) -> Option<usize> {
         8 => 4, // r8
         9 => 5, // r9
         10..=15 => R10 + usize::from(dwarf - 10),
+        17..=32 => XMM0 + usize::from(dwarf - 17),
         _ => return None,
     })
 }
@@ -186,16 +191,20 @@ pub fn parameter_locations(
             stack += size.div_ceil(8).max(1) * 8;
             continue;
         }
-        if n_sse > 0 {
-            sse += n_sse;
-            int += n_int;
-            out.push(Location::Unavailable(
-                "passed in SSE registers, which are not captured",
-            ));
-            continue;
-        }
-        let regs: Vec<usize> = (int..int + n_int).collect();
-        int += n_int;
+        // One register per eightbyte, in order: the next integer or the next xmm register.
+        let regs: Vec<usize> = classes
+            .iter()
+            .map(|c| match c {
+                Class::Sse => {
+                    sse += 1;
+                    XMM0 + sse - 1
+                }
+                _ => {
+                    int += 1;
+                    int - 1
+                }
+            })
+            .collect();
         out.push(Location::Regs(regs));
     }
     out
@@ -225,13 +234,24 @@ pub fn return_location(tg: &TypeGraph, ty: TypeId) -> Location {
         return Location::Indirect(RAX);
     }
     let classes = classify(tg, ty);
-    match classes.as_slice() {
-        [Class::Integer] => Location::Regs(vec![RAX]),
-        [Class::None] => Location::Unavailable("an empty class is not returned"),
-        // rdx is register 2 of the argument order.
-        [Class::Integer, Class::Integer] => Location::Regs(vec![RAX, 2]),
-        _ => Location::Unavailable("returned in SSE registers, which are not captured"),
+    if classes.contains(&Class::Memory) {
+        return Location::Unavailable("returned on the x87 stack, which is not captured");
     }
+    if classes == [Class::None] {
+        return Location::Unavailable("an empty class is not returned");
+    }
+    // INTEGER eightbytes come back in rax then rdx (register 2 of the argument order), SSE
+    // ones in xmm0 then xmm1.
+    let (mut int, mut sse) = ([RAX, 2].into_iter(), [XMM0, XMM0 + 1].into_iter());
+    Location::Regs(
+        classes
+            .iter()
+            .filter_map(|c| match c {
+                Class::Sse => sse.next(),
+                _ => int.next(),
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -319,11 +339,29 @@ mod tests {
                 Location::Regs(vec![0]),
                 Location::Stack(8),
                 Location::Regs(vec![1, 2]),
-                Location::Unavailable("passed in SSE registers, which are not captured"),
+                Location::Regs(vec![XMM0]),
                 Location::Indirect(3),
                 Location::Regs(vec![4]),
             ]
         );
+        // Mixed eightbytes take the next register of their own class; results likewise.
+        let mixed = strukt(&mut tg, &[(dbl, 0), (long, 8)], 16, false);
+        let two = strukt(&mut tg, &[(dbl, 0), (dbl, 8)], 16, false);
+        let locs = parameter_locations(&tg, &[Some(dbl), Some(mixed), Some(int)], None);
+        assert_eq!(
+            locs,
+            vec![
+                Location::Regs(vec![XMM0]),
+                Location::Regs(vec![XMM0 + 1, 0]),
+                Location::Regs(vec![1]),
+            ]
+        );
+        assert_eq!(return_location(&tg, dbl), Location::Regs(vec![XMM0]));
+        assert_eq!(
+            return_location(&tg, two),
+            Location::Regs(vec![XMM0, XMM0 + 1])
+        );
+        assert_eq!(return_location(&tg, mixed), Location::Regs(vec![XMM0, RAX]));
         // A class returned in memory takes rdi for its hidden pointer; rax holds it at return.
         let locs = parameter_locations(&tg, &[Some(int)], Some(owning));
         assert_eq!(locs, vec![Location::Regs(vec![1])]);

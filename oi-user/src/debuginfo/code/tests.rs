@@ -344,3 +344,24 @@ fn entry_probe_refuses_to_move_past_what_changes_arguments() {
     let probe = entry_probe(&two, 0x1000).unwrap();
     assert_eq!((probe.address, probe.skipped.len()), (0x1008, 2));
 }
+
+#[test]
+fn vector_registers_a_first_instruction_overwrites() {
+    // mulsd %xmm0,%xmm1 (xmm1 written), the first instruction of an -O1 `place(Tagged, double)`.
+    let (mask, name) = xmm_written(&[0xf2, 0x0f, 0x59, 0xc8, 0xc3], 0x1000).unwrap();
+    assert_eq!(mask, 1 << 1, "{name}");
+    // vaddsd %xmm2,%xmm9,%xmm10: VEX, three operands, the destination is xmm10.
+    let (mask, _) = xmm_written(&[0xc4, 0x41, 0x33, 0x58, 0xd2], 0x1000).unwrap();
+    assert_eq!(mask, 1 << 10);
+    // ucomisd %xmm1,%xmm0 only reads; push %rbp and endbr64 touch no vector register.
+    assert!(xmm_written(&[0x66, 0x0f, 0x2e, 0xc1], 0x1000).is_none());
+    assert!(xmm_written(&[0x55], 0x1000).is_none());
+    assert!(xmm_written(&[0xf3, 0x0f, 0x1e, 0xfa], 0x1000).is_none());
+    // movsd %xmm0,(%rdi): a store, xmm0 intact.
+    assert!(xmm_written(&[0xf2, 0x0f, 0x11, 0x07], 0x1000).is_none());
+    // vzeroall clears every vector register.
+    assert_eq!(
+        xmm_written(&[0xc5, 0xfc, 0x77], 0x1000).unwrap().0,
+        u16::MAX
+    );
+}
