@@ -121,6 +121,12 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub feature: Vec<String>,
 
+    /// OI's configuration file (TOML, as oid reads it): its `features`, `[[codegen.ignore]]`
+    /// (a type measured as opaque, or some of its members left out) and
+    /// `[[codegen.capture_keys]]`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Where the walker runs: `jit` compiles it and runs it inside the target (fast, the
     /// default); `remote` reads the target's memory from outside (no code enters the target).
     #[arg(long, value_enum, default_value_t = Mode::Jit)]
@@ -311,11 +317,19 @@ impl Args {
 
     /// The features the walk plan is built with: the OI features, and `values` when the
     /// tree shows values (it changes what the walk reads).
-    pub fn plan_features(&self) -> Vec<String> {
+    /// The features a plan is built with: `--feature`, the config file's, and `--values`.
+    pub fn plan_features(&self) -> Result<Vec<String>, String> {
         let mut f = self.feature.clone();
+        if let Some(path) = &self.config {
+            for extra in crate::oi_config::features(path)? {
+                if !f.contains(&extra) {
+                    f.push(extra);
+                }
+            }
+        }
         if self.values {
             f.push(crate::measure::VALUES.to_string());
         }
-        f
+        Ok(f)
     }
 }

@@ -18,6 +18,7 @@ pub mod interp;
 pub mod jit;
 pub mod kernel_features;
 pub mod measure;
+pub mod oi_config;
 pub mod plan;
 pub mod plan_cache;
 pub mod privileges;

@@ -879,7 +879,11 @@ pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
             "capture-keys" => opts.capture_keys = true,
             "polymorphic-inheritance" => opts.polymorphic = true,
             VALUES => opts.values = true,
-            other => return Err(MeasureError::UnknownFeature(other.to_string())),
+            other => match crate::oi_config::parse_ignore(other) {
+                Some((ty, None)) => opts.ignored_types.push(ty),
+                Some((ty, Some(member))) => opts.ignored_members.push((ty, member)),
+                None => return Err(MeasureError::UnknownFeature(other.to_string())),
+            },
         }
     }
     Ok(opts)

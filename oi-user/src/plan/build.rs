@@ -20,7 +20,7 @@ pub enum PlanError {
 }
 
 /// Options that change the walk (SEMANTICS.md §7, §9).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     pub chase_raw_pointers: bool,
     /// Record the keys of every std::map / std::unordered_map as `data`.
@@ -29,6 +29,10 @@ pub struct Options {
     pub polymorphic: bool,
     /// Read scalar values (`--values`): every primitive, enum and stubbed pointer.
     pub values: bool,
+    /// OI's `[[codegen.ignore]]` (`--config`): qualified names of types measured as opaque.
+    pub ignored_types: Vec<String>,
+    /// ... and (qualified type name, member name) of members dropped before padding.
+    pub ignored_members: Vec<(String, String)>,
 }
 
 type MemoKey = (TypeId, &'static str);
@@ -275,7 +279,8 @@ impl<'t> PlanBuilder<'t> {
                 stride: tg.size(*elem),
                 exclusive: 0,
             },
-            Kind::Struct(st) if st.is_union => Op::Leaf,
+            // An ignored type is opaque as a union is: its static size, all exclusive.
+            Kind::Struct(st) if st.is_union || self.is_ignored(st.name.as_deref()) => Op::Leaf,
             Kind::Struct(st) => match st.container {
                 Some(kind) => self.container(kind, r)?,
                 None => self.structure(r)?,
@@ -284,9 +289,24 @@ impl<'t> PlanBuilder<'t> {
         })
     }
 
+    fn is_ignored(&self, name: Option<&str>) -> bool {
+        name.is_some_and(|n| self.opts.ignored_types.iter().any(|t| t == n))
+    }
+
     fn structure(&mut self, r: TypeId) -> Result<Op, PlanError> {
         let tg = self.tg;
-        let members = layout::flatten(tg, r);
+        let mut members = layout::flatten(tg, r);
+        // Members the configuration excludes go before padding is computed: their bytes
+        // become the struct's padding (SEMANTICS.md §5).
+        if let Some(name) = tg.as_struct(r).and_then(|st| st.name.as_deref()) {
+            let dropped = |m: &layout::FlatMember| {
+                self.opts
+                    .ignored_members
+                    .iter()
+                    .any(|(t, member)| t == name && m.name.as_deref() == Some(member.as_str()))
+            };
+            members.retain(|m| !dropped(m));
+        }
         let pad = layout::padding(tg, tg.size(r), &members);
         let mut out = Vec::with_capacity(members.len());
         for (m, idx) in members.iter().zip(&pad.indices) {

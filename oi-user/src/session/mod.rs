@@ -183,6 +183,7 @@ pub fn run(args: &Args) -> Result<()> {
 /// A copy of the function where a requested argument has no location is left out, with a
 /// note (and a hint, should the probe get no hits); if that leaves none, it is the error.
 fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
+    let features = args.plan_features().map_err(Error::input)?;
     let cache = PlanCache::new(PlanCache::default_disk());
     for probe in probes {
         let mut kept = Vec::new();
@@ -194,7 +195,7 @@ fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
                 &site.symbol,
                 at.as_ref(),
                 &args.arg,
-                &args.plan_features(),
+                &features,
                 probe.is_return,
             );
             let built = built.and_then(|(measurer, source)| {
