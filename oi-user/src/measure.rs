@@ -879,11 +879,20 @@ pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
             "capture-keys" => opts.capture_keys = true,
             "polymorphic-inheritance" => opts.polymorphic = true,
             VALUES => opts.values = true,
-            other => match crate::oi_config::parse_ignore(other) {
-                Some((ty, None)) => opts.ignored_types.push(ty),
-                Some((ty, Some(member))) => opts.ignored_members.push((ty, member)),
-                None => return Err(MeasureError::UnknownFeature(other.to_string())),
-            },
+            other => {
+                use crate::oi_config::{Rule, parse_rule};
+                match parse_rule(other) {
+                    Some(Rule::IgnoreType(ty)) => opts.ignored_types.push(ty),
+                    Some(Rule::IgnoreMember(ty, member)) => {
+                        opts.ignored_members.push((ty, member));
+                    }
+                    Some(Rule::CaptureTop) => opts.capture_top = true,
+                    Some(Rule::CaptureMember(ty, member)) => {
+                        opts.capture_members.push((ty, member));
+                    }
+                    None => return Err(MeasureError::UnknownFeature(other.to_string())),
+                }
+            }
         }
     }
     Ok(opts)

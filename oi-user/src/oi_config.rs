@@ -6,21 +6,37 @@
 //!   union); with members, those members are dropped before padding is computed, so their
 //!   bytes count as the struct's padding (SEMANTICS §5, "members excluded by configuration");
 //! - `[[codegen.capture_keys]]` (`top_level = true`, or `type` and `members`): turns on
-//!   capture-keys. The selection itself is not applied yet: every std::map and
-//!   std::unordered_map then captures its keys.
+//!   capture-keys for the root's map, or for those members of the struct of that unqualified
+//!   name (SEMANTICS §9); other maps keep no keys. (`--feature capture-keys` alone, with no
+//!   such entry, captures the keys of every map.)
 //!
 //! Everything else oid's file may hold (paths, headers, container definitions) is about how
 //! oid compiles its code and is ignored; an unknown key is no error, as in oid.
 //!
-//! The rules travel to the plan as pseudo-features (`ignore=TYPE`, `ignore=TYPE/MEMBER`), so
-//! they are part of the plan cache's key like any other feature.
+//! The rules travel to the plan as pseudo-features (`ignore=TYPE`, `ignore=TYPE/MEMBER`,
+//! `capture-keys=top`, `capture-keys=TYPE/MEMBER`), so they are part of the plan cache's key
+//! like any other feature.
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-/// Prefix of the pseudo-features that carry `[[codegen.ignore]]` rules to the plan.
-pub const IGNORE_PREFIX: &str = "ignore=";
+/// Prefixes of the pseudo-features that carry the file's rules to the plan.
+const IGNORE_PREFIX: &str = "ignore=";
+const CAPTURE_PREFIX: &str = "capture-keys=";
+
+/// One rule of the file, as the plan applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// A type (qualified name) measured as opaque.
+    IgnoreType(String),
+    /// A member (type's qualified name, member) dropped before padding.
+    IgnoreMember(String, String),
+    /// The root's map captures its keys.
+    CaptureTop,
+    /// This member (struct's unqualified name, member) captures its keys.
+    CaptureMember(String, String),
+}
 
 #[derive(Debug, Default, Deserialize)]
 struct File {
@@ -35,7 +51,17 @@ struct Codegen {
     #[serde(default)]
     ignore: Vec<Ignore>,
     #[serde(default)]
-    capture_keys: Vec<toml::Value>,
+    capture_keys: Vec<Capture>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Capture {
+    #[serde(default)]
+    top_level: bool,
+    #[serde(rename = "type", default)]
+    type_name: String,
+    #[serde(default)]
+    members: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,7 +73,7 @@ struct Ignore {
 }
 
 /// The features a config file adds: its `features`, `capture-keys` if it selects any keys,
-/// and one `ignore=` pseudo-feature per ignored type or member.
+/// and one pseudo-feature per rule (see [`Rule`]).
 pub fn features(path: &Path) -> Result<Vec<String>, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
@@ -56,6 +82,21 @@ pub fn features(path: &Path) -> Result<Vec<String>, String> {
     let mut out = file.features;
     if !file.codegen.capture_keys.is_empty() {
         out.push("capture-keys".into());
+    }
+    for rule in file.codegen.capture_keys {
+        if rule.top_level {
+            out.push(format!("{CAPTURE_PREFIX}top"));
+        }
+        if !rule.top_level && (rule.type_name.is_empty() || rule.members.is_empty()) {
+            return Err(format!(
+                "--config {}: [[codegen.capture_keys]] needs `top_level = true`, or a `type` \
+                 and its `members`",
+                path.display()
+            ));
+        }
+        for m in rule.members {
+            out.push(format!("{CAPTURE_PREFIX}{}/{m}", rule.type_name));
+        }
     }
     for rule in file.codegen.ignore {
         if rule.type_name.is_empty() {
@@ -79,13 +120,24 @@ fn one_line(message: &str) -> String {
     message.lines().next().unwrap_or_default().to_string()
 }
 
-/// An `ignore=` pseudo-feature as (type, member): `None` ignores the whole type.
-pub fn parse_ignore(feature: &str) -> Option<(String, Option<String>)> {
-    let rule = feature.strip_prefix(IGNORE_PREFIX)?;
-    Some(match rule.rsplit_once('/') {
-        Some((ty, member)) => (ty.to_string(), Some(member.to_string())),
-        None => (rule.to_string(), None),
-    })
+/// The rule a pseudo-feature carries; `None` for anything else.
+pub fn parse_rule(feature: &str) -> Option<Rule> {
+    let split = |rule: &str| {
+        rule.rsplit_once('/')
+            .map(|(ty, member)| (ty.to_string(), member.to_string()))
+    };
+    if let Some(rule) = feature.strip_prefix(IGNORE_PREFIX) {
+        return Some(match split(rule) {
+            Some((ty, member)) => Rule::IgnoreMember(ty, member),
+            None => Rule::IgnoreType(rule.to_string()),
+        });
+    }
+    let rule = feature.strip_prefix(CAPTURE_PREFIX)?;
+    if rule == "top" {
+        return Some(Rule::CaptureTop);
+    }
+    let (ty, member) = split(rule)?;
+    Some(Rule::CaptureMember(ty, member))
 }
 
 #[cfg(test)]
@@ -110,6 +162,9 @@ type = "ns::Foo"
 members = ["a", "b"]
 [[codegen.capture_keys]]
 top_level = true
+[[codegen.capture_keys]]
+type = "Holder"
+members = ["keys"]
 "#,
         )
         .expect("write");
@@ -118,15 +173,19 @@ top_level = true
             [
                 "chase-raw-pointers",
                 "capture-keys",
+                "capture-keys=top",
+                "capture-keys=Holder/keys",
                 "ignore=ns::Bar",
                 "ignore=ns::Foo/a",
                 "ignore=ns::Foo/b"
             ]
         );
         assert_eq!(
-            parse_ignore("ignore=ns::Foo/a"),
-            Some(("ns::Foo".into(), Some("a".into())))
+            parse_rule("ignore=ns::Foo/a"),
+            Some(Rule::IgnoreMember("ns::Foo".into(), "a".into()))
         );
+        assert_eq!(parse_rule("capture-keys=top"), Some(Rule::CaptureTop));
+        assert_eq!(parse_rule("capture-keys"), None);
         std::fs::write(&path, "features = [").expect("write");
         let e = features(&path).unwrap_err();
         assert!(e.starts_with("--config ") && !e.contains('\n'), "{e}");

@@ -86,26 +86,33 @@ fn ignore_capture_keys_and_features_from_oids_file() {
         "the ledger keeps its static size; the items' heap is not counted"
     );
 
-    // Keys captured (the map's keys are 0..9), and a feature from the file.
-    let keys = ledger(
-        f.pid,
-        &dir,
-        Some("features = [\"chase-raw-pointers\"]\n[[codegen.capture_keys]]\ntop_level = true\n"),
+    // Keys captured where the file selects them: `notes` of the struct named Ledger (the
+    // map's keys are 0..9), with a feature from the file too. `top_level` selects the root
+    // alone, which is no map here: no keys anywhere.
+    let notes_data = |config: &str| -> (Vec<Option<u64>>, u64) {
+        let v = ledger(f.pid, &dir, Some(config));
+        let notes = v["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .find(|m| m["name"] == "notes")
+            .expect("notes")
+            .clone();
+        let data = notes["members"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["data"].as_u64())
+            .collect();
+        (data, num(&v, "size"))
+    };
+    let (data, size) = notes_data(
+        "features = [\"chase-raw-pointers\"]\n[[codegen.capture_keys]]\ntype = \"Ledger\"\nmembers = [\"notes\"]\n",
     );
-    let notes = keys["members"]
-        .as_array()
-        .expect("members")
-        .iter()
-        .find(|m| m["name"] == "notes")
-        .expect("notes");
-    let data: Vec<u64> = notes["members"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .map(|e| e["data"].as_u64().expect("data"))
-        .collect();
-    assert_eq!(data, (0..10).collect::<Vec<u64>>());
-    assert_eq!(num(&keys, "size"), num(&plain, "size"), "sizes unchanged");
+    assert_eq!(data, (0..10).map(Some).collect::<Vec<_>>());
+    assert_eq!(size, num(&plain, "size"), "sizes unchanged");
+    let (data, _) = notes_data("[[codegen.capture_keys]]\ntop_level = true\n");
+    assert_eq!(data, vec![None; 10], "only the root's map is selected");
 
     // A file that is not TOML: one line, exit 2.
     let pid = f.pid.to_string();

@@ -23,8 +23,13 @@ pub enum PlanError {
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub chase_raw_pointers: bool,
-    /// Record the keys of every std::map / std::unordered_map as `data`.
+    /// Record the keys of std::map / std::unordered_map as `data` (SEMANTICS.md §9): of
+    /// every one, unless OI's configuration selects some (`capture_top`, `capture_members`).
     pub capture_keys: bool,
+    /// `[[codegen.capture_keys]] top_level = true`: the root's map.
+    pub capture_top: bool,
+    /// `[[codegen.capture_keys]] type, members`: (unqualified struct name, member name).
+    pub capture_members: Vec<(String, String)>,
     /// Measure dynamic classes as their most-derived class (needs vtable ranges).
     pub polymorphic: bool,
     /// Read scalar values (`--values`): every primitive, enum and stubbed pointer.
@@ -51,6 +56,9 @@ pub struct PlanBuilder<'t> {
     memo: HashMap<MemoKey, NodeId>,
     /// polymorphic-inheritance: per dynamic class, (vtable start, end, derived class).
     poly: DerivedClasses,
+    /// The node being built is selected for capture-keys (the root or a configured member);
+    /// taken by the first `op` that follows, so it never reaches a nested map.
+    capture_here: bool,
 }
 
 const STUBBED: &str = "uintptr_t (stubbed)";
@@ -64,6 +72,7 @@ impl<'t> PlanBuilder<'t> {
             anon: names::AnonNames::default(),
             memo: HashMap::new(),
             poly: HashMap::new(),
+            capture_here: false,
         }
     }
 
@@ -117,6 +126,7 @@ impl<'t> PlanBuilder<'t> {
             *last = STUBBED.into();
         }
         let is_primitive = tg.is_fundamental(ty);
+        self.capture_here = self.opts.capture_top;
         let node = self.build_node(ty, "a0".into(), type_names, is_primitive)?;
         self.plan.nodes[node].readable = readable::declared(tg, ty);
         let root = self.poly_node(tg.resolve(ty), "a0", node)?.unwrap_or(node);
@@ -260,6 +270,7 @@ impl<'t> PlanBuilder<'t> {
     /// The op for resolved type `r`.
     fn op(&mut self, r: TypeId) -> Result<Op, PlanError> {
         let tg = self.tg;
+        let capture_here = std::mem::take(&mut self.capture_here);
         Ok(match &tg.get(r).kind {
             Kind::Pointer { target } => {
                 if self.is_stubbed(r) {
@@ -282,7 +293,7 @@ impl<'t> PlanBuilder<'t> {
             // An ignored type is opaque as a union is: its static size, all exclusive.
             Kind::Struct(st) if st.is_union || self.is_ignored(st.name.as_deref()) => Op::Leaf,
             Kind::Struct(st) => match st.container {
-                Some(kind) => self.container(kind, r)?,
+                Some(kind) => self.container(kind, r, capture_here)?,
                 None => self.structure(r)?,
             },
             _ => Op::Leaf,
@@ -308,6 +319,8 @@ impl<'t> PlanBuilder<'t> {
             members.retain(|m| !dropped(m));
         }
         let pad = layout::padding(tg, tg.size(r), &members);
+        let bare = tg.as_struct(r).and_then(|st| st.bare_name.clone());
+        let bare = bare.as_deref();
         let mut out = Vec::with_capacity(members.len());
         for (m, idx) in members.iter().zip(&pad.indices) {
             let name = m.name.clone().unwrap_or_else(|| format!("__oi_anon_{idx}"));
@@ -330,6 +343,12 @@ impl<'t> PlanBuilder<'t> {
                 self.plan.nodes[id].value = self.scalar(id, tg.resolve(m.ty), true);
                 id
             } else {
+                self.capture_here = bare.is_some_and(|s| {
+                    self.opts
+                        .capture_members
+                        .iter()
+                        .any(|(t, member)| t == s && m.name.as_deref() == Some(member.as_str()))
+                });
                 self.build_node(m.ty, name, type_names, is_primitive)?
             };
             self.plan.nodes[node].readable = match m.bit_size {
@@ -351,7 +370,20 @@ impl<'t> PlanBuilder<'t> {
             .ok_or_else(|| containers::unexpected(self.tg, r, "missing template argument").into())
     }
 
-    fn container(&mut self, kind: ContainerKind, r: TypeId) -> Result<Op, PlanError> {
+    /// Whether a map built here captures its keys: every map, or the ones OI's configuration
+    /// selects (`selected`: this is the root or a configured member).
+    fn captures(&self, selected: bool) -> bool {
+        let o = &self.opts;
+        let selecting = o.capture_top || !o.capture_members.is_empty();
+        o.capture_keys && (!selecting || selected)
+    }
+
+    fn container(
+        &mut self,
+        kind: ContainerKind,
+        r: TypeId,
+        capture_here: bool,
+    ) -> Result<Op, PlanError> {
         use ContainerKind as K;
         let tg = self.tg;
         Ok(match kind {
@@ -411,9 +443,10 @@ impl<'t> PlanBuilder<'t> {
                 let (k, v) = (self.arg(r, 0)?, self.arg(r, 1)?);
                 let (psize, palign, second) = rbtree::pair_shape(tg, k, v);
                 // SEMANTICS.md §9: std::map and std::unordered_map only, not the multimaps.
-                let capture = (self.opts.capture_keys && matches!(kind, K::Map | K::UnorderedMap))
-                    .then(|| self.capture(k))
-                    .transpose()?;
+                let capture = (self.captures(capture_here)
+                    && matches!(kind, K::Map | K::UnorderedMap))
+                .then(|| self.capture(k))
+                .transpose()?;
                 let hashed = matches!(kind, K::UnorderedMap | K::UnorderedMultiMap);
                 let (op, node_size) = if hashed {
                     let l = hashtable::layout(tg, r, psize, palign)?;
