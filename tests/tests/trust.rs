@@ -2,7 +2,9 @@
 //! and entries owned by someone else or writable by others are not used (and left as they
 //! are), an edited entry fails its MAC, and every mapping of our code into a process leaves an
 //! audit line. A user with three file capabilities samples a process of its own; without them
-//! it is told which are missing; once armed, oi-trace keeps only what sampling takes.
+//! it is told which are missing; once armed, oi-trace keeps only what sampling takes. A path
+//! a traced process turns into a link out of its root is never followed, and debug information
+//! over the limit is refused before it is read.
 
 use std::{
     os::unix::{
@@ -386,7 +388,7 @@ fn capabilities_are_dropped_once_armed_and_every_injection_is_audited() {
 }
 
 #[test]
-fn a_path_that_leads_out_of_the_targets_root_is_refused() {
+fn a_path_that_leads_out_of_the_targets_root_is_never_read() {
     if !privileged() {
         return;
     }
@@ -405,9 +407,9 @@ fn a_path_that_leads_out_of_the_targets_root_is_refused() {
     );
     fixture.stdout.expect("tick", 20 * SECOND);
     let pid = fixture.pid.to_string();
-    // The path oi-trace reads it by (as /proc/PID/maps names it), turned inside the root into
-    // a link to a file of the host: a copy of the same program, which would be read and
-    // probed in its stead.
+    // The path oi-trace could read it by (as /proc/PID/maps names it), turned inside the
+    // root into a link to a file of the host: a copy of the same program. Were it read, the
+    // probe would go on the copy, which nothing runs, and `--count 1` would never end.
     let mapped = std::fs::read_link(format!("/proc/{pid}/exe")).expect("exe");
     let host = TempDir::new("host");
     let decoy = host.file("target");
@@ -421,10 +423,12 @@ fn a_path_that_leads_out_of_the_targets_root_is_refused() {
         &["--pid", &pid, "--uprobe", "shop::inspect", "--count", "1"],
         60 * SECOND,
     );
-    assert_eq!(out.status.code(), Some(2), "{out:#?}");
-    assert_eq!(out.stderr.len(), 1, "{out:#?}");
+    assert!(out.status.success(), "{out:#?}");
+    assert!(shape(&out.stdout).is_array(), "{out:#?}");
     assert!(
-        out.stderr[0].contains("leads out of the process's root"),
+        !out.stderr
+            .iter()
+            .any(|l| l.contains(host.path().to_str().unwrap_or("?"))),
         "{out:#?}"
     );
     fixture.assert_running();

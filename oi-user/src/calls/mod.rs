@@ -93,6 +93,11 @@ pub fn run(args: &CallsArgs) -> Result<()> {
 
     let attach_start = Instant::now();
     let attachments = attach(&mut program, &target, &scope)?;
+    if scope.pid.is_some() {
+        // One process, attached: what is left (reading its maps and files to name functions,
+        // detaching) takes no eBPF or admin capability. A cgroup's new processes would.
+        crate::privileges::keep_only(crate::privileges::AFTER_ARMING);
+    }
     let probes: usize = attachments.iter().map(|a| a.probes).sum();
     let armed = format!(
         "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}); \
@@ -415,8 +420,11 @@ fn files_of(processes: &[i32]) -> Result<Vec<File>> {
         let Ok(paths) = procfs::executable_files(pid) else {
             continue;
         };
-        for target_path in paths {
-            let host_path = procfs::host_path(pid, &target_path);
+        for procfs::MappedFile {
+            target: target_path,
+            host: host_path,
+        } in paths
+        {
             let Some(id) = procfs::file_id(&host_path) else {
                 continue;
             };

@@ -491,7 +491,7 @@ impl Session {
         };
         files
             .iter()
-            .filter_map(|f| procfs::file_id(&procfs::host_path(pid, f)))
+            .filter_map(|f| procfs::file_id(&f.host))
             .any(|id| {
                 self.probes
                     .iter()
@@ -849,8 +849,17 @@ impl Session {
             return Ok(found);
         }
         let sites = &self.probes[probe as usize].sites;
-        for mapping in procfs::mappings(tgid)? {
-            let Some(id) = procfs::file_id(&procfs::host_path(tgid, &mapping.path)) else {
+        // The mapping that holds the hit: its file, opened as the process maps it (a deleted
+        // or chrooted binary too, see `procfs::reachable_path`).
+        let holding = procfs::mappings(tgid)?
+            .into_iter()
+            .filter(|m| m.start <= rip && rip < m.end);
+        for mapping in holding {
+            let Some(id) =
+                procfs::reachable_path(tgid, &mapping.path, Some((mapping.start, mapping.end)))
+                    .ok()
+                    .and_then(|p| procfs::file_id(&p))
+            else {
                 continue;
             };
             for (index, site) in sites.iter().enumerate().filter(|(_, s)| s.file_id == id) {

@@ -106,9 +106,8 @@ impl BinaryCache {
 pub fn in_process(cache: &mut BinaryCache, pid: i32, query: &str) -> Result<Vec<Resolved>> {
     let query = Query::parse(query);
     let mut found = Vec::new();
-    for target_path in procfs::executable_files(pid)? {
-        let host_path = procfs::host_path(pid, &target_path);
-        found.extend(in_file(cache, &target_path, &host_path, &query)?);
+    for file in procfs::executable_files(pid)? {
+        found.extend(in_file(cache, &file.target, &file.host, &query)?);
     }
     Ok(found)
 }
@@ -380,13 +379,13 @@ pub fn not_found(cache: &mut BinaryCache, pid: i32, query: &str, place: &str) ->
     let files = procfs::executable_files(pid).unwrap_or_default();
     let mut names = Vec::new();
     let mut stripped = None;
-    for (i, target_path) in files.iter().enumerate() {
-        let Some((_, binary)) = cache.open(&procfs::host_path(pid, target_path)) else {
+    for (i, file) in files.iter().enumerate() {
+        let Some((_, binary)) = cache.open(&file.host) else {
             continue;
         };
         // Shared libraries of the system are usually stripped; only the program matters here.
         if i == 0 && !symbols::has_symbol_table(&binary) {
-            stripped = Some((target_path.clone(), binary.clone()));
+            stripped = Some((file.target.clone(), binary.clone()));
         }
         names.extend(symbols::function_names(&binary).unwrap_or_default());
     }

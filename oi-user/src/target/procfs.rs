@@ -160,27 +160,92 @@ fn parse_region(line: &str) -> Option<Region> {
     })
 }
 
-/// The files `pid` executes code from (its executable first), as target-side paths. A path
-/// that, read through `/proc/PID/root`, would lead out of the process's root is an error
-/// (see [`escapes_root`]): nothing of it is read.
-pub fn executable_files(pid: i32) -> Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = Vec::new();
+/// A file a process executes code from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedFile {
+    /// The path `/proc/PID/maps` gives it.
+    pub target: PathBuf,
+    /// A path from our mount namespace that opens that very file (see [`reachable_path`]).
+    pub host: PathBuf,
+}
+
+/// The files `pid` executes code from (its executable first), each with a path we can open
+/// it by (see [`reachable_path`]).
+pub fn executable_files(pid: i32) -> Result<Vec<MappedFile>> {
+    let maps = mappings(pid)?;
+    let mut targets: Vec<(PathBuf, Option<(u64, u64)>)> = Vec::new();
     if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
-        files.push(exe);
+        let exe = strip_deleted(exe);
+        let range = maps
+            .iter()
+            .find(|m| m.path == exe)
+            .map(|m| (m.start, m.end));
+        targets.push((exe, range));
     }
-    for m in mappings(pid)?.into_iter().filter(|m| m.executable) {
-        if !files.contains(&m.path) {
-            files.push(m.path);
+    for m in maps.iter().filter(|m| m.executable) {
+        if !targets.iter().any(|(t, _)| *t == m.path) {
+            targets.push((m.path.clone(), Some((m.start, m.end))));
         }
     }
-    if let Some(bad) = files.iter().find(|f| escapes_root(pid, f)) {
-        return Err(Error::input(format!(
-            "pid {pid} maps {}, which leads out of the process's root (a symbolic link to a \
-             file outside it): refusing to read it",
-            bad.display()
-        )));
+    targets
+        .into_iter()
+        .map(|(target, range)| {
+            let host = reachable_path(pid, &target, range)?;
+            Ok(MappedFile { target, host })
+        })
+        .collect()
+}
+
+fn strip_deleted(path: PathBuf) -> PathBuf {
+    match path.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        Some(p) => PathBuf::from(p),
+        None => path,
     }
-    Ok(files)
+}
+
+/// A path from our mount namespace that opens the file `pid` maps at `range` under the name
+/// `target`, checked to be that very file (same device and inode):
+/// - `/proc/PID/root/TARGET`, the usual case (a container's own mount namespace);
+/// - `TARGET` itself: a process in a chroot of our namespace, whose maps name its files from
+///   our root;
+/// - the kernel's own link to the mapped file (`/proc/PID/map_files/START-END`, or
+///   `/proc/PID/exe`): a binary deleted or replaced on disk since it started (every rolling
+///   deployment), or a path the process turned into a symbolic link out of its root.
+///
+/// The kernel follows those links to the file itself, so uprobes attach to the mapped inode
+/// through them. Where the mapped file cannot be identified (`map_files` needs
+/// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, which a user with three file capabilities lacks),
+/// `/proc/PID/root/TARGET` is used unless it leads out of the process's root.
+pub fn reachable_path(pid: i32, target: &Path, range: Option<(u64, u64)>) -> Result<PathBuf> {
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let is_exe = fs::read_link(&exe).is_ok_and(|p| strip_deleted(p) == target);
+    let link = match range {
+        Some((start, end)) => {
+            let map_file = PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"));
+            match file_id(&map_file) {
+                Some(id) => Some((map_file, id)),
+                None if is_exe => file_id(&exe).map(|id| (exe.clone(), id)),
+                None => None,
+            }
+        }
+        None if is_exe => file_id(&exe).map(|id| (exe.clone(), id)),
+        None => None,
+    };
+    let in_root = host_path(pid, target);
+    let Some((link, mapped)) = link else {
+        if escapes_root(pid, target) {
+            return Err(Error::input(format!(
+                "pid {pid} maps {}, which leads out of the process's root (a symbolic link to a \
+                 file outside it): refusing to read it",
+                target.display()
+            )));
+        }
+        return Ok(in_root);
+    };
+    Ok([in_root, target.to_path_buf()]
+        .into_iter()
+        .find(|p| file_id(p) == Some(mapped))
+        .unwrap_or(link))
 }
 
 /// Whether `path` of process `pid`, opened as `/proc/PID/root/PATH`, is another file than the
