@@ -117,6 +117,12 @@ pub struct Args {
     #[arg(long)]
     pub pretty: bool,
 
+    /// With --format json: one object per sample that says whose it is,
+    /// {"probe","pid","tid","hit","args","roots"}, `roots` being the OI array of the
+    /// arguments in `args` order (OI's readers take the bare array, the default).
+    #[arg(long)]
+    pub framed: bool,
+
     /// OI features: chase-raw-pointers, capture-keys, polymorphic-inheritance. Repeatable.
     #[arg(long, value_name = "NAME")]
     pub feature: Vec<String>,
@@ -275,6 +281,9 @@ impl Args {
         }
         if self.pretty && self.format != Format::Json {
             return Err("--pretty applies to --format json only".into());
+        }
+        if self.framed && self.format != Format::Json {
+            return Err("--framed applies to --format json only".into());
         }
         self.validate_outputs()
     }

@@ -742,3 +742,67 @@ fn bad_output_options_are_one_line_errors() {
     f.assert_running();
     f.finish();
 }
+
+#[test]
+fn framed_json_says_whose_sample_it_is() {
+    if !privileged() {
+        return;
+    }
+    let mut f = Fixture::start(&FixtureBuild::new("races").build(), &["10"]);
+    f.stdout.expect("tick", TIMEOUT);
+    let pid = f.pid.to_string();
+    let base = [
+        "--pid",
+        &pid,
+        "--uprobe",
+        "shop::Ledger::audit",
+        "--arg",
+        "this,arg0",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--count", "1"]);
+        let out = run_oi_trace(&args, TIMEOUT);
+        assert!(out.status.success(), "{out:#?}");
+        json(&out.stdout)
+    };
+    let framed = run(&["--framed"]);
+    let bare = run(&[]);
+    assert_eq!(framed["probe"], "shop::Ledger::audit");
+    assert_eq!(framed["pid"], f.pid);
+    // The fixture calls audit on its main thread.
+    assert_eq!(framed["tid"], f.pid);
+    assert_eq!(framed["hit"], 1, "--count 1 samples the first hit");
+    assert_eq!(framed["args"], serde_json::json!(["this", "arg0"]));
+    // The roots are the bare array, unchanged (the ledger's contents do not change).
+    let without_pointers = |v: &serde_json::Value| {
+        let mut v = v.clone();
+        strip_pointers(&mut v);
+        v
+    };
+    assert_eq!(without_pointers(&framed["roots"]), without_pointers(&bare));
+    assert_eq!(framed["roots"].as_array().map(Vec::len), Some(2));
+    // Other formats refuse it in one line.
+    let out = run_oi_trace(
+        &[&base[..], &["--framed", "--format", "tree", "--count", "1"]].concat(),
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:#?}");
+    assert_eq!(
+        out.stderr,
+        ["oi-trace: error: --framed applies to --format json only"]
+    );
+    f.assert_running();
+}
+
+fn strip_pointers(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(o) => {
+            o.remove("pointer");
+            o.values_mut().for_each(strip_pointers);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_pointers),
+        _ => {}
+    }
+}

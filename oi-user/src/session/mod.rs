@@ -810,7 +810,7 @@ impl Session {
         timing.walk_us = started.elapsed().as_micros() as u64;
         let probe = &self.probes[ev.probe as usize].symbol;
         self.reporter
-            .submit((tgid, ev.hit), probe, measurer, streams?);
+            .submit((tgid, tid, ev.hit), probe, measurer, streams?);
         Ok(())
     }
 

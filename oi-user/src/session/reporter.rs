@@ -60,6 +60,8 @@ pub struct Outputs {
     pub growth: Option<OutputFile>,
     /// With `growth`: print the table so far this often.
     pub interval: Option<Duration>,
+    /// `--framed`: each JSON sample wrapped in an object naming its probe, thread and hit.
+    pub framed: bool,
 }
 
 impl Outputs {
@@ -88,6 +90,7 @@ impl Outputs {
             folded: open("--folded", &args.folded)?,
             growth: open("--growth", &args.growth)?,
             interval: args.interval.map(Duration::from_secs_f64),
+            framed: args.framed,
         })
     }
 }
@@ -97,6 +100,7 @@ pub const BACKLOG: usize = 4;
 
 struct Job {
     tgid: i32,
+    tid: i32,
     hit: u64,
     /// The probed function, as the user named it.
     probe: Arc<str>,
@@ -158,7 +162,7 @@ impl Reporter {
     /// Queues the report of one sample of `probe`.
     pub fn submit(
         &mut self,
-        (tgid, hit): (i32, u64),
+        (tgid, tid, hit): (i32, i32, u64),
         probe: &str,
         measurer: Arc<Measurer>,
         streams: Vec<Vec<u64>>,
@@ -167,6 +171,7 @@ impl Reporter {
             && jobs
                 .send(Job {
                     tgid,
+                    tid,
                     hit,
                     probe: Arc::from(probe),
                     measurer,
@@ -254,6 +259,31 @@ impl State {
         }
     }
 
+    /// `--framed`: the sample's OI array inside an object that says whose sample it is.
+    fn framed(&mut self, job: &Job, totals: Option<&mut Totals>) -> Result<(), String> {
+        let mut roots = Vec::new();
+        job.measurer
+            .report(&job.streams, &mut self.writer, &mut roots, totals)
+            .map_err(|e| e.to_string())?;
+        let roots = roots.strip_suffix(b"\n").unwrap_or(&roots);
+        let text = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        let args: Vec<String> = job.measurer.arg_names().iter().map(|a| text(a)).collect();
+        let write = |out: &mut dyn Write| -> std::io::Result<()> {
+            write!(
+                out,
+                "{{\"probe\":{},\"pid\":{},\"tid\":{},\"hit\":{},\"args\":[{}],\"roots\":",
+                text(&job.probe),
+                job.tgid,
+                job.tid,
+                job.hit,
+                args.join(",")
+            )?;
+            out.write_all(roots)?;
+            out.write_all(b"}\n")
+        };
+        write(&mut self.out).map_err(|e| format!("writing the report: {e}"))
+    }
+
     fn wants_totals(&self) -> bool {
         self.outputs.svg.is_some() || self.outputs.folded.is_some() || self.growth.is_some()
     }
@@ -265,14 +295,18 @@ impl State {
                 .map_err(|e| format!("writing the report: {e}"))?;
         }
         let mut totals = self.wants_totals().then(Totals::new);
-        job.measurer
-            .report(
-                &job.streams,
-                &mut self.writer,
-                &mut self.out,
-                totals.as_mut(),
-            )
-            .map_err(|e| e.to_string())?;
+        if self.outputs.framed {
+            self.framed(job, totals.as_mut())?;
+        } else {
+            job.measurer
+                .report(
+                    &job.streams,
+                    &mut self.writer,
+                    &mut self.out,
+                    totals.as_mut(),
+                )
+                .map_err(|e| e.to_string())?;
+        }
         self.out
             .flush()
             .map_err(|e| format!("writing the report: {e}"))?;
