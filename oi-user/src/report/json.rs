@@ -14,8 +14,32 @@ pub struct JsonSink<'w> {
     roots: usize,
 }
 
-fn string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+/// Writes `s` as a JSON string. Names and type names rarely need escaping: those are copied
+/// as they are, without the allocation of a general encoder (a million-element sample writes
+/// a few million of them).
+fn write_string(out: &mut dyn Write, s: &str) -> std::io::Result<()> {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.write_all(b"\"")?;
+        out.write_all(s.as_bytes())?;
+        return out.write_all(b"\"");
+    }
+    serde_json::to_writer(&mut *out, s).map_err(std::io::Error::other)
+}
+
+/// Writes `[a,b,...]` of JSON strings.
+fn write_list<'s>(
+    out: &mut dyn Write,
+    sep: &str,
+    items: impl Iterator<Item = &'s str>,
+) -> std::io::Result<()> {
+    out.write_all(b"[")?;
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.write_all(sep.as_bytes())?;
+        }
+        write_string(out, item)?;
+    }
+    out.write_all(b"]")
 }
 
 impl<'w> JsonSink<'w> {
@@ -70,21 +94,14 @@ impl Sink for JsonSink<'_> {
         self.indent(1)?;
         let sep = if self.pretty { ", " } else { "," };
         let colon = if self.pretty { ": " } else { ":" };
-        let list =
-            |v: &mut dyn Iterator<Item = String>| format!("[{}]", v.collect::<Vec<_>>().join(sep));
         let node = n.node;
         write!(self.out, "{{\"size\"{colon}{}", n.size)?;
-        write!(self.out, "{sep}\"name\"{colon}{}", string(n.name))?;
-        write!(
-            self.out,
-            "{sep}\"typePath\"{colon}{}",
-            list(&mut n.path.iter().map(|p| string(p)))
-        )?;
-        write!(
-            self.out,
-            "{sep}\"typeNames\"{colon}{}",
-            list(&mut node.type_names.iter().map(|p| string(p)))
-        )?;
+        write!(self.out, "{sep}\"name\"{colon}")?;
+        write_string(self.out, n.name)?;
+        write!(self.out, "{sep}\"typePath\"{colon}")?;
+        write_list(self.out, sep, n.path.iter().map(AsRef::as_ref))?;
+        write!(self.out, "{sep}\"typeNames\"{colon}")?;
+        write_list(self.out, sep, node.type_names.iter().map(String::as_str))?;
         write!(self.out, "{sep}\"staticSize\"{colon}{}", node.static_size)?;
         write!(self.out, "{sep}\"exclusiveSize\"{colon}{}", n.exclusive)?;
         if let Some(p) = n.pointer {
@@ -93,7 +110,10 @@ impl Sink for JsonSink<'_> {
         if let Some(d) = n.data {
             match d {
                 Data::Number(v) => write!(self.out, "{sep}\"data\"{colon}{v}")?,
-                Data::Text(t) => write!(self.out, "{sep}\"data\"{colon}{}", string(t))?,
+                Data::Text(t) => {
+                    write!(self.out, "{sep}\"data\"{colon}")?;
+                    write_string(self.out, t)?;
+                }
                 Data::Address(a) => write!(self.out, "{sep}\"data\"{colon}\"{a:#x}\"")?,
             }
         }

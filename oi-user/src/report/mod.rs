@@ -24,6 +24,7 @@ pub mod tree;
 
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
 use crate::plan::{Capture, Node, NodeId, Op, Plan};
+use std::borrow::Cow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -41,7 +42,7 @@ pub struct NodeOut<'a> {
     /// Name (for captured map entries, `[key]`).
     pub name: &'a str,
     /// Names from the root down to this node, inclusive.
-    pub path: &'a [String],
+    pub path: &'a [Cow<'a, str>],
     pub size: u64,
     pub exclusive: u64,
     pub pointer: Option<u64>,
@@ -172,7 +173,9 @@ struct Decoder<'a, 's> {
     sizes: Vec<u64>,
     cursor: usize,
     sink: Option<&'s mut dyn Sink>,
-    path: Vec<String>,
+    /// Names from the root down to the node being printed: borrowed from the plan, owned only
+    /// for the few made here (captured keys, root labels), so printing allocates no name.
+    path: Vec<Cow<'a, str>>,
     statics: &'s mut Vec<Option<u64>>,
     /// Dynamic nodes open above this one (counted as the walker counts its nesting).
     depth: u32,
@@ -180,7 +183,7 @@ struct Decoder<'a, 's> {
     record: bool,
 }
 
-impl Decoder<'_, '_> {
+impl<'a> Decoder<'a, '_> {
     fn word(&mut self) -> Result<u64, ReportError> {
         let w = *self.stream.get(self.pos).ok_or(ReportError::Truncated)?;
         self.pos += 1;
@@ -467,10 +470,10 @@ impl Decoder<'_, '_> {
         }
 
         // Only printers see names: the sizing pass allocates nothing per node.
-        let name = match (&data, name) {
-            (Some(d), _) => format!("[{}]", d.label()),
-            (None, Some(nm)) => nm,
-            (None, None) => n.name.clone(),
+        let name: Cow<'a, str> = match (&data, name) {
+            (Some(d), _) => Cow::Owned(format!("[{}]", d.label())),
+            (None, Some(nm)) => Cow::Owned(nm),
+            (None, None) => Cow::Borrowed(n.name.as_str()),
         };
         let size = if !n.dynamic {
             self.static_total(id)
@@ -484,7 +487,7 @@ impl Decoder<'_, '_> {
         self.path.push(name);
         let out = NodeOut {
             node: n,
-            name: self.path.last().map(String::as_str).unwrap_or(""),
+            name: self.path.last().map(Cow::as_ref).unwrap_or(""),
             path: &self.path,
             size,
             exclusive,

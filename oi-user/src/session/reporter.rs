@@ -222,7 +222,9 @@ impl Reporter {
 struct State {
     outputs: Outputs,
     writer: SampleWriter,
-    out: std::io::StdoutLock<'static>,
+    /// stdout through a large buffer: a sample of a million elements is hundreds of MB of
+    /// JSON, which stdout's own line buffer would hand to the kernel 1 KiB at a time.
+    out: std::io::BufWriter<std::io::StdoutLock<'static>>,
     growth: Option<Growth>,
     /// The last sample summed by member path, and its title, for the pictures.
     last: Option<(Totals, String)>,
@@ -233,7 +235,7 @@ impl State {
     fn new(outputs: Outputs) -> Self {
         Self {
             writer: SampleWriter::new(outputs.format),
-            out: std::io::stdout().lock(),
+            out: std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock()),
             growth: outputs.growth.as_ref().map(|_| Growth::new()),
             last: None,
             next_tick: outputs.interval.map(|i| Instant::now() + i),
