@@ -42,7 +42,7 @@ pub enum Tool {
 /// Footprints: measure a function's arguments at its entry or return.
 #[derive(Debug, clap::Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "cgroup"])))]
-#[command(group(ArgGroup::new("probes").required(true).multiple(true).args(["uprobe", "uretprobe"])))]
+#[command(group(ArgGroup::new("probes").required(true).multiple(true).args(["uprobe", "uretprobe", "global"])))]
 #[command(after_help = "\
 Examples:
   oi-trace --pid 4242 --uprobe 'shop::Ledger::inspect' --count 1 --format tree
@@ -79,6 +79,17 @@ pub struct Args {
     /// measure `retval`. Repeatable.
     #[arg(long, value_name = "SYM")]
     pub uretprobe: Vec<String>,
+
+    /// Measure the global or namespace-scope variable NAME (qualified: `shop::ledger`), with
+    /// no probe: once, or every --interval S. Repeatable; --pid only. In jit mode one thread
+    /// is interrupted for the walk; in remote mode the process runs while it is read.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["uprobe", "uretprobe", "cgroup"])]
+    pub global: Vec<String>,
+
+    /// With --global --mode remote: freeze every thread while the variable is read, for a
+    /// snapshot no other thread changes meanwhile.
+    #[arg(long, requires = "global")]
+    pub stop_all: bool,
 
     /// With --cgroup: also arm SYM in this binary, for processes that have not started yet.
     #[arg(long, value_name = "PATH", requires = "cgroup")]
@@ -193,13 +204,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE", help_heading = "Output for people")]
     pub growth: Option<PathBuf>,
 
-    /// With --growth: print the growth table so far on stderr every S seconds.
-    #[arg(
-        long,
-        value_name = "S",
-        requires = "growth",
-        help_heading = "Output for people"
-    )]
+    /// With --growth: print the growth table so far on stderr every S seconds. With
+    /// --global: take a snapshot every S seconds (until --count, --duration or Ctrl-C).
+    #[arg(long, value_name = "S", help_heading = "Output for people")]
     pub interval: Option<f64>,
 }
 
@@ -284,6 +291,19 @@ impl Args {
         }
         if self.framed && self.format != Format::Json {
             return Err("--framed applies to --format json only".into());
+        }
+        if let Some(s) = self.interval {
+            if self.growth.is_none() && self.global.is_empty() {
+                return Err("--interval applies to --growth or --global".into());
+            }
+            if !(s.is_finite() && s > 0.0) {
+                return Err(format!(
+                    "--interval must be a positive number of seconds, got {s}"
+                ));
+            }
+        }
+        if self.stop_all && self.mode != Mode::Remote {
+            return Err("--stop-all applies to --mode remote (jit mode stops one thread)".into());
         }
         self.validate_outputs()
     }

@@ -281,6 +281,23 @@ impl Measurer {
         })
     }
 
+    /// A measurer of the variable of type `die` at ELF address `address` (a global or a
+    /// namespace-scope variable, `--global`): [`Self::for_type`], located at that address
+    /// plus the load bias, as a probe's argument would be.
+    pub fn for_global(
+        binary: &Binary,
+        di: &dwarf::DebugInfo<'_>,
+        die: dwarf::DieRef,
+        address: u64,
+        features: &[String],
+    ) -> Result<Self, MeasureError> {
+        let mut m = Self::for_type(binary, di, die, features)?;
+        for a in &mut m.args {
+            a.location = Location::Address(address);
+        }
+        Ok(m)
+    }
+
     /// The interpreter's stream of the first root for the object at `addr`, read through
     /// `mem` (for [`Self::for_type`] measurers). Recurses as deep as the object nests: call
     /// it on a thread with a stack of [`WALK_STACK`].

@@ -624,6 +624,58 @@ impl<'a> DebugInfo<'a> {
         Ok(found)
     }
 
+    /// Every definition of a variable with a fixed address (`DW_OP_addr`) whose qualified name
+    /// is `qualified`: a global, a namespace-scope variable or a class's static member. Each
+    /// as its type DIE and its ELF address.
+    pub fn global_variables(&self, qualified: &str) -> Result<Vec<(DieRef, u64)>, DwarfError> {
+        let last = qualified.rsplit("::").next().unwrap_or(qualified);
+        let mut found = Vec::new();
+        for unit in 0..self.units.len() {
+            let mut candidates = Vec::new();
+            let wanted = |a: &Abbreviation| {
+                a.tag() == dw::DW_TAG_variable && has_attr(a, dw::DW_AT_location)
+            };
+            self.scan_unit(unit, wanted, |offset, _, attrs| {
+                // A definition out of its class or namespace names nothing itself: its
+                // DW_AT_specification does.
+                if let Some((name, _)) = self.named(unit, offset, attrs)
+                    && name != last
+                {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let address = attrs
+                    .iter()
+                    .find(|a| a.name() == dw::DW_AT_location)
+                    .and_then(|a| match a.value() {
+                        AttributeValue::Exprloc(e) => {
+                            let b = e.0.slice();
+                            let addr = b.get(1..9).filter(|_| b.len() == 9 && b[0] == 0x03)?;
+                            Some(u64::from_le_bytes(addr.try_into().ok()?))
+                        }
+                        _ => None,
+                    });
+                if let Some(address) = address {
+                    candidates.push((DieRef { unit, offset }, address));
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            for (die, address) in candidates {
+                let named = self.reference(die, dw::DW_AT_specification)?.unwrap_or(die);
+                if self.qualified_name(named)?.as_deref() != Some(qualified) {
+                    continue;
+                }
+                let ty = match self.reference(die, dw::DW_AT_type)? {
+                    Some(t) => Some(t),
+                    None => self.reference(named, dw::DW_AT_type)?,
+                };
+                if let Some(ty) = ty {
+                    found.push((ty, address));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Puts the class definitions of every unit not yet indexed into the index.
     fn index_definitions(&self) -> Result<(), DwarfError> {
         for unit in 0..self.units.len() {

@@ -2,6 +2,7 @@
 //! events until the count, the duration, a signal or the target's exit ends it — and always
 //! leave every target thread detached and running.
 
+mod globals;
 mod in_target;
 mod logs;
 mod reporter;
@@ -81,6 +82,9 @@ enum End {
 pub fn run(args: &Args) -> Result<()> {
     args.validate().map_err(Error::input)?;
     crate::debuginfo::dwarf::set_max_debuginfo_mb(args.max_debuginfo_mb);
+    if !args.global.is_empty() {
+        return globals::run(args);
+    }
     privileges::check_footprints().map_err(Error::input)?;
     let scope = match (args.pid, &args.cgroup) {
         (Some(pid), _) => {

@@ -183,6 +183,113 @@ impl Tracer {
         })
     }
 
+    /// Brings thread `tid` (of a seized process) to a quiet ptrace-stop with an interrupt,
+    /// delivering any signal that arrives first and following new threads; for a walk with
+    /// no probe behind it (`--global`). Errors when the thread exits or execs meanwhile.
+    pub fn stop_thread(&mut self, tid: i32) -> Result<()> {
+        let pid = Pid::from_raw(tid);
+        ptrace::interrupt(pid).map_err(|e| Error::sample(format!("interrupting {tid}: {e}")))?;
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::PtraceEvent(_, _, event)) if event == libc::PTRACE_EVENT_STOP => {
+                    return Ok(());
+                }
+                Ok(WaitStatus::PtraceEvent(_, _, event)) => {
+                    if event == libc::PTRACE_EVENT_CLONE
+                        && let (Ok(new), Some(&tgid)) =
+                            (ptrace::getevent(pid), self.threads.get(&tid))
+                    {
+                        self.threads.insert(new as i32, tgid);
+                    }
+                    if event == libc::PTRACE_EVENT_EXEC {
+                        return Err(Error::sample(format!(
+                            "thread {tid} executed a new program"
+                        )));
+                    }
+                    let _ = ptrace::cont(pid, None);
+                    let _ = ptrace::interrupt(pid);
+                }
+                // A signal on its way: delivered now, then the interrupt's stop comes.
+                Ok(WaitStatus::Stopped(_, signal)) => {
+                    let _ = ptrace::cont(pid, Some(signal));
+                    let _ = ptrace::interrupt(pid);
+                }
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => {
+                    self.threads.remove(&tid);
+                    return Err(Error::sample(format!("thread {tid} exited")));
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// A thread of `tgid` brought to a quiet stop in user code, not inside a system call (a
+    /// walk cannot start there: the stub could not restart the call): its threads are
+    /// interrupted in turn, and let go again when caught in a call, until one is caught
+    /// outside one or `budget` runs out (`None`: every thread sits in system calls).
+    pub fn stop_outside_syscall(&mut self, tgid: i32, budget: Duration) -> Result<Option<i32>> {
+        let deadline = Instant::now() + budget;
+        let mut round: u64 = 0;
+        loop {
+            let mine: Vec<i32> = self
+                .threads
+                .iter()
+                .filter(|&(_, &g)| g == tgid)
+                .map(|(&t, _)| t)
+                .collect();
+            if mine.is_empty() {
+                return Err(Error::sample(format!("pid {tgid} exited")));
+            }
+            for tid in mine {
+                if self.stop_thread(tid).is_err() {
+                    continue;
+                }
+                match super::remote::get_regs(tid) {
+                    Ok(regs) if regs.orig_rax == u64::MAX => return Ok(Some(tid)),
+                    _ => {
+                        let _ = ptrace::cont(Pid::from_raw(tid), None);
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            // A pause of varying length, so that interrupts do not keep landing in the same
+            // phase of a loop that mostly sleeps.
+            round += 1;
+            sleep(Duration::from_micros(50 + (round * 7919) % 450));
+        }
+    }
+
+    /// Every thread of `tgid` in a quiet ptrace-stop (`--global --stop-all`): a consistent
+    /// snapshot. Threads that exit meanwhile are forgotten.
+    pub fn stop_all(&mut self, tgid: i32) -> Result<()> {
+        self.seize(tgid)?;
+        let mine: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|&(_, &g)| g == tgid)
+            .map(|(&t, _)| t)
+            .collect();
+        let mut stopped = 0;
+        for tid in mine {
+            if self.stop_thread(tid).is_ok() {
+                stopped += 1;
+            }
+        }
+        if stopped == 0 {
+            return Err(Error::sample(format!("pid {tgid} exited")));
+        }
+        Ok(())
+    }
+
+    /// Lets every thread of `tgid` run on from its quiet stop (after [`Self::stop_all`]).
+    pub fn resume_all(&mut self, tgid: i32) {
+        for (&tid, _) in self.threads.iter().filter(|&(_, &g)| g == tgid) {
+            let _ = ptrace::cont(Pid::from_raw(tid), None);
+        }
+    }
+
     /// Lets a thread in a signal-delivery-stop go on, delivering `signal` (None suppresses).
     pub fn resume(&self, tid: i32, signal: Option<Signal>) {
         // ESRCH: the thread was killed while stopped; nothing left to resume.

@@ -1,0 +1,130 @@
+//! `--global NAME`: a namespace-scope struct and a global std::map measured with no probe,
+//! in jit mode (one thread interrupted, code injected and audited), remote mode and remote
+//! `--stop-all`; each equal to the same object measured as a probed function's argument. The
+//! target runs on afterwards with its maps unchanged.
+
+use std::time::Duration;
+
+use oi_e2e::{Fixture, FixtureBuild, TempDir, json, maps_of, privileged, run_oi_trace};
+use serde_json::Value;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn strip_pointers(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => o
+            .iter()
+            .filter(|(k, _)| k.as_str() != "pointer")
+            .map(|(k, v)| (k.clone(), strip_pointers(v)))
+            .collect(),
+        Value::Array(a) => a.iter().map(strip_pointers).collect(),
+        other => other.clone(),
+    }
+}
+
+fn ok_lines(args: &[&str]) -> Vec<Value> {
+    let out = run_oi_trace(args, 60 * SECOND);
+    assert!(out.status.success(), "{out:#?}");
+    out.stdout
+        .lines()
+        .map(|l| strip_pointers(&json(l)))
+        .collect()
+}
+
+#[test]
+fn globals_in_every_mode_equal_the_same_objects_as_arguments() {
+    if !privileged() {
+        return;
+    }
+    let mut f = Fixture::start(&FixtureBuild::new("globals").build(), &[]);
+    f.stdout.expect("tick", 20 * SECOND);
+    let pid = f.pid.to_string();
+    let maps = maps_of(f.pid);
+    // The same two objects, passed to shop::touch(catalog, registry).
+    let probed = ok_lines(&[
+        "--pid",
+        &pid,
+        "--uprobe",
+        "shop::touch",
+        "--arg",
+        "arg0,arg1",
+        "--count",
+        "1",
+    ]);
+    let roots = probed[0].as_array().expect("roots");
+    let dir = TempDir::new("globals");
+    let audit = dir.file("audit.log");
+    let audit_arg = audit.to_str().unwrap_or_default().to_string();
+    let globals = [
+        "--pid",
+        &pid,
+        "--global",
+        "shop::catalog",
+        "--global",
+        "registry",
+    ];
+    for extra in [
+        &["--audit-log", &audit_arg][..],
+        &["--mode", "remote"][..],
+        &["--mode", "remote", "--stop-all"][..],
+    ] {
+        let lines = ok_lines(&[&globals[..], extra].concat());
+        assert_eq!(lines.len(), 2, "one snapshot of each: {extra:?}");
+        assert_eq!(lines[0], Value::Array(vec![roots[0].clone()]), "{extra:?}");
+        assert_eq!(lines[1], Value::Array(vec![roots[1].clone()]), "{extra:?}");
+    }
+    // jit mode injected once (one mapping, two walks); remote modes never.
+    let audited = std::fs::read_to_string(&audit).expect("audit log");
+    assert_eq!(audited.lines().count(), 1, "{audited}");
+    assert!(
+        audited.contains("probes=shop::catalog,registry"),
+        "{audited}"
+    );
+    // Every --interval, until --count.
+    let every = ok_lines(&[
+        "--pid",
+        &pid,
+        "--global",
+        "registry",
+        "--interval",
+        "0.1",
+        "--count",
+        "3",
+    ]);
+    assert_eq!(every.len(), 3);
+    assert!(
+        every
+            .iter()
+            .all(|l| *l == Value::Array(vec![roots[1].clone()]))
+    );
+    assert_eq!(maps_of(f.pid), maps, "maps as before");
+    f.assert_running();
+    f.stdout.expect("tick", 20 * SECOND);
+}
+
+#[test]
+fn a_global_that_is_not_there_is_one_line() {
+    if !privileged() {
+        return;
+    }
+    let mut f = Fixture::start(&FixtureBuild::new("globals").build(), &[]);
+    f.stdout.expect("tick", 20 * SECOND);
+    let pid = f.pid.to_string();
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["--global", "shop::nothing"],
+            "oi-trace: error: no global variable \"shop::nothing\" with a fixed address",
+        ),
+        (
+            &["--global", "registry", "--stop-all"],
+            "oi-trace: error: --stop-all applies to --mode remote",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = run_oi_trace(&[&["--pid", &pid][..], args].concat(), 60 * SECOND);
+        assert_eq!(out.status.code(), Some(2), "{out:#?}");
+        assert_eq!(out.stderr.len(), 1, "{out:#?}");
+        assert!(out.stderr[0].starts_with(expected), "{out:#?}");
+    }
+    f.assert_running();
+}
