@@ -55,6 +55,20 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Set up, build, then run Object Introspection's own integration suite against this
+    /// build (the harness in ../shared/oi-conformance) and print its table. Not part of CI:
+    /// it needs an OI repository (`fetch github:facebookexperimental/object-introspection`).
+    Conformance {
+        /// The OI repository: a checkout, or the git directory `fetch` gives.
+        #[arg(long, value_name = "PATH")]
+        oi_repo: PathBuf,
+        /// Also run the cases OI itself skips.
+        #[arg(long)]
+        force: bool,
+        /// Only the cases whose `suite.case` matches this regular expression.
+        #[arg(long, value_name = "REGEX")]
+        filter: Option<String>,
+    },
     /// Set up, build, then sample an 8-thread fixture every 10 ms for N minutes and check
     /// oi-trace's memory, the target's threads and every sample.
     Soak {
@@ -75,6 +89,13 @@ fn main() -> Result<()> {
             .and_then(|()| build())
             .and_then(|()| bench::run(&root(), quick, &only)),
         Task::Fuzz { seconds } => setup().and_then(|()| fuzz::run(&root(), seconds)),
+        Task::Conformance {
+            oi_repo,
+            force,
+            filter,
+        } => setup()
+            .and_then(|()| build())
+            .and_then(|()| conformance(&oi_repo, force, filter.as_deref())),
         Task::Soak { minutes } => setup()
             .and_then(|()| build())
             .and_then(|()| soak::run(minutes)),
@@ -217,6 +238,38 @@ fn test(cargo_args: &[String]) -> Result<()> {
         .args(["test", "--release"])
         .args(cargo_args)
         .env("OI_TRACE_BIN", &bin))
+}
+
+/// OI's suite through the shared harness, against target/release/oi-trace; its build cache
+/// and results stay under target/oi-conformance.
+fn conformance(oi_repo: &std::path::Path, force: bool, filter: Option<&str>) -> Result<()> {
+    let harness = root().join("../shared/oi-conformance/oi_conformance.py");
+    if !harness.exists() {
+        bail!(
+            "no conformance harness at {} (it lives beside this repository, in shared/)",
+            harness.display()
+        );
+    }
+    let mut cmd = Command::new("python3");
+    cmd.arg(&harness)
+        .arg(oi_repo)
+        .arg("--work")
+        .arg(root().join("target/oi-conformance"))
+        .arg("--oi-trace")
+        .arg(root().join("target/release/oi-trace"))
+        .arg("-j2");
+    if force {
+        cmd.arg("--force");
+    }
+    if let Some(f) = filter {
+        cmd.args(["--filter", f]);
+    }
+    // The harness exits 1 when a case fails: its table is the result, not an error here.
+    let status = cmd.status().context("running python3")?;
+    match status.code() {
+        Some(0 | 1) => Ok(()),
+        _ => bail!("the conformance harness failed: {status}"),
+    }
 }
 
 /// Starts the bundled example (a small shop that inspects its ledger about a thousand times a

@@ -41,10 +41,21 @@ pub struct InTarget {
     /// probe → site → index into `walkers`.
     index: Vec<Vec<usize>>,
     processes: HashMap<i32, Mapped>,
-    /// Every mapping of our code is recorded here first.
+    /// Every mapping of our code is recorded here, once the thread it was made through runs
+    /// again.
     audit: Audit,
+    pending_audit: Option<PendingAudit>,
     /// The probes' names, for the audit line.
     probe_names: Vec<String>,
+}
+
+/// A mapping made during the sample in progress, to be audited when it ends.
+struct PendingAudit {
+    tgid: i32,
+    code_digest: [u8; 32],
+    base: u64,
+    code_len: u64,
+    total_len: u64,
 }
 
 /// How a sample in the target went wrong.
@@ -92,6 +103,7 @@ impl InTarget {
             index,
             processes: HashMap::new(),
             audit,
+            pending_audit: None,
             probe_names,
         })
     }
@@ -148,7 +160,9 @@ impl InTarget {
             other => (other.map(Some), None),
         };
         before_resume();
-        held.end()?;
+        let ended = held.end();
+        self.flush_audit();
+        ended?;
         let bytes = match (early, result?) {
             (Some(bytes), _) => bytes?,
             (None, Some(walked)) => read(walked)?,
@@ -176,10 +190,11 @@ impl InTarget {
             // A run killed while reserving its region left a note of it: remove that first.
             held.remove_pending();
             let seg = Segments::create(held, &code)?;
-            self.audit.record(&Injection {
+            // Recorded once the thread runs again (see `flush_audit`): nothing slow happens
+            // while it is held.
+            self.pending_audit = Some(PendingAudit {
                 tgid,
-                probes: &self.probe_names,
-                code_digest: &seg.code_digest,
+                code_digest: seg.code_digest,
                 base: seg.base,
                 code_len: seg.code_len,
                 total_len: seg.total_len(),
@@ -270,6 +285,22 @@ impl InTarget {
             jit::check_status(&done)
                 .map_err(|e| Failure::Sample(Error::sample(format!("walk of {names}: {e}"))))?;
             return Ok((mapped.seg.output, done.out_used, prefix));
+        }
+    }
+
+    /// Writes the audit line of a mapping made during the sample that just ended. (Not while
+    /// the thread is held: a SIGKILL of oi-trace in the middle of that system call was seen to
+    /// leave the target's thread at a wrong address, 3 runs of 8 of the SIGKILL journey.)
+    fn flush_audit(&mut self) {
+        if let Some(p) = self.pending_audit.take() {
+            self.audit.record(&Injection {
+                tgid: p.tgid,
+                probes: &self.probe_names,
+                code_digest: &p.code_digest,
+                base: p.base,
+                code_len: p.code_len,
+                total_len: p.total_len,
+            });
         }
     }
 
