@@ -194,7 +194,7 @@ enum Walker {
     Jit {
         pid: i32,
         tracer: Tracer,
-        in_target: InTarget,
+        in_target: Box<InTarget>,
         /// Whether stderr was told that a snapshot had to be read from outside.
         said_remote: bool,
     },
@@ -219,11 +219,11 @@ impl Walker {
                         walkers_cached: 0,
                     })
                     .collect();
-                let in_target = InTarget::prepare(
+                let in_target = Box::new(InTarget::prepare(
                     &mut probes,
                     Duration::from_secs_f64(args.walk_timeout),
                     Audit::new(args.audit_log.as_deref()).map_err(Error::input)?,
-                )?;
+                )?);
                 let mut tracer = Tracer::default();
                 tracer.seize(pid)?;
                 Self::Jit {
