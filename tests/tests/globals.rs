@@ -128,3 +128,39 @@ fn a_global_that_is_not_there_is_one_line() {
     }
     f.assert_running();
 }
+
+#[test]
+fn the_target_exiting_ends_a_periodic_global_at_once() {
+    if !privileged() {
+        return;
+    }
+    for mode in ["jit", "remote"] {
+        let mut f = Fixture::start(&FixtureBuild::new("globals").build(), &[]);
+        f.stdout.expect("tick", 20 * SECOND);
+        let pid = f.pid.to_string();
+        let tracer = oi_e2e::OiTrace::start(&[
+            "--pid",
+            &pid,
+            "--global",
+            "registry",
+            "--interval",
+            "0.02",
+            "--duration",
+            "60",
+            "--mode",
+            mode,
+        ]);
+        std::thread::sleep(Duration::from_millis(500));
+        f.signal(oi_e2e::SIGKILL);
+        let started = std::time::Instant::now();
+        let out = tracer.finish(30 * SECOND);
+        assert!(started.elapsed() < 10 * SECOND, "{mode}: it ended at once");
+        assert_eq!(out.status.code(), Some(1), "{mode}: {out:#?}");
+        assert_eq!(
+            out.stderr.last().map(String::as_str),
+            Some("oi-trace: error: target exited"),
+            "{mode}: {out:#?}"
+        );
+        assert!(!out.stdout.is_empty(), "{mode}: snapshots before it exited");
+    }
+}

@@ -188,6 +188,15 @@ fn find(pid: i32, name: &str, features: &[String]) -> Result<Global> {
     )))
 }
 
+/// A failed read from outside: the process is gone, or the snapshot failed.
+fn gone_or(pid: i32, e: impl std::fmt::Display) -> Failure {
+    if procfs::is_alive(pid) {
+        Failure::Sample(Error::sample(e.to_string()))
+    } else {
+        Failure::Gone
+    }
+}
+
 /// How snapshots are taken, per `--mode` and `--stop-all`.
 enum Walker {
     /// Inside the target, on one of its threads, interrupted outside a system call.
@@ -282,7 +291,7 @@ impl Walker {
                     .measurer
                     .walk_streams(&regs, g.bias, &RemoteReader::new(*pid));
                 tracer.resume_all(*pid);
-                walked.map_err(|e| Failure::Sample(Error::sample(e.to_string())))
+                walked.map_err(|e| gone_or(*pid, e))
             }
             Self::Remote { pid, tracer } => {
                 if let Some(t) = tracer.as_mut() {
@@ -294,7 +303,7 @@ impl Walker {
                 if let Some(t) = tracer.as_mut() {
                     t.resume_all(*pid);
                 }
-                walked.map_err(|e| Failure::Sample(Error::sample(e.to_string())))
+                walked.map_err(|e| gone_or(*pid, e))
             }
         }
     }

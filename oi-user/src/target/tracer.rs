@@ -189,8 +189,22 @@ impl Tracer {
     pub fn stop_thread(&mut self, tid: i32) -> Result<()> {
         let pid = Pid::from_raw(tid);
         ptrace::interrupt(pid).map_err(|e| Error::sample(format!("interrupting {tid}: {e}")))?;
+        let gone = |this: &mut Self| {
+            this.threads.remove(&tid);
+            Err(Error::sample(format!("thread {tid} exited")))
+        };
+        // Without blocking: a dying process's leader reports nothing while its other threads
+        // are still being torn down, and a blocking wait would never return.
+        let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+            match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {
+                    let alive = !matches!(procfs::state(tid), None | Some('Z' | 'X'));
+                    if !alive || Instant::now() > deadline {
+                        return gone(self);
+                    }
+                    sleep(Duration::from_micros(200));
+                }
                 Ok(WaitStatus::PtraceEvent(_, _, event)) if event == libc::PTRACE_EVENT_STOP => {
                     return Ok(());
                 }
@@ -215,8 +229,7 @@ impl Tracer {
                     let _ = ptrace::interrupt(pid);
                 }
                 Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => {
-                    self.threads.remove(&tid);
-                    return Err(Error::sample(format!("thread {tid} exited")));
+                    return gone(self);
                 }
                 Ok(_) => {}
             }
