@@ -13,7 +13,11 @@
 //! - freezing and walking a process: `CAP_SYS_PTRACE`, or the same uid as the target (and no
 //!   Yama restriction);
 //! - resuming a process that a killed oi-trace left stopped (the guardian): `CAP_KILL`, or the
-//!   same uid.
+//!   same uid;
+//! - reading `/proc/PID/map_files` (`CAP_SYS_ADMIN` or `CAP_CHECKPOINT_RESTORE`): finding the
+//!   unused code bytes a process's first remote system calls run through, self-restoring if
+//!   oi-trace is killed meanwhile. So it is done before the capabilities are dropped
+//!   (`InTarget::find_bootstrap`); without either, a target's own `syscall` is borrowed.
 //!
 //! Capabilities are read from `/proc/self/status` and given up with `capset(2)` directly: the
 //! few lines do not justify a dependency.

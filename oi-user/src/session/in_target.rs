@@ -45,6 +45,9 @@ pub struct InTarget {
     /// again.
     audit: Audit,
     pending_audit: Option<PendingAudit>,
+    /// Where each process's first remote syscalls go, found before capabilities are dropped
+    /// (see [`Self::find_bootstrap`]).
+    bootstraps: HashMap<i32, Bootstrap>,
     /// The probes' names, for the audit line.
     probe_names: Vec<String>,
 }
@@ -104,6 +107,7 @@ impl InTarget {
             processes: HashMap::new(),
             audit,
             pending_audit: None,
+            bootstraps: HashMap::new(),
             probe_names,
         })
     }
@@ -120,7 +124,11 @@ impl InTarget {
         bias: u64,
         before_resume: &mut dyn FnMut(),
     ) -> Result<Vec<Vec<u64>>, Failure> {
-        let bootstrap = self.processes.get(&tgid).map(|m| m.bootstrap);
+        let bootstrap = self
+            .processes
+            .get(&tgid)
+            .map(|m| m.bootstrap)
+            .or_else(|| self.bootstraps.get(&tgid).copied());
         let mut held = Held::begin(tgid, tid, bootstrap)?;
         let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
         let result = match result {
@@ -288,9 +296,20 @@ impl InTarget {
         }
     }
 
-    /// Writes the audit line of a mapping made during the sample that just ended. (Not while
-    /// the thread is held: a SIGKILL of oi-trace in the middle of that system call was seen to
-    /// leave the target's thread at a wrong address, 3 runs of 8 of the SIGKILL journey.)
+    /// Finds, now, where the first remote syscalls into `tgid` will go: a restoring stub in the
+    /// unused tail of one of its code mappings. Finding that tail reads
+    /// `/proc/PID/map_files`, which takes CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE): call it
+    /// before they are dropped. Without it the first sample would borrow one of the target's
+    /// own `syscall` instructions, whose window a SIGKILL of oi-trace can hit (the thread then
+    /// runs on from inside that code with our registers).
+    pub fn find_bootstrap(&mut self, tgid: i32) {
+        if let Ok(b) = Bootstrap::find(tgid) {
+            self.bootstraps.insert(tgid, b);
+        }
+    }
+
+    /// Writes the audit line of a mapping made during the sample that just ended: after the
+    /// thread runs again, so that nothing slow (syslog, an fsync'ed file) lengthens its pause.
     fn flush_audit(&mut self) {
         if let Some(p) = self.pending_audit.take() {
             self.audit.record(&Injection {

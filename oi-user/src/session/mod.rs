@@ -156,7 +156,14 @@ pub fn run(args: &Args) -> Result<()> {
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
     let armed = session.arm();
     let was_armed = armed.is_ok();
-    if was_armed && session.sampling && matches!(session.scope, Scope::Pid(_)) {
+    if was_armed
+        && session.sampling
+        && let Scope::Pid(info) = &session.scope
+    {
+        // What the first sample needs that the kept capabilities would not give.
+        if let Some(in_target) = session.in_target.as_mut() {
+            in_target.find_bootstrap(info.pid);
+        }
         // Everything is loaded and attached, and one process never asks for more: keep what
         // tracing it takes (ptrace, resuming it, reading its files and writing our outputs).
         privileges::keep_only(privileges::AFTER_ARMING);
