@@ -357,6 +357,20 @@ pub struct Finished {
     pub stderr: Vec<String>,
 }
 
+impl From<std::process::Output> for Finished {
+    /// A run waited for by `Command::output` (one under another user or through `setpriv`).
+    fn from(out: std::process::Output) -> Self {
+        Self {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .map(String::from)
+                .collect(),
+        }
+    }
+}
+
 impl OiTrace {
     pub fn start(args: &[&str]) -> Self {
         Self::start_with_env(args, &[])

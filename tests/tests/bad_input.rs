@@ -517,14 +517,7 @@ fn run_with_privileges(setpriv: &[&str], args: &[&str]) -> Finished {
         .args(args)
         .output()
         .expect("setpriv runs");
-    Finished {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .map(String::from)
-            .collect(),
-    }
+    Finished::from(out)
 }
 
 #[test]

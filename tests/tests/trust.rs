@@ -219,14 +219,7 @@ fn run_as_nobody(binary: &Path, args: &[&str], home: &Path) -> Finished {
         .stdin(Stdio::null())
         .output()
         .expect("run oi-trace as nobody");
-    Finished {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .map(String::from)
-            .collect(),
-    }
+    Finished::from(out)
 }
 
 #[test]

@@ -188,6 +188,25 @@ fn find(pid: i32, name: &str, features: &[String]) -> Result<Global> {
     )))
 }
 
+/// One snapshot read with process_vm_readv, with every thread stopped meanwhile when a
+/// `tracer` is given.
+fn read_from_outside(
+    pid: i32,
+    g: &Global,
+    mut tracer: Option<&mut Tracer>,
+) -> std::result::Result<Vec<Vec<u64>>, Failure> {
+    if let Some(t) = tracer.as_mut() {
+        t.stop_all(pid).map_err(|_| Failure::Gone)?;
+    }
+    let walked = g
+        .measurer
+        .walk_streams(&EntryRegs::default(), g.bias, &RemoteReader::new(pid));
+    if let Some(t) = tracer {
+        t.resume_all(pid);
+    }
+    walked.map_err(|e| gone_or(pid, e))
+}
+
 /// A failed read from outside: the process is gone, or the snapshot failed.
 fn gone_or(pid: i32, e: impl std::fmt::Display) -> Failure {
     if procfs::is_alive(pid) {
@@ -286,25 +305,9 @@ impl Walker {
                          within 0.5 s; reading from outside with every thread stopped"
                     );
                 }
-                tracer.stop_all(*pid).map_err(|_| Failure::Gone)?;
-                let walked = g
-                    .measurer
-                    .walk_streams(&regs, g.bias, &RemoteReader::new(*pid));
-                tracer.resume_all(*pid);
-                walked.map_err(|e| gone_or(*pid, e))
+                read_from_outside(*pid, g, Some(tracer))
             }
-            Self::Remote { pid, tracer } => {
-                if let Some(t) = tracer.as_mut() {
-                    t.stop_all(*pid).map_err(|_| Failure::Gone)?;
-                }
-                let walked = g
-                    .measurer
-                    .walk_streams(&regs, g.bias, &RemoteReader::new(*pid));
-                if let Some(t) = tracer.as_mut() {
-                    t.resume_all(*pid);
-                }
-                walked.map_err(|e| gone_or(*pid, e))
-            }
+            Self::Remote { pid, tracer } => read_from_outside(*pid, g, tracer.as_mut()),
         }
     }
 

@@ -59,6 +59,15 @@ impl Tracer {
         self.processes.iter().copied()
     }
 
+    /// The threads of `tgid` we trace.
+    fn threads_of(&self, tgid: i32) -> Vec<i32> {
+        self.threads
+            .iter()
+            .filter(|&(_, &g)| g == tgid)
+            .map(|(&t, _)| t)
+            .collect()
+    }
+
     pub fn holds(&self, tgid: i32) -> bool {
         self.processes.contains(&tgid)
     }
@@ -244,12 +253,7 @@ impl Tracer {
         let deadline = Instant::now() + budget;
         let mut round: u64 = 0;
         loop {
-            let mine: Vec<i32> = self
-                .threads
-                .iter()
-                .filter(|&(_, &g)| g == tgid)
-                .map(|(&t, _)| t)
-                .collect();
+            let mine = self.threads_of(tgid);
             if mine.is_empty() {
                 return Err(Error::sample(format!("pid {tgid} exited")));
             }
@@ -278,12 +282,7 @@ impl Tracer {
     /// snapshot. Threads that exit meanwhile are forgotten.
     pub fn stop_all(&mut self, tgid: i32) -> Result<()> {
         self.seize(tgid)?;
-        let mine: Vec<i32> = self
-            .threads
-            .iter()
-            .filter(|&(_, &g)| g == tgid)
-            .map(|(&t, _)| t)
-            .collect();
+        let mine = self.threads_of(tgid);
         let mut stopped = 0;
         for tid in mine {
             if self.stop_thread(tid).is_ok() {
@@ -298,7 +297,7 @@ impl Tracer {
 
     /// Lets every thread of `tgid` run on from its quiet stop (after [`Self::stop_all`]).
     pub fn resume_all(&mut self, tgid: i32) {
-        for (&tid, _) in self.threads.iter().filter(|&(_, &g)| g == tgid) {
+        for tid in self.threads_of(tgid) {
             let _ = ptrace::cont(Pid::from_raw(tid), None);
         }
     }
@@ -329,12 +328,7 @@ impl Tracer {
             |cleaning: bool| started + Duration::from_secs(if cleaning { 10 } else { 3 });
         let mut interrupted: HashSet<i32> = HashSet::new();
         loop {
-            let mine: Vec<i32> = self
-                .threads
-                .iter()
-                .filter(|&(_, &g)| g == tgid)
-                .map(|(&t, _)| t)
-                .collect();
+            let mine = self.threads_of(tgid);
             if mine.is_empty() || Instant::now() > deadline(cleanup.is_some()) {
                 break;
             }
