@@ -1,7 +1,7 @@
 //! `--global NAME`: a namespace-scope struct and a global std::map measured with no probe,
 //! in jit mode (one thread interrupted, code injected and audited), remote mode and remote
 //! `--stop-all`; each equal to the same object measured as a probed function's argument. The
-//! target runs on afterwards with its maps unchanged.
+//! target runs on afterwards with its maps unchanged. At -O1 and -O2.
 
 use std::time::Duration;
 
@@ -36,7 +36,18 @@ fn globals_in_every_mode_equal_the_same_objects_as_arguments() {
     if !privileged() {
         return;
     }
-    let mut f = Fixture::start(&FixtureBuild::new("globals").build(), &[]);
+    for binary in [
+        FixtureBuild::new("globals").build(),
+        FixtureBuild::new("globals")
+            .variant("globals_O2", &["-O2"])
+            .build(),
+    ] {
+        one_build(&binary);
+    }
+}
+
+fn one_build(binary: &std::path::Path) {
+    let mut f = Fixture::start(binary, &[]);
     f.stdout.expect("tick", 20 * SECOND);
     let pid = f.pid.to_string();
     let maps = maps_of(f.pid);

@@ -85,11 +85,21 @@ fn a_binary_deleted_and_replaced_after_it_started() {
     if !privileged() {
         return;
     }
-    let binary = FixtureBuild::new("races").build();
-    let expected = plain_ledger(&binary);
+    for binary in [
+        FixtureBuild::new("races").build(),
+        FixtureBuild::new("races")
+            .variant("races_O2", &["-O2"])
+            .build(),
+    ] {
+        deleted_and_replaced(&binary);
+    }
+}
+
+fn deleted_and_replaced(binary: &Path) {
+    let expected = plain_ledger(binary);
     let dir = TempDir::new("deployed");
     let installed = dir.file("shop");
-    std::fs::copy(&binary, &installed).expect("install");
+    std::fs::copy(binary, &installed).expect("install");
     let mut f = Fixture::start(&installed, &["50"]);
     f.stdout.expect("tick", 20 * SECOND);
     // The next release goes in place: the running process keeps the old, deleted file.
