@@ -103,3 +103,49 @@ fn pretty_json_is_the_same_document() {
         b[0]["members"].as_array().map(Vec::len)
     );
 }
+
+/// std::stack / queue / priority_queue over deque, vector and list, nested, as members and as
+/// the probed argument, at -O0 and -O2, jit and remote (byte-identical): the numbers the
+/// fixture computes; then the names OI gives them.
+#[test]
+fn container_adapters_as_oi_shows_them() {
+    for opt in ["-O0", "-O2"] {
+        check_fixture("footprint_adapters", opt);
+    }
+    let (text, _) = footprint_common::run_probe("footprint_adapters", "-O2", 0, &[]);
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let names = |path: &str| {
+        let n = footprint_common::find(&json, path);
+        (n["typeNames"].clone(), n["typePath"].clone())
+    };
+    let spelled = |path: &str| names(path).0[0].as_str().unwrap_or("").to_string();
+    assert_eq!(
+        spelled("0/stk"),
+        "std::stack<int32_t, std::deque<int32_t, std::allocator<int32_t>>>"
+    );
+    assert_eq!(
+        spelled("0/stk/[]"),
+        "std::deque<int32_t, std::allocator<int32_t>>"
+    );
+    assert_eq!(
+        spelled("0/que_list"),
+        "std::queue<int32_t, std::__cxx11::list<int32_t, std::allocator<int32_t>>>"
+    );
+    // The comparator is spelled as other non-measured arguments are: its bare DWARF name
+    // (g++ writes `long int`).
+    assert_eq!(
+        spelled("0/pq"),
+        "std::priority_queue<int32_t, std::vector<int32_t, std::allocator<int32_t>>, less<int>>"
+    );
+    assert_eq!(
+        spelled("0/pq_deque"),
+        "std::priority_queue<int64_t, std::deque<int64_t, std::allocator<int64_t>>, greater<long int>>"
+    );
+    assert_eq!(
+        names("0/nested/[]/[]#1/[]").1,
+        serde_json::json!(["a0", "nested", "[]", "[]", "[]"])
+    );
+    // The comparator is never a child: the adapter has exactly one.
+    let pq = footprint_common::find(&json, "0/pq");
+    assert_eq!(pq["members"].as_array().map(Vec::len), Some(1), "{pq}");
+}

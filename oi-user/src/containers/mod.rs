@@ -6,6 +6,7 @@
 //! and how its size is charged (SEMANTICS.md §4, §6). Recognition is by the qualified DWARF
 //! name (§2): the name itself or the name followed by `<`.
 
+pub mod adapter;
 pub mod array;
 pub mod deque;
 pub mod hashtable;
@@ -43,6 +44,9 @@ pub enum ContainerKind {
     SharedPtr,
     WeakPtr,
     ReferenceWrapper,
+    Stack,
+    Queue,
+    PriorityQueue,
 }
 
 const NAMES: &[(&str, ContainerKind)] = &[
@@ -66,6 +70,9 @@ const NAMES: &[(&str, ContainerKind)] = &[
     ("std::shared_ptr", ContainerKind::SharedPtr),
     ("std::weak_ptr", ContainerKind::WeakPtr),
     ("std::reference_wrapper", ContainerKind::ReferenceWrapper),
+    ("std::stack", ContainerKind::Stack),
+    ("std::queue", ContainerKind::Queue),
+    ("std::priority_queue", ContainerKind::PriorityQueue),
 ];
 
 /// The container a qualified DWARF type name denotes, if any.
@@ -86,6 +93,8 @@ impl ContainerKind {
             | Optional | UniquePtr | SharedPtr | WeakPtr | ReferenceWrapper | Array => 1,
             String => 1,
             Map | MultiMap | UnorderedMap | UnorderedMultiMap | Pair => 2,
+            // The element and the underlying container; priority_queue's comparator is not.
+            Stack | Queue | PriorityQueue => 2,
             Variant => return None,
         })
     }
@@ -206,6 +215,13 @@ mod tests {
             Some(ContainerKind::MultiMap)
         );
         assert_eq!(recognise("std::tuple<int>"), None);
+        assert_eq!(
+            recognise(
+                "std::priority_queue<int, std::vector<int, std::allocator<int> >, std::less<int> >"
+            ),
+            Some(ContainerKind::PriorityQueue)
+        );
+        assert_eq!(recognise("std::stacked<int>"), None);
     }
 
     #[test]

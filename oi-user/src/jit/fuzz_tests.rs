@@ -70,6 +70,7 @@ fn random_plan(r: &mut Rng) -> Plan {
                 Op::Struct {
                     members,
                     padding: 0,
+                    adapter: false,
                 }
             }
             (3, Some(c)) => Op::Array {

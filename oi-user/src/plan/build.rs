@@ -361,6 +361,7 @@ impl<'t> PlanBuilder<'t> {
         Ok(Op::Struct {
             members: out,
             padding: pad.bytes,
+            adapter: false,
         })
     }
 
@@ -547,6 +548,14 @@ impl<'t> PlanBuilder<'t> {
                 }
             }
             K::WeakPtr => Op::Leaf,
+            K::Stack | K::Queue | K::PriorityQueue => {
+                let (offset, c) = containers::adapter::underlying(tg, r)?;
+                Op::Struct {
+                    members: vec![(offset, self.child(c, "[]")?)],
+                    padding: tg.size(r).saturating_sub(tg.size(c)),
+                    adapter: true,
+                }
+            }
             K::ReferenceWrapper => {
                 let t = self.arg(r, 0)?;
                 Op::RefWrap {

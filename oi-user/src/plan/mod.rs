@@ -118,6 +118,11 @@ pub enum Op {
     Struct {
         members: Vec<(u64, NodeId)>,
         padding: u64,
+        /// A container adapter (`containers::adapter`): the single member is the underlying
+        /// container, whose length, capacity and pointer the report shows on this node too.
+        /// Walkers treat it as any struct; the stream is the member's.
+        #[serde(default)]
+        adapter: bool,
     },
     /// C array or std::array: `count` elements of `stride` bytes at `offset`; E = `exclusive`.
     Array {

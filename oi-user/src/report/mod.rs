@@ -165,6 +165,16 @@ enum Children<'p> {
     One(NodeId),
 }
 
+/// A node's own words, decoded.
+struct Header<'p> {
+    exclusive: u64,
+    children: Children<'p>,
+    pointer: Option<u64>,
+    lc: Option<(u64, u64)>,
+    data: Option<Data>,
+    value: Option<(u64, u64)>,
+}
+
 struct Decoder<'a, 's> {
     plan: &'a Plan,
     stream: &'a [u64],
@@ -213,7 +223,9 @@ impl<'a> Decoder<'a, '_> {
         let n = &plan.nodes[id];
         let s = match &n.op {
             Op::Bitfield => 0,
-            Op::Struct { members, padding } => members
+            Op::Struct {
+                members, padding, ..
+            } => members
                 .iter()
                 .fold(*padding, |t, m| t.saturating_add(self.static_total(m.1))),
             Op::Array {
@@ -293,6 +305,77 @@ impl<'a> Decoder<'a, '_> {
             let chosen = candidates.get(i as usize).map_or(*fallback, |c| c.2);
             return self.node(chosen, name);
         }
+        let Header {
+            exclusive,
+            children,
+            pointer,
+            lc,
+            data,
+            value,
+        } = self.header(n)?;
+        let has_children = match &children {
+            Children::None => false,
+            Children::Members(m) => !m.is_empty(),
+            Children::Two(..) => true,
+            Children::Repeat(_, c) => *c > 0,
+            Children::One(_) => true,
+        };
+        if !printing {
+            // Pass 1: reserve this node's slot before its children's (pre-order).
+            let slot = (self.record && has_children).then(|| {
+                self.sizes.push(0);
+                self.sizes.len() - 1
+            });
+            let size = exclusive.saturating_add(self.children_size(&children)?);
+            if let Some(i) = slot {
+                self.sizes[i] = size;
+            }
+            return Ok(size);
+        }
+
+        // Only printers see names: the sizing pass allocates nothing per node.
+        let name: Cow<'a, str> = match (&data, name) {
+            (Some(d), _) => Cow::Owned(format!("[{}]", d.label())),
+            (None, Some(nm)) => Cow::Owned(nm),
+            (None, None) => Cow::Borrowed(n.name.as_str()),
+        };
+        let size = if !n.dynamic {
+            self.static_total(id)
+        } else if has_children {
+            let s = *self.sizes.get(self.cursor).ok_or(ReportError::Truncated)?;
+            self.cursor += 1;
+            s
+        } else {
+            exclusive
+        };
+        self.path.push(name);
+        let out = NodeOut {
+            node: n,
+            name: self.path.last().map(Cow::as_ref).unwrap_or(""),
+            path: &self.path,
+            size,
+            exclusive,
+            pointer,
+            data: data.as_ref(),
+            length_capacity: lc,
+            has_children,
+            value,
+        };
+        if let Some(sink) = self.sink.as_mut() {
+            sink.begin(&out)?;
+        }
+        self.print_children(&children)?;
+        if let Some(sink) = self.sink.as_mut() {
+            sink.end()?;
+        }
+        self.path.pop();
+        Ok(size)
+    }
+
+    /// Reads node `n`'s own words (its value, then what its op reads) and says what it is:
+    /// exclusive size, children, pointer, length/capacity and captured key.
+    fn header(&mut self, n: &'a Node) -> Result<Header<'a>, ReportError> {
+        let plan = self.plan;
         let s = n.static_size;
         let mut pointer = None;
         let mut lc = None;
@@ -308,7 +391,27 @@ impl<'a> Decoder<'a, '_> {
         let (exclusive, children) = match &n.op {
             Op::Leaf => (s, Children::None),
             Op::Bitfield => (0, Children::None),
-            Op::Struct { members, padding } => (*padding, Children::Members(members)),
+            Op::Struct {
+                members,
+                padding,
+                adapter,
+            } => {
+                if *adapter
+                    && self.sink.is_some()
+                    && let [(offset, c)] = members.as_slice()
+                    && plan.nodes[*c].dynamic
+                {
+                    // The container's own words come next in the stream: read its header
+                    // without consuming it (its node decodes them again).
+                    let at = self.pos;
+                    let inner = self.header(&plan.nodes[*c]);
+                    self.pos = at;
+                    let inner = inner?;
+                    pointer = inner.pointer.map(|p| p.wrapping_sub(*offset));
+                    lc = inner.lc;
+                }
+                (*padding, Children::Members(members))
+            }
             Op::Array {
                 elem,
                 count,
@@ -434,7 +537,7 @@ impl<'a> Decoder<'a, '_> {
                     }
                 }
             }
-            // Handled above.
+            // Handled by `node_here` (transparent).
             Op::Poly { fallback, .. } => (s, Children::One(*fallback)),
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
@@ -449,63 +552,14 @@ impl<'a> Decoder<'a, '_> {
                 }
             }
         };
-        let has_children = match &children {
-            Children::None => false,
-            Children::Members(m) => !m.is_empty(),
-            Children::Two(..) => true,
-            Children::Repeat(_, c) => *c > 0,
-            Children::One(_) => true,
-        };
-        if !printing {
-            // Pass 1: reserve this node's slot before its children's (pre-order).
-            let slot = (self.record && has_children).then(|| {
-                self.sizes.push(0);
-                self.sizes.len() - 1
-            });
-            let size = exclusive.saturating_add(self.children_size(&children)?);
-            if let Some(i) = slot {
-                self.sizes[i] = size;
-            }
-            return Ok(size);
-        }
-
-        // Only printers see names: the sizing pass allocates nothing per node.
-        let name: Cow<'a, str> = match (&data, name) {
-            (Some(d), _) => Cow::Owned(format!("[{}]", d.label())),
-            (None, Some(nm)) => Cow::Owned(nm),
-            (None, None) => Cow::Borrowed(n.name.as_str()),
-        };
-        let size = if !n.dynamic {
-            self.static_total(id)
-        } else if has_children {
-            let s = *self.sizes.get(self.cursor).ok_or(ReportError::Truncated)?;
-            self.cursor += 1;
-            s
-        } else {
-            exclusive
-        };
-        self.path.push(name);
-        let out = NodeOut {
-            node: n,
-            name: self.path.last().map(Cow::as_ref).unwrap_or(""),
-            path: &self.path,
-            size,
+        Ok(Header {
             exclusive,
+            children,
             pointer,
-            data: data.as_ref(),
-            length_capacity: lc,
-            has_children,
+            lc,
+            data,
             value,
-        };
-        if let Some(sink) = self.sink.as_mut() {
-            sink.begin(&out)?;
-        }
-        self.print_children(&children)?;
-        if let Some(sink) = self.sink.as_mut() {
-            sink.end()?;
-        }
-        self.path.pop();
-        Ok(size)
+        })
     }
 
     fn children_size(&mut self, c: &Children) -> Result<u64, ReportError> {
@@ -654,6 +708,7 @@ mod tests {
             }),
         ));
         plan.nodes[0].op = Op::Struct {
+            adapter: false,
             members: vec![(0, 2), (24, 3)],
             padding: 0,
         };

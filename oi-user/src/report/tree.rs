@@ -246,7 +246,9 @@ impl<'p> TreeSink<'p> {
     /// be placed (bitfields); always adding up to the struct's exclusive size.
     fn padding(&self, n: &NodeOut<'_>) -> Vec<Line> {
         let (members, total) = match &n.node.op {
-            Op::Struct { members, padding } => (members.as_slice(), *padding),
+            Op::Struct {
+                members, padding, ..
+            } => (members.as_slice(), *padding),
             Op::Pair { .. } => (&[][..], n.exclusive),
             _ => return Vec::new(),
         };
