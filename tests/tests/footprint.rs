@@ -149,3 +149,25 @@ fn container_adapters_as_oi_shows_them() {
     let pq = footprint_common::find(&json, "0/pq");
     assert_eq!(pq["members"].as_array().map(Vec::len), Some(1), "{pq}");
 }
+
+/// A pointer to a class the program only declares (`std::deque<short>*`, no deque<short> ever
+/// made, so no definition anywhere in the DWARF): chased, it is L 0 C 1 with no child, and
+/// its container name is respelled from g++'s text by the same rules, at -O0 and -O2.
+#[test]
+fn pointer_to_a_declared_only_container() {
+    const PROBE: usize = 8;
+    for opt in ["-O0", "-O2"] {
+        let failures = footprint_common::check_probe("footprint_types", opt, PROBE);
+        assert!(failures.is_empty(), "{opt}: {}", failures.join("\n"));
+        let (text, p) = footprint_common::run_probe("footprint_types", opt, PROBE, &[]);
+        assert_eq!(p.symbol, "_Z13declared_onlyRK12DeclaredOnly");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let never = footprint_common::find(&json, "0/never");
+        assert_eq!(
+            never["typeNames"],
+            serde_json::json!(["std::deque<int16_t, std::allocator<int16_t>>*"]),
+            "{opt}: {never}"
+        );
+        assert_eq!(never["members"], serde_json::json!([]), "{opt}: {never}");
+    }
+}

@@ -152,7 +152,7 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
         Kind::Typedef { name, .. } => name.clone(),
         Kind::Function => "void ()".into(),
         Kind::Void => "void".into(),
-        Kind::Incomplete { name } => name.clone(),
+        Kind::Incomplete { name } => declared_only(name, 0),
     }
 }
 
@@ -236,4 +236,124 @@ pub fn type_names_with_typedefs(tg: &TypeGraph, id: TypeId, anon: &AnonNames) ->
     }
     names.push(spell(tg, cur, anon));
     names
+}
+
+/// g++'s DWARF names of fundamental types → their spelling (§2, x86-64 sizes), for names
+/// known only as text.
+const FUNDAMENTAL: &[(&str, &str)] = &[
+    ("char", "int8_t"),
+    ("signed char", "int8_t"),
+    ("unsigned char", "uint8_t"),
+    ("char8_t", "uint8_t"),
+    ("short int", "int16_t"),
+    ("short unsigned int", "uint16_t"),
+    ("int", "int32_t"),
+    ("unsigned int", "uint32_t"),
+    ("long int", "int64_t"),
+    ("long unsigned int", "uint64_t"),
+    ("long long int", "int64_t"),
+    ("long long unsigned int", "uint64_t"),
+    ("wchar_t", "int32_t"),
+    ("char16_t", "uint16_t"),
+    ("char32_t", "uint32_t"),
+];
+
+/// A type known only by its name: a class the DWARF declares and defines nowhere (a
+/// `std::vector<int>*` member of a program that never makes one), as g++ wrote it. A
+/// recognised container is respelled by §2's rules from the text, which is all there is:
+/// measured arguments by the same rules (fundamental types by [`FUNDAMENTAL`]), allocators
+/// and char traits respelled, other arguments by their bare name. Anything else stays as
+/// written, as any class name does.
+fn declared_only(text: &str, depth: u32) -> String {
+    let text = text.trim();
+    if depth > 32 {
+        return text.to_string();
+    }
+    if let Some(base) = text.strip_suffix('*').or_else(|| text.strip_suffix('&')) {
+        return format!("{}*", declared_only(base, depth + 1));
+    }
+    if let Some(base) = text.strip_prefix("const ") {
+        return format!("{} const", declared_only(base, depth + 1));
+    }
+    if let Some(&(_, spelled)) = FUNDAMENTAL.iter().find(|(g, _)| *g == text) {
+        return spelled.to_string();
+    }
+    let Some((head, args)) = template_args(text) else {
+        return text.to_string();
+    };
+    let Some(kind) = crate::containers::recognise(text) else {
+        return text.to_string();
+    };
+    let measured = kind.measured_args();
+    let spelled: Vec<String> = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if measured.is_none_or(|n| i < n) {
+                return declared_only(a, depth + 1);
+            }
+            match template_args(a) {
+                Some((h, inner)) if h == "std::allocator" || h == "std::char_traits" => {
+                    let inner: Vec<String> =
+                        inner.iter().map(|t| declared_only(t, depth + 1)).collect();
+                    format!("{h}<{}>", inner.join(", "))
+                }
+                // The bare name: the text after the last `::` outside template arguments.
+                _ => {
+                    let end = a.find('<').unwrap_or(a.len());
+                    let start = a[..end].rfind("::").map_or(0, |i| i + 2);
+                    a[start..].to_string()
+                }
+            }
+        })
+        .collect();
+    format!("{head}<{}>", spelled.join(", "))
+}
+
+/// `head<a, b<c, d> >` → (`head`, [`a`, `b<c, d>`]); None without template arguments.
+fn template_args(text: &str) -> Option<(&str, Vec<&str>)> {
+    let open = text.find('<')?;
+    let inner = text[open + 1..].trim_end().strip_suffix('>')?;
+    let mut args = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                args.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    args.push(inner[start..].trim());
+    Some((text[..open].trim(), args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::declared_only;
+
+    #[test]
+    fn declared_only_containers_are_respelled_from_their_text() {
+        assert_eq!(
+            declared_only("std::vector<int, std::allocator<int> >", 0),
+            "std::vector<int32_t, std::allocator<int32_t>>"
+        );
+        assert_eq!(
+            declared_only(
+                "std::map<long unsigned int, std::vector<char, std::allocator<char> >, std::less<long unsigned int>, std::allocator<std::pair<const long unsigned int, std::vector<char, std::allocator<char> > > > >",
+                0
+            ),
+            "std::map<uint64_t, std::vector<int8_t, std::allocator<int8_t>>, less<long unsigned int>, std::allocator<std::pair<uint64_t const, std::vector<int8_t, std::allocator<int8_t>>>>>"
+        );
+        assert_eq!(
+            declared_only("std::array<int, 3>", 0),
+            "std::array<int32_t, 3>"
+        );
+        // Not a container: as written, as any class name is.
+        assert_eq!(declared_only("ns::Opaque<int>", 0), "ns::Opaque<int>");
+        assert_eq!(declared_only("Incomplete", 0), "Incomplete");
+    }
 }
