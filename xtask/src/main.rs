@@ -243,13 +243,19 @@ fn test(cargo_args: &[String]) -> Result<()> {
 /// OI's suite through the shared harness, against target/release/oi-trace; its build cache
 /// and results stay under target/oi-conformance.
 fn conformance(oi_repo: &std::path::Path, force: bool, filter: Option<&str>) -> Result<()> {
-    let harness = root().join("../shared/oi-conformance/oi_conformance.py");
-    if !harness.exists() {
+    // The harness lives in `shared/` beside the repository; a git worktree sits deeper
+    // (`wt/NAME`), so look beside every ancestor.
+    let rel = "shared/oi-conformance/oi_conformance.py";
+    let Some(harness) = root()
+        .ancestors()
+        .skip(1)
+        .map(|d| d.join(rel))
+        .find(|p| p.exists())
+    else {
         bail!(
-            "no conformance harness at {} (it lives beside this repository, in shared/)",
-            harness.display()
+            "no conformance harness at ../{rel} (it lives beside this repository, in shared/)"
         );
-    }
+    };
     let mut cmd = Command::new("python3");
     cmd.arg(&harness)
         .arg(oi_repo)
