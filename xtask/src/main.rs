@@ -252,9 +252,7 @@ fn conformance(oi_repo: &std::path::Path, force: bool, filter: Option<&str>) -> 
         .map(|d| d.join(rel))
         .find(|p| p.exists())
     else {
-        bail!(
-            "no conformance harness at ../{rel} (it lives beside this repository, in shared/)"
-        );
+        bail!("no conformance harness at ../{rel} (it lives beside this repository, in shared/)");
     };
     let mut cmd = Command::new("python3");
     cmd.arg(&harness)
