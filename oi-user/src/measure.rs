@@ -164,6 +164,10 @@ pub struct CopyAt {
     pub at_entry: bool,
 }
 
+/// One root's walk at a sample: its stream, or why it has none (the root is then printed as
+/// failed in its place, and the sample's other roots as usual).
+pub type RootStream = Result<Vec<u64>, String>;
+
 /// Stack of the walking thread (virtual; only the depth actually used is touched).
 pub const WALK_STACK: usize = 1 << 30;
 
@@ -615,14 +619,16 @@ impl Measurer {
     }
 
     /// Walks every requested argument (the interpreter, through `mem`) and returns their
-    /// streams, on a thread with a stack deep enough for the deepest walk.
+    /// streams, on a thread with a stack deep enough for the deepest walk. Of several
+    /// arguments, each is walked on its own: one whose walk fails is that root's `Err` and
+    /// the others are still measured; a single argument's failure is the error.
     pub fn walk_streams(
         &self,
         regs: &EntryRegs,
         load_bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<Vec<u64>>, MeasureError> {
-        std::thread::scope(|scope| {
+    ) -> Result<Vec<RootStream>, MeasureError> {
+        let walked: Vec<Result<Vec<u64>, MeasureError>> = std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("oi-walk".into())
                 .stack_size(WALK_STACK)
@@ -632,11 +638,17 @@ impl Measurer {
                         .map(|a| self.walk_arg(a, regs, load_bias, mem))
                         .collect()
                 })
-                .map_err(|e| MeasureError::Report(e.into()))?
-                .join()
                 // A panic in the walk is a bug: let it surface as one.
-                .unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .map_err(|e| MeasureError::Report(e.into()))
+        })?;
+        if walked.len() == 1 {
+            return walked.into_iter().map(|w| w.map(Ok)).collect();
+        }
+        Ok(walked
+            .into_iter()
+            .map(|w| w.map_err(|e| e.to_string()))
+            .collect())
     }
 
     /// Writes the result of one sample from its per-argument streams, however they were
@@ -649,18 +661,21 @@ impl Measurer {
         out: &mut dyn Write,
     ) -> Result<(), MeasureError> {
         let mut writer = SampleWriter::new(format.report_format());
-        self.report(streams, &mut writer, out, None)
+        let streams: Vec<RootStream> = streams.iter().cloned().map(Ok).collect();
+        self.report(&streams, &mut writer, out, None)?;
+        Ok(())
     }
 
     /// [`Self::write_report`] through a writer that lasts over the samples of a run;
     /// `totals`, if given, is filled with the sample summed by member path in the same pass.
+    /// Returns the roots printed as failed (`label: why`; see `SampleWriter::write`).
     pub fn report(
         &self,
-        streams: &[Vec<u64>],
+        streams: &[RootStream],
         writer: &mut SampleWriter,
         out: &mut dyn Write,
         totals: Option<&mut Totals>,
-    ) -> Result<(), MeasureError> {
+    ) -> Result<Vec<String>, MeasureError> {
         let roots: Vec<Root<'_>> = self
             .args
             .iter()
@@ -668,11 +683,10 @@ impl Measurer {
             .map(|(a, s)| Root {
                 label: &a.name,
                 node: a.root,
-                stream: s,
+                stream: s.as_deref().map_err(String::as_str),
             })
             .collect();
-        writer.write(&self.plan, &roots, out, totals)?;
-        Ok(())
+        Ok(writer.write(&self.plan, &roots, out, totals)?)
     }
 
     /// The plan node of each requested argument, in order: what a JIT walker is compiled for.

@@ -14,6 +14,7 @@
 use std::io::Write;
 
 use super::{NodeOut, ReportError, Sink};
+use crate::plan::Node;
 
 pub const HEADER: &str =
     "id,name,typePath,typeNames,staticSize,exclusiveSize,pointer,length,capacity,is_set,parent_id";
@@ -57,6 +58,22 @@ fn list<S: AsRef<str>>(items: &[S]) -> String {
 }
 
 impl Sink for CsvSink<'_> {
+    /// One row for a root with no result: its name says which and why; its sizes are empty,
+    /// so that sums over the table are those of what was measured.
+    fn failed_root(&mut self, label: &str, node: &Node, why: &str) -> Result<(), ReportError> {
+        self.state.next_id += 1;
+        write!(
+            self.out,
+            "{},{},{},{},{},,,,,,0\r\n",
+            self.state.next_id,
+            field(&format!("{label} not measured: {why}")),
+            field(label),
+            list(&node.type_names),
+            node.static_size,
+        )?;
+        Ok(())
+    }
+
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError> {
         self.state.next_id += 1;
         let id = self.state.next_id;

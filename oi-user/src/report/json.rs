@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use super::{Data, NodeOut, ReportError, Sink};
+use crate::plan::Node;
 
 pub struct JsonSink<'w> {
     out: &'w mut dyn Write,
@@ -76,6 +77,17 @@ impl<'w> JsonSink<'w> {
 }
 
 impl Sink for JsonSink<'_> {
+    /// OI's `{}` for an argument it could not measure, in that argument's place.
+    fn failed_root(&mut self, _label: &str, _node: &Node, _why: &str) -> Result<(), ReportError> {
+        if self.roots > 0 {
+            self.out.write_all(b",")?;
+        }
+        self.roots += 1;
+        self.indent(1)?;
+        self.out.write_all(b"{}")?;
+        Ok(())
+    }
+
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError> {
         match self.open.last_mut() {
             Some(first) => {

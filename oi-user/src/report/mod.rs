@@ -32,6 +32,9 @@ pub enum ReportError {
     Truncated,
     #[error("data stream is corrupt: {0}")]
     Corrupt(String),
+    /// Every root of a sample of several roots failed (each one's reason, `label: why`).
+    #[error("no argument could be measured: {0}")]
+    NothingMeasured(String),
     #[error("cannot write the report: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -80,6 +83,12 @@ pub trait Sink {
     /// A root is about to be decoded; `label` says which (`this`, `arg0`, `retval`).
     fn root(&mut self, _label: &str) {}
 
+    /// Root `label` (plan node `node`) has no result: its walk or its decoding failed, for
+    /// the reason `why`; the other roots of the sample are printed as usual.
+    fn failed_root(&mut self, _label: &str, _node: &Node, _why: &str) -> Result<(), ReportError> {
+        Ok(())
+    }
+
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError>;
     fn end(&mut self) -> Result<(), ReportError>;
 
@@ -104,6 +113,26 @@ pub fn decode(
     stream: &[u64],
     sink: &mut dyn Sink,
 ) -> Result<(), ReportError> {
+    size_root(plan, root, stream)?.print(sink)
+}
+
+/// A root whose first pass succeeded: every size is known and nothing has been printed yet,
+/// so a stream that cannot be decoded fails before its root reaches a printer (its place in
+/// the output then says so, see `output`).
+pub struct Sized<'a> {
+    plan: &'a Plan,
+    root: NodeId,
+    stream: &'a [u64],
+    sizes: Vec<u64>,
+    statics: Vec<Option<u64>>,
+}
+
+/// The first pass of [`decode`]: checks the stream and computes the inclusive sizes.
+pub fn size_root<'a>(
+    plan: &'a Plan,
+    root: NodeId,
+    stream: &'a [u64],
+) -> Result<Sized<'a>, ReportError> {
     let mut statics = vec![None; plan.nodes.len()];
     let mut measure = Decoder {
         plan,
@@ -119,20 +148,33 @@ pub fn decode(
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
-    let mut print = Decoder {
+    Ok(Sized {
         plan,
+        root,
         stream,
-        pos: 0,
         sizes,
-        cursor: 0,
-        sink: Some(sink),
-        path: Vec::new(),
-        statics: &mut statics,
-        depth: 0,
-        record: true,
-    };
-    print.node(root, None)?;
-    Ok(())
+        statics,
+    })
+}
+
+impl Sized<'_> {
+    /// The second pass: hands every node to `sink`.
+    pub fn print(mut self, sink: &mut dyn Sink) -> Result<(), ReportError> {
+        let mut print = Decoder {
+            plan: self.plan,
+            stream: self.stream,
+            pos: 0,
+            sizes: self.sizes,
+            cursor: 0,
+            sink: Some(sink),
+            path: Vec::new(),
+            statics: &mut self.statics,
+            depth: 0,
+            record: true,
+        };
+        print.node(self.root, None)?;
+        Ok(())
+    }
 }
 
 /// Total size of one root (first pass only); for tests and summaries.

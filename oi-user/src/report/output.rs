@@ -11,8 +11,8 @@ use super::csv::{CsvSink, CsvState};
 use super::json::JsonSink;
 use super::totals::Totals;
 use super::tree::{self, TreeSink};
-use super::{NodeOut, ReportError, Sink, decode};
-use crate::plan::{NodeId, Plan};
+use super::{NodeOut, ReportError, Sink, Sized, size_root};
+use crate::plan::{Node, NodeId, Plan};
 
 /// How samples are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,13 @@ impl Sink for Tee<'_> {
         for s in &mut self.sinks {
             s.root(label);
         }
+    }
+
+    fn failed_root(&mut self, label: &str, node: &Node, why: &str) -> Result<(), ReportError> {
+        for s in &mut self.sinks {
+            s.failed_root(label, node, why)?;
+        }
+        Ok(())
     }
 
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError> {
@@ -66,11 +73,12 @@ impl Sink for Tee<'_> {
     }
 }
 
-/// One measured root of a sample: its label (`this`, `arg0`), plan node and stream.
+/// One measured root of a sample: its label (`this`, `arg0`), plan node and stream, or why
+/// its walk failed.
 pub struct Root<'a> {
     pub label: &'a str,
     pub node: NodeId,
-    pub stream: &'a [u64],
+    pub stream: Result<&'a [u64], &'a str>,
 }
 
 /// Writes samples in one format, keeping what lasts over a run.
@@ -89,13 +97,22 @@ impl SampleWriter {
     }
 
     /// Writes one sample's `roots` to `out`; `totals`, if given, is filled in the same pass.
+    /// A root whose walk failed or whose stream cannot be decoded is printed as failed in its
+    /// place (`{}` in JSON, a line saying why in the tree and CSV) and listed in the result
+    /// (`label: why`); if no root is left, nothing is printed and that is the error.
     pub fn write(
         &mut self,
         plan: &Plan,
         roots: &[Root<'_>],
         out: &mut dyn Write,
         totals: Option<&mut Totals>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<Vec<String>, ReportError> {
+        let sized = size_roots(plan, roots)?;
+        let failed = roots
+            .iter()
+            .zip(&sized)
+            .filter_map(|(r, s)| s.as_ref().err().map(|why| format!("{}: {why}", r.label)))
+            .collect();
         let mut extra: Vec<&mut dyn Sink> = Vec::new();
         if let Some(t) = totals {
             extra.push(t);
@@ -104,40 +121,79 @@ impl SampleWriter {
             Format::Json { pretty } => {
                 let mut sink = JsonSink::new(out, pretty);
                 sink.start_sample()?;
-                each_root(plan, roots, &mut sink, extra)?;
-                sink.end_sample()
+                each_root(plan, roots, sized, &mut sink, extra)?;
+                sink.end_sample()?;
             }
             Format::Tree(opts) => {
                 let mut sink = TreeSink::new(plan, opts);
-                each_root(plan, roots, &mut sink, extra)?;
-                sink.write(out)
+                each_root(plan, roots, sized, &mut sink, extra)?;
+                sink.write(out)?;
             }
             Format::Csv => {
                 let mut sink = CsvSink::new(out, &mut self.csv)?;
-                each_root(plan, roots, &mut sink, extra)
+                each_root(plan, roots, sized, &mut sink, extra)?;
             }
         }
+        Ok(failed)
     }
+}
+
+/// The first decoding pass of every root, before anything is printed: each root sized, or
+/// why it has no result. A sample none of whose roots is left is an error: with one root,
+/// that root's own error; with several, [`ReportError::NothingMeasured`].
+fn size_roots<'a>(
+    plan: &'a Plan,
+    roots: &[Root<'a>],
+) -> Result<Vec<Result<Sized<'a>, String>>, ReportError> {
+    let mut sized = Vec::with_capacity(roots.len());
+    let mut last_error = None;
+    for r in roots {
+        sized.push(match r.stream {
+            Err(why) => Err(why.to_string()),
+            Ok(stream) => size_root(plan, r.node, stream).map_err(|e| {
+                let why = e.to_string();
+                last_error = Some(e);
+                why
+            }),
+        });
+    }
+    if roots.is_empty() || sized.iter().any(Result::is_ok) {
+        return Ok(sized);
+    }
+    if let ([_], Some(e)) = (roots, last_error) {
+        return Err(e);
+    }
+    let reasons: Vec<String> = roots
+        .iter()
+        .zip(&sized)
+        .filter_map(|(r, s)| s.as_ref().err().map(|why| format!("{}: {why}", r.label)))
+        .collect();
+    Err(ReportError::NothingMeasured(reasons.join("; ")))
 }
 
 fn each_root<'s>(
     plan: &Plan,
     roots: &[Root<'_>],
+    sized: Vec<Result<Sized<'_>, String>>,
     main: &'s mut dyn Sink,
     mut extra: Vec<&'s mut dyn Sink>,
 ) -> Result<(), ReportError> {
-    if extra.is_empty() {
-        for r in roots {
-            main.root(r.label);
-            decode(plan, r.node, r.stream, main)?;
+    let mut tee;
+    let sink: &mut dyn Sink = if extra.is_empty() {
+        main
+    } else {
+        extra.insert(0, main);
+        tee = Tee { sinks: extra };
+        &mut tee
+    };
+    for (r, s) in roots.iter().zip(sized) {
+        match s {
+            Ok(s) => {
+                sink.root(r.label);
+                s.print(sink)?;
+            }
+            Err(why) => sink.failed_root(r.label, &plan.nodes[r.node], &why)?,
         }
-        return Ok(());
-    }
-    extra.insert(0, main);
-    let mut tee = Tee { sinks: extra };
-    for r in roots {
-        tee.root(r.label);
-        decode(plan, r.node, r.stream, &mut tee)?;
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use super::{NodeOut, ReportError, Sink};
-use crate::plan::{Op, Plan, Scalar, ScalarKind};
+use crate::plan::{Node, Op, Plan, Scalar, ScalarKind};
 
 /// Distinct kinds of element (name, type, size, value) counted per node; further kinds are
 /// still counted in the `… more` line, but cannot fold.
@@ -149,7 +149,8 @@ pub struct TreeSink<'p> {
     plan: &'p Plan,
     opts: Options,
     stack: Vec<Open>,
-    roots: Vec<TreeNode>,
+    /// Decoded roots, or the line of a root that has no result.
+    roots: Vec<Result<TreeNode, String>>,
     root_label: Option<String>,
 }
 
@@ -167,18 +168,23 @@ impl<'p> TreeSink<'p> {
     /// Prints every root decoded so far and forgets them.
     pub fn write(&mut self, out: &mut dyn Write) -> Result<(), ReportError> {
         for root in std::mem::take(&mut self.roots) {
-            let total = root.head.size.max(1);
-            print(out, &root, None, total, 0)?;
+            match root {
+                Ok(root) => {
+                    let total = root.head.size.max(1);
+                    print(out, &root, None, total, 0)?;
+                }
+                Err(line) => writeln!(out, "{line}")?,
+            }
         }
         Ok(())
     }
 
-    fn type_name(&self, n: &NodeOut<'_>) -> String {
-        let oi = n.node.type_names.last().map(String::as_str).unwrap_or("");
+    fn type_name(&self, node: &Node) -> String {
+        let oi = node.type_names.last().map(String::as_str).unwrap_or("");
         match self.opts.names {
             Names::Oi => oi.to_string(),
-            Names::Readable if n.node.readable.is_empty() => oi.to_string(),
-            Names::Readable => n.node.readable.clone(),
+            Names::Readable if node.readable.is_empty() => oi.to_string(),
+            Names::Readable => node.readable.clone(),
         }
     }
 
@@ -600,6 +606,19 @@ impl Sink for TreeSink<'_> {
         self.root_label = Some(label.to_string());
     }
 
+    /// `arg1: std::string  not measured: <why>`, in the root's place.
+    fn failed_root(&mut self, label: &str, node: &Node, why: &str) -> Result<(), ReportError> {
+        let ty = self.type_name(node);
+        let ty = if ty.is_empty() {
+            String::new()
+        } else {
+            format!(": {ty}")
+        };
+        self.roots
+            .push(Err(format!("{label}{ty}  not measured: {why}")));
+        Ok(())
+    }
+
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError> {
         let name = match (&self.root_label, self.stack.is_empty()) {
             (Some(label), true) => label.clone(),
@@ -607,7 +626,7 @@ impl Sink for TreeSink<'_> {
         };
         let head = Head {
             name,
-            ty: self.type_name(n),
+            ty: self.type_name(n.node),
             size: n.size,
             value: self.value(n),
             extra: self.extra(n),
@@ -640,7 +659,7 @@ impl Sink for TreeSink<'_> {
         let done = self.close(open);
         let top = self.opts.top;
         let Some(parent) = self.stack.last_mut() else {
-            self.roots.push(done);
+            self.roots.push(Ok(done));
             return Ok(());
         };
         let seq = parent.children;

@@ -31,7 +31,7 @@ use crate::{
     debuginfo::{Binary, dwarf},
     error::{Error, Result},
     interp::RemoteReader,
-    measure::Measurer,
+    measure::{Measurer, RootStream},
     privileges,
     target::{ProcessInfo, Tracer, procfs},
 };
@@ -125,7 +125,7 @@ pub fn run(args: &Args) -> Result<()> {
     for written in reporter.finish() {
         if let Err(e) = written.result {
             failed += 1;
-            eprintln!("oi-trace: error: report of pid {pid}: {e}");
+            eprintln!("oi-trace: error: report of pid {pid}: {}", e.why);
         }
     }
     reporter.outputs().map_err(Error::sample)?;
@@ -194,7 +194,7 @@ fn read_from_outside(
     pid: i32,
     g: &Global,
     mut tracer: Option<&mut Tracer>,
-) -> std::result::Result<Vec<Vec<u64>>, Failure> {
+) -> std::result::Result<Vec<RootStream>, Failure> {
     if let Some(t) = tracer.as_mut() {
         t.stop_all(pid).map_err(|_| Failure::Gone)?;
     }
@@ -274,7 +274,7 @@ impl Walker {
     }
 
     /// One snapshot of global `index`.
-    fn walk(&mut self, index: usize, g: &Global) -> std::result::Result<Vec<Vec<u64>>, Failure> {
+    fn walk(&mut self, index: usize, g: &Global) -> std::result::Result<Vec<RootStream>, Failure> {
         let regs = EntryRegs::default();
         match self {
             Self::Jit {

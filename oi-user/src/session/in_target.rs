@@ -13,7 +13,7 @@ use crate::{
     error::{Error, Result},
     interp::RemoteReader,
     jit::{self, CompiledWalker, STATUS_FULL, WalkFrame, cache::WalkerCache},
-    measure::{Located, Measurer},
+    measure::{Located, Measurer, RootStream},
     target::{
         bootstrap::Bootstrap,
         hijack::{CallEnd, Held, Segments},
@@ -25,6 +25,28 @@ use crate::{
 const EAGER_COPY: u64 = 1 << 20;
 /// A walk that returned: where its output is, how many bytes, and the first of them.
 type Walked = (u64, u64, Vec<u8>);
+
+/// The walkers of one probe site: of all its roots at once, and (with several roots) of each
+/// root alone.
+struct Site {
+    all: usize,
+    each: Vec<usize>,
+}
+
+/// How one run of a walker ended, when it did not return a result.
+enum RunError {
+    /// The walk itself failed (fault, corrupt object, timeout, stack): the thread was given
+    /// back intact and another walk may follow.
+    Walk(String),
+    /// Anything else ends the sample.
+    Other(Failure),
+}
+
+impl From<RemoteError> for RunError {
+    fn from(e: RemoteError) -> Self {
+        Self::Other(e.into())
+    }
+}
 
 /// What one process carries of ours.
 struct Mapped {
@@ -38,8 +60,8 @@ pub struct InTarget {
     timeout: Duration,
     /// Every (probe, site) walker, flat, in the order they are laid out in the code segment.
     walkers: Vec<Arc<CompiledWalker>>,
-    /// probe → site → index into `walkers`.
-    index: Vec<Vec<usize>>,
+    /// probe → site → its walkers, as indices into `walkers`.
+    index: Vec<Vec<Site>>,
     processes: HashMap<i32, Mapped>,
     /// Every mapping of our code is recorded here, once the thread it was made through runs
     /// again.
@@ -81,6 +103,57 @@ impl From<RemoteError> for Failure {
     }
 }
 
+/// What the walk of a sample gave.
+enum Walk {
+    /// The walker of all roots returned: where its output is (copied after the thread runs
+    /// again when it is large).
+    All(Walked),
+    /// Each root walked alone after the walk of all failed: its stream or why it has none.
+    Each(Vec<RootStream>),
+}
+
+/// Runs `walker` on `frame` until it returns (growing the output as it asks), faults, times
+/// out or reports a corrupt object. `names`: the roots it walks, for messages.
+fn run(
+    held: &mut Held,
+    mapped: &mut Mapped,
+    walker: usize,
+    frame: &mut WalkFrame,
+    names: &str,
+    timeout: Duration,
+) -> Result<Walked, RunError> {
+    let tgid = held.tgid;
+    loop {
+        (frame.out, frame.out_len) = (mapped.seg.output, mapped.seg.output_len);
+        frame.generation = mapped.generation;
+        let entry = mapped.seg.walkers[walker];
+        match held.call(&mapped.seg, entry, frame, timeout)? {
+            CallEnd::Returned => {}
+            CallEnd::Faulted { signal, addr, .. } => {
+                // The walk may have used a generation per root: skip past all of them.
+                mapped.generation += frame.nargs;
+                return Err(RunError::Walk(format!(
+                    "walk of {names} faulted at {addr:#x} ({signal}): a corrupt or freed object"
+                )));
+            }
+            CallEnd::TimedOut => {
+                mapped.generation += frame.nargs;
+                return Err(RunError::Walk(format!(
+                    "walk of {names} did not finish within {timeout:?} (--walk-timeout)"
+                )));
+            }
+        }
+        let (done, prefix) = mapped.seg.read_frame_and_prefix(tgid)?;
+        mapped.generation = done.generation;
+        if done.status == STATUS_FULL {
+            mapped.seg.grow_output(held, done.out_used)?;
+            continue;
+        }
+        jit::check_status(&done).map_err(|e| RunError::Walk(format!("walk of {names}: {e}")))?;
+        return Ok((mapped.seg.output, done.out_used, prefix));
+    }
+}
+
 impl InTarget {
     /// Compiles (or finds in the cache) the walker of every probe site.
     pub fn prepare(probes: &mut [Probe], timeout: Duration, audit: Audit) -> Result<Self> {
@@ -91,12 +164,25 @@ impl InTarget {
         for probe in probes {
             let mut sites = Vec::new();
             for m in &probe.measurers {
-                let (w, found) = cache.get_or_compile(m.plan(), &m.roots()).map_err(|e| {
-                    Error::internal(format!("compiling the walker of {}: {e}", probe.symbol))
-                })?;
+                let mut compile = |roots: &[usize]| {
+                    let (w, found) = cache.get_or_compile(m.plan(), roots).map_err(|e| {
+                        Error::internal(format!("compiling the walker of {}: {e}", probe.symbol))
+                    })?;
+                    walkers.push(w);
+                    Ok::<_, Error>((walkers.len() - 1, found))
+                };
+                let roots = m.roots();
+                let (all, found) = compile(&roots)?;
                 probe.walkers_cached += usize::from(found);
-                sites.push(walkers.len());
-                walkers.push(w);
+                // Of several roots, each also alone: after a fault the sample re-walks them
+                // one by one, so that one bad argument costs only its own result.
+                let mut each = Vec::new();
+                if roots.len() > 1 {
+                    for &root in &roots {
+                        each.push(compile(&[root])?.0);
+                    }
+                }
+                sites.push(Site { all, each });
             }
             index.push(sites);
         }
@@ -123,14 +209,14 @@ impl InTarget {
         regs: &EntryRegs,
         bias: u64,
         before_resume: &mut dyn FnMut(),
-    ) -> Result<Vec<Vec<u64>>, Failure> {
+    ) -> Result<Vec<RootStream>, Failure> {
         let bootstrap = self
             .processes
             .get(&tgid)
             .map(|m| m.bootstrap)
             .or_else(|| self.bootstraps.get(&tgid).copied());
         let mut held = Held::begin(tgid, tid, bootstrap)?;
-        let result = self.walk(&mut held, self.index[probe][site], measurer, regs, bias);
+        let result = self.walk(&mut held, (probe, site), measurer, regs, bias);
         let result = match result {
             Err(Failure::Gone) => return Err(Failure::Gone),
             Err(Failure::Exec) => return Err(Failure::Exec),
@@ -164,8 +250,17 @@ impl InTarget {
             Ok(bytes)
         };
         let (result, early) = match result {
-            Ok(walked) if walked.1 <= EAGER_COPY => (Ok(None), Some(read(walked))),
-            other => (other.map(Some), None),
+            Ok(Walk::All(walked)) if walked.1 <= EAGER_COPY => (Ok(None), Some(read(walked))),
+            Ok(Walk::All(walked)) => (Ok(Some(walked)), None),
+            // Walked one by one (and copied) while the thread was held.
+            Ok(Walk::Each(streams)) => {
+                before_resume();
+                let ended = held.end();
+                self.flush_audit();
+                ended?;
+                return Ok(streams);
+            }
+            Err(e) => (Err(e), None),
         };
         before_resume();
         let ended = held.end();
@@ -177,17 +272,20 @@ impl InTarget {
             (None, None) => unreachable!("a walk read late was kept"),
         };
         jit::split_streams(&bytes, measurer.roots().len())
+            .map(|streams| streams.into_iter().map(Ok).collect())
             .map_err(|e| Failure::Sample(Error::sample(e.to_string())))
     }
 
+    /// Walks every root with the site's walker of all roots; if that walk fails and there
+    /// are several roots, walks each alone (see [`Walk::Each`]).
     fn walk(
         &mut self,
         held: &mut Held,
-        walker: usize,
+        (probe, site): (usize, usize),
         measurer: &Measurer,
         regs: &EntryRegs,
         bias: u64,
-    ) -> Result<Walked, Failure> {
+    ) -> Result<Walk, Failure> {
         let tgid = held.tgid;
         if !self.processes.contains_key(&tgid) {
             let code: Vec<(&[u8], u64)> = self
@@ -263,37 +361,47 @@ impl InTarget {
         let (scratch, scratch_len) = mapped.seg.scratch();
         (frame.scratch, frame.scratch_len) = (scratch, scratch_len);
         frame.stack_len = mapped.seg.stack_budget();
-        loop {
-            (frame.out, frame.out_len) = (mapped.seg.output, mapped.seg.output_len);
-            frame.generation = mapped.generation;
-            let entry = mapped.seg.walkers[walker];
-            match held.call(&mapped.seg, entry, &frame, self.timeout)? {
-                CallEnd::Returned => {}
-                CallEnd::Faulted { signal, addr, .. } => {
-                    // The walk may have used a generation per root: skip past all of them.
-                    mapped.generation += frame.nargs;
-                    return Err(Failure::Sample(Error::sample(format!(
-                        "walk of {names} faulted at {addr:#x} ({signal}): a corrupt or freed object"
-                    ))));
-                }
-                CallEnd::TimedOut => {
-                    mapped.generation += frame.nargs;
-                    return Err(Failure::Sample(Error::sample(format!(
-                        "walk of {names} did not finish within {:?} (--walk-timeout)",
-                        self.timeout
-                    ))));
-                }
+        let site = &self.index[probe][site];
+        match run(held, mapped, site.all, &mut frame, &names, self.timeout) {
+            Ok(walked) => return Ok(Walk::All(walked)),
+            Err(RunError::Other(f)) => return Err(f),
+            Err(RunError::Walk(why)) if site.each.is_empty() => {
+                return Err(Failure::Sample(Error::sample(why)));
             }
-            let (done, prefix) = mapped.seg.read_frame_and_prefix(tgid)?;
-            mapped.generation = done.generation;
-            if done.status == STATUS_FULL {
-                mapped.seg.grow_output(held, done.out_used)?;
-                continue;
-            }
-            jit::check_status(&done)
-                .map_err(|e| Failure::Sample(Error::sample(format!("walk of {names}: {e}"))))?;
-            return Ok((mapped.seg.output, done.out_used, prefix));
+            // Each root is walked again below, this one too (it may be another's fault).
+            Err(RunError::Walk(_)) => {}
         }
+        // One root spoiled the walk of all: walk each alone, still holding the thread (each
+        // run overwrites the output, so each is copied out before the next).
+        let whole = frame;
+        let mut streams = Vec::with_capacity(site.each.len());
+        for (i, &walker) in site.each.iter().enumerate() {
+            let mut frame = WalkFrame {
+                nargs: 1,
+                unseeded: (whole.unseeded >> i) & 1,
+                ..whole
+            };
+            frame.args = [0; jit::MAX_ROOTS];
+            frame.args[0] = whole.args[i];
+            let name = measurer.arg_names()[i];
+            match run(held, mapped, walker, &mut frame, name, self.timeout) {
+                Ok((output, used, mut bytes)) => {
+                    let have = bytes.len().min(used as usize);
+                    bytes.resize(used as usize, 0);
+                    if have < bytes.len() {
+                        remote::read_memory(tgid, output + have as u64, &mut bytes[have..])?;
+                    }
+                    let stream = jit::split_streams(&bytes, 1)
+                        .map_err(|e| Failure::Sample(Error::sample(e.to_string())))?;
+                    streams.push(Ok(stream.into_iter().next().unwrap_or_default()));
+                }
+                Err(RunError::Walk(why)) => {
+                    streams.push(Err(why));
+                }
+                Err(RunError::Other(f)) => return Err(f),
+            }
+        }
+        Ok(Walk::Each(streams))
     }
 
     /// Finds, now, where the first remote syscalls into `tgid` will go: a restoring stub in the

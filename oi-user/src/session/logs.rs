@@ -10,7 +10,7 @@ use std::{
 use oi_common::{Event, ProbeCounters};
 use serde_json::json;
 
-use super::Probe;
+use super::{Failures, Probe};
 use crate::{
     cli::Args,
     error::{Error, Result},
@@ -71,20 +71,27 @@ impl Logs {
             .map_err(|e| Error::internal(format!("writing {}: {e}", path.display())))
     }
 
-    pub fn summary(&mut self, probes: &[Probe], counters: &[ProbeCounters]) -> Result<()> {
+    pub fn summary(
+        &mut self,
+        probes: &[Probe],
+        counters: &[ProbeCounters],
+        failures: &[Failures],
+    ) -> Result<()> {
         let Some(path) = &self.summary else {
             return Ok(());
         };
         let rows: Vec<_> = probes
             .iter()
             .zip(counters)
-            .map(|(p, c)| {
+            .zip(failures)
+            .map(|((p, c), f)| {
                 json!({
                     "probe": p.symbol, "hits": c.hits, "sampled": c.sampled,
                     "dropped": c.dropped, "filtered": c.filtered, "unseen": c.unseen,
                     "sites": p.sites.len(),
                     "points": p.sites.iter().map(|s| s.points.len()).sum::<usize>(),
                     "plans_cached": p.plans_cached, "walkers_cached": p.walkers_cached,
+                    "samples_failed": f.samples, "roots_failed": f.roots,
                 })
             })
             .collect();

@@ -41,7 +41,7 @@ use crate::{
 };
 use in_target::{Failure, InTarget};
 use logs::{Logs, SampleRecord};
-use reporter::{BACKLOG, Reporter};
+use reporter::{BACKLOG, Reporter, Written};
 use resolve::{BinaryCache, Resolved};
 
 /// What the user asked to trace.
@@ -140,6 +140,8 @@ pub fn run(args: &Args) -> Result<()> {
         pending: HashMap::new(),
         samples: 0,
         failed_samples: 0,
+        nothing_measured: 0,
+        failures: vec![Failures::default(); probe_count],
         cancelled: vec![0; probe_count],
         sites: HashMap::new(),
         in_target,
@@ -181,6 +183,16 @@ pub fn run(args: &Args) -> Result<()> {
         End::TargetExec(program) => Err(Error::sample(format!(
             "target exited (it executed {program})"
         ))),
+        End::Done
+            if session.failed_samples > 0 && session.nothing_measured == session.failed_samples =>
+        {
+            // OI's words too, for whoever looks for them (oid exits 6 with this line).
+            Err(Error::NothingMeasured(format!(
+                "{} of {} samples measured none of their arguments (Nothing to output: failed \
+                 to run TreeBuilder on any argument)",
+                session.failed_samples, session.samples
+            )))
+        }
         End::Done if session.failed_samples > 0 => Err(Error::sample(format!(
             "{} of {} samples failed",
             session.failed_samples, session.samples
@@ -412,6 +424,10 @@ struct Session {
     pending: HashMap<i32, Event>,
     samples: u64,
     failed_samples: u64,
+    /// Of the failed samples, those of several arguments none of which could be measured.
+    nothing_measured: u64,
+    /// Per probe, for `--summary`.
+    failures: Vec<Failures>,
     /// Samples the kernel side started (counted `sampled`) that this run let go unmeasured
     /// because it was ending, per probe: reported as dropped, so `sampled` is what was printed.
     cancelled: Vec<u64>,
@@ -725,6 +741,9 @@ impl Session {
         // From the hit (the kernel's clock) to the moment the thread runs again.
         let pause_us = timing.resumed_ns.saturating_sub(ev.time_ns) / 1000;
         self.samples += 1;
+        if result.is_err() {
+            self.failures[ev.probe as usize].samples += 1;
+        }
         match result {
             Ok(()) => {}
             Err(Failure::Sample(e)) => {
@@ -828,17 +847,41 @@ impl Session {
     /// Takes note of the reports written meanwhile; lifts busy marks kept for the backlog.
     fn collect_reports(&mut self) {
         for written in self.reporter.written() {
-            if let Err(e) = written.result {
-                self.failed_samples += 1;
-                eprintln!(
-                    "oi-trace: error: sample {} of pid {}: {e}",
-                    written.hit, written.tgid
-                );
-            }
+            self.take_written(written);
         }
         if self.reporter.pending() < BACKLOG && !self.count_reached() {
             for tgid in self.deferred_busy.drain(..) {
                 self.trigger.clear_busy(tgid);
+            }
+        }
+    }
+
+    /// Counts and says what a written report found: roots that could not be measured (a
+    /// warning each: the sample's other roots were printed), or why nothing was printed.
+    fn take_written(&mut self, written: Written) {
+        let probe = self.probes.iter().position(|p| *p.symbol == *written.probe);
+        let (hit, tgid) = (written.hit, written.tgid);
+        match written.result {
+            Ok(failed) => {
+                for root in &failed {
+                    eprintln!(
+                        "oi-trace: warning: sample {hit} of pid {tgid}: not measured (`{{}}` in \
+                         its place), {root}"
+                    );
+                }
+                if let Some(p) = probe {
+                    self.failures[p].roots += failed.len() as u64;
+                }
+            }
+            Err(e) => {
+                self.failed_samples += 1;
+                if e.nothing_measured {
+                    self.nothing_measured += 1;
+                }
+                if let Some(p) = probe {
+                    self.failures[p].samples += 1;
+                }
+                eprintln!("oi-trace: error: sample {hit} of pid {tgid}: {}", e.why);
             }
         }
     }
@@ -897,13 +940,7 @@ impl Session {
     fn shutdown(&mut self) {
         self.trigger.disarm();
         for written in self.reporter.finish() {
-            if let Err(e) = written.result {
-                self.failed_samples += 1;
-                eprintln!(
-                    "oi-trace: error: sample {} of pid {}: {e}",
-                    written.hit, written.tgid
-                );
-            }
+            self.take_written(written);
         }
         self.drain_events();
         let processes: Vec<i32> = self.tracer.processes().collect();
@@ -960,7 +997,7 @@ impl Session {
         for (probe, c) in self.probes.iter().zip(&counters) {
             eprintln!("oi-trace: {}: {}", probe.symbol, summary_line(c));
         }
-        self.logs.summary(&self.probes, &counters)
+        self.logs.summary(&self.probes, &counters, &self.failures)
     }
 }
 
@@ -1048,6 +1085,16 @@ fn alive_after_exec(tgid: i32) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
     false
+}
+
+/// What failed of one probe's samples, for `--summary`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Failures {
+    /// Samples that printed nothing (the walk, its report or the thread failed).
+    pub samples: u64,
+    /// Roots printed as failed (`{}` in JSON) beside measured ones; a sample that measured
+    /// none of its roots counts in `samples` instead.
+    pub roots: u64,
 }
 
 /// When a sample's thread was let go, and how long its walk took.

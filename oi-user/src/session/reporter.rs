@@ -27,7 +27,9 @@ use std::{
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::cli::{self, Args};
-use crate::measure::{Measurer, WALK_STACK};
+use crate::measure::MeasureError;
+use crate::measure::{Measurer, RootStream, WALK_STACK};
+use crate::report::ReportError;
 use crate::report::growth::Growth;
 use crate::report::output::{Format, SampleWriter};
 use crate::report::picture;
@@ -105,14 +107,41 @@ struct Job {
     /// The probed function, as the user named it.
     probe: Arc<str>,
     measurer: Arc<Measurer>,
-    streams: Vec<Vec<u64>>,
+    streams: Vec<RootStream>,
 }
 
 /// A report that was written, or why it could not be.
 pub struct Written {
     pub tgid: i32,
     pub hit: u64,
-    pub result: Result<(), String>,
+    pub probe: Arc<str>,
+    /// The roots printed as failed (`label: why`; the others were measured).
+    pub result: Result<Vec<String>, Unwritten>,
+}
+
+/// Why a sample's report was not written.
+pub struct Unwritten {
+    pub why: String,
+    /// None of the sample's several roots could be measured (OI's "nothing to output").
+    pub nothing_measured: bool,
+}
+
+impl From<MeasureError> for Unwritten {
+    fn from(e: MeasureError) -> Self {
+        Self {
+            nothing_measured: matches!(e, MeasureError::Report(ReportError::NothingMeasured(_))),
+            why: e.to_string(),
+        }
+    }
+}
+
+impl From<String> for Unwritten {
+    fn from(why: String) -> Self {
+        Self {
+            why,
+            nothing_measured: false,
+        }
+    }
 }
 
 pub struct Reporter {
@@ -143,6 +172,7 @@ impl Reporter {
                     let _ = done.send(Written {
                         tgid: job.tgid,
                         hit: job.hit,
+                        probe: job.probe.clone(),
                         result,
                     });
                     let _ = wake_writer.write(1);
@@ -165,7 +195,7 @@ impl Reporter {
         (tgid, tid, hit): (i32, i32, u64),
         probe: &str,
         measurer: Arc<Measurer>,
-        streams: Vec<Vec<u64>>,
+        streams: Vec<RootStream>,
     ) {
         if let Some(jobs) = &self.jobs
             && jobs
@@ -262,11 +292,11 @@ impl State {
     }
 
     /// `--framed`: the sample's OI array inside an object that says whose sample it is.
-    fn framed(&mut self, job: &Job, totals: Option<&mut Totals>) -> Result<(), String> {
+    fn framed(&mut self, job: &Job, totals: Option<&mut Totals>) -> Result<Vec<String>, Unwritten> {
         let mut roots = Vec::new();
-        job.measurer
-            .report(&job.streams, &mut self.writer, &mut roots, totals)
-            .map_err(|e| e.to_string())?;
+        let failed = job
+            .measurer
+            .report(&job.streams, &mut self.writer, &mut roots, totals)?;
         let roots = roots.strip_suffix(b"\n").unwrap_or(&roots);
         let text = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
         let args: Vec<String> = job.measurer.arg_names().iter().map(|a| text(a)).collect();
@@ -283,32 +313,31 @@ impl State {
             out.write_all(roots)?;
             out.write_all(b"}\n")
         };
-        write(&mut self.out).map_err(|e| format!("writing the report: {e}"))
+        write(&mut self.out).map_err(|e| format!("writing the report: {e}"))?;
+        Ok(failed)
     }
 
     fn wants_totals(&self) -> bool {
         self.outputs.svg.is_some() || self.outputs.folded.is_some() || self.growth.is_some()
     }
 
-    fn report(&mut self, job: &Job) -> Result<(), String> {
+    fn report(&mut self, job: &Job) -> Result<Vec<String>, Unwritten> {
         // JSON and CSV rows speak for themselves; trees of several samples need a title.
         if matches!(self.writer.format, Format::Tree(_)) {
             writeln!(self.out, "# pid {}, hit {}", job.tgid, job.hit)
                 .map_err(|e| format!("writing the report: {e}"))?;
         }
         let mut totals = self.wants_totals().then(Totals::new);
-        if self.outputs.framed {
-            self.framed(job, totals.as_mut())?;
+        let failed = if self.outputs.framed {
+            self.framed(job, totals.as_mut())?
         } else {
-            job.measurer
-                .report(
-                    &job.streams,
-                    &mut self.writer,
-                    &mut self.out,
-                    totals.as_mut(),
-                )
-                .map_err(|e| e.to_string())?;
-        }
+            job.measurer.report(
+                &job.streams,
+                &mut self.writer,
+                &mut self.out,
+                totals.as_mut(),
+            )?
+        };
         self.out
             .flush()
             .map_err(|e| format!("writing the report: {e}"))?;
@@ -319,7 +348,7 @@ impl State {
             let title = format!("{} in pid {}, hit {}", job.probe, job.tgid, job.hit);
             self.last = Some((t, title));
         }
-        Ok(())
+        Ok(failed)
     }
 
     fn print_growth(&self) {
