@@ -60,7 +60,13 @@ Examples:
            --growth growth.json --interval 10
       which member keeps growing: per member, first/last/min/max bytes over a minute
 
-Exit status: 0 success, 1 a sample failed or the target exited, 2 bad usage or input.")]
+An argument whose walk fails (a corrupt or freed object) beside arguments that were
+measured is `{}` in its place in the JSON (a line saying why in the tree and CSV, a warning
+on stderr): the sample counts as measured.
+
+Exit status: 0 success, 1 a sample failed or the target exited, 2 bad usage or input, 6 the
+only failed samples were samples of several arguments none of which could be measured (OI's
+oid status; a single argument that fails is exit 1).")]
 pub struct Args {
     /// Trace this process (all of its threads).
     #[arg(long, value_name = "PID")]
@@ -154,7 +160,8 @@ pub struct Args {
     #[arg(long, value_name = "S", default_value_t = 2.0)]
     pub walk_timeout: f64,
 
-    /// At exit, write per-probe counters as JSON: [{"probe","hits","sampled","dropped","filtered"}].
+    /// At exit, write per-probe counters as JSON: [{"probe","hits","sampled","dropped","filtered",
+    /// …,"samples_failed","roots_failed"}] (roots_failed: arguments printed as `{}`).
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
 

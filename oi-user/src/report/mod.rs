@@ -790,6 +790,86 @@ mod tests {
         );
     }
 
+    /// A root that failed (its walk, or its stream's decoding) is `{}` in its place, a line
+    /// in the tree, a row in the CSV, and listed; the others print as alone. With none left,
+    /// nothing is printed: one root's own error, or `NothingMeasured` naming every root.
+    #[test]
+    fn failed_roots_keep_their_place() {
+        use output::{Format, Root, SampleWriter};
+        let (plan, mem) = fixture();
+        let good = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
+        // A string capacity beyond any address space: the decoder refuses it.
+        let forged = vec![0x1000, 3, 10, 35, u64::MAX];
+        let root = |label, stream| Root {
+            label,
+            node: 0,
+            stream,
+        };
+        let write = |format, roots: &[Root<'_>]| {
+            let mut out = Vec::new();
+            let failed = SampleWriter::new(format).write(&plan, roots, &mut out, None);
+            (failed, String::from_utf8(out).expect("utf8"))
+        };
+        let json = Format::Json { pretty: false };
+        let (alone, alone_text) = write(json, &[root("arg1", Ok(&good))]);
+        assert!(alone.expect("alone").is_empty());
+        let alone_text = alone_text
+            .trim_end()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let roots = [
+            root("arg0", Err("walk of arg0 faulted")),
+            root("arg1", Ok(&good)),
+            root("arg2", Ok(&forged)),
+        ];
+        let (failed, text) = write(json, &roots);
+        assert_eq!(
+            failed.expect("written"),
+            [
+                "arg0: walk of arg0 faulted".to_string(),
+                format!(
+                    "arg2: data stream is corrupt: implausible string capacity {}",
+                    u64::MAX
+                )
+            ]
+        );
+        assert_eq!(text, format!("[{{}},{alone_text},{{}}]\n"));
+        let (_, tree) = write(Format::Tree(tree::Options::default()), &roots);
+        let lines: Vec<&str> = tree.lines().collect();
+        assert_eq!(lines[0], "arg0: S  not measured: walk of arg0 faulted");
+        assert!(lines[1].starts_with("arg1: S  131 B  100.0%"), "{tree}");
+        assert!(
+            lines[lines.len() - 1].starts_with("arg2: S  not measured: data stream is corrupt"),
+            "{tree}"
+        );
+        let (_, csv) = write(Format::Csv, &roots);
+        let rows: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            rows[1],
+            r#"1,"arg0 not measured: walk of arg0 faulted","arg0","S",56,,,,,,0"#
+        );
+        assert!(
+            rows[2].starts_with(r#"2,"a0","a0","S",56,0,,,,,0"#),
+            "{csv}"
+        );
+        assert!(
+            rows[rows.len() - 1].ends_with(r#","arg2","S",56,,,,,,0"#),
+            "{csv}"
+        );
+
+        let (none, text) = write(json, &[roots[0], roots[2]]);
+        let e = none.expect_err("nothing measured");
+        assert!(matches!(e, ReportError::NothingMeasured(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("arg0: walk of arg0 faulted; arg2: data stream"),
+            "{e}"
+        );
+        assert!(text.is_empty(), "{text}");
+        let (one, _) = write(json, &[root("arg2", Ok(&forged))]);
+        assert!(matches!(one, Err(ReportError::Corrupt(_))));
+    }
+
     /// Elements that are strings are sized in one loop: the same sizes as the printing
     /// pass, and the same errors for short or forged streams.
     #[test]

@@ -75,6 +75,7 @@ impl Sink for Tee<'_> {
 
 /// One measured root of a sample: its label (`this`, `arg0`), plan node and stream, or why
 /// its walk failed.
+#[derive(Clone, Copy)]
 pub struct Root<'a> {
     pub label: &'a str,
     pub node: NodeId,
