@@ -1,6 +1,12 @@
 //! `--mode jit`: samples walked by compiled code running inside the target, on the frozen
 //! thread, through `target::hijack`. Segments are mapped into a process at its first sample
 //! and unmapped when oi-trace lets it go.
+//!
+//! A site of several roots has, besides its walker of all roots, one walker per root. A sample
+//! runs the walker of all; only if that run faults, times out or finds a corrupt object does
+//! it run each root's walker in turn, on the same still-frozen thread (restored after every
+//! run, as after any fault), so that one bad argument costs only its own result (`{}` in the
+//! report). Never leaves the thread anywhere but where it stopped, with its registers back.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
