@@ -156,7 +156,8 @@ pub struct Args {
     pub mode: Mode,
 
     /// With --mode jit: give up a walk after S seconds (the thread is restored, the sample
-    /// reported as failed).
+    /// reported as failed; of several arguments, each is then walked alone with the same
+    /// limit and only the one that fails is `{}`).
     #[arg(long, value_name = "S", default_value_t = 2.0)]
     pub walk_timeout: f64,
 
