@@ -88,9 +88,12 @@ pub fn run(args: &Args) -> Result<()> {
             taken += 1;
             for (i, g) in globals.iter().enumerate() {
                 match walker.walk(i, g) {
-                    Ok(streams) => {
-                        reporter.submit((pid, pid, taken), &g.name, g.measurer.clone(), streams)
-                    }
+                    Ok(streams) => reporter.submit(
+                        (pid, pid, taken),
+                        (i, &g.name),
+                        g.measurer.clone(),
+                        streams,
+                    ),
                     Err(Failure::Sample(e)) => {
                         failed += 1;
                         eprintln!("oi-trace: error: {} in pid {pid}: {e}", g.name);

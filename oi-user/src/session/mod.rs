@@ -838,7 +838,7 @@ impl Session {
         };
         timing.resumed_ns = monotonic_ns();
         timing.walk_us = started.elapsed().as_micros() as u64;
-        let probe = &self.probes[ev.probe as usize].symbol;
+        let probe = (ev.probe as usize, &*self.probes[ev.probe as usize].symbol);
         self.reporter
             .submit((tgid, tid, ev.hit), probe, measurer, streams?);
         Ok(())
@@ -859,7 +859,7 @@ impl Session {
     /// Counts and says what a written report found: roots that could not be measured (a
     /// warning each: the sample's other roots were printed), or why nothing was printed.
     fn take_written(&mut self, written: Written) {
-        let probe = self.probes.iter().position(|p| *p.symbol == *written.probe);
+        let probe = Some(written.probe).filter(|&p| p < self.failures.len());
         let (hit, tgid) = (written.hit, written.tgid);
         match written.result {
             Ok(failed) => {

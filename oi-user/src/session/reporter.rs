@@ -104,6 +104,7 @@ struct Job {
     tgid: i32,
     tid: i32,
     hit: u64,
+    index: usize,
     /// The probed function, as the user named it.
     probe: Arc<str>,
     measurer: Arc<Measurer>,
@@ -114,7 +115,8 @@ struct Job {
 pub struct Written {
     pub tgid: i32,
     pub hit: u64,
-    pub probe: Arc<str>,
+    /// The probe's index, as given to [`Reporter::submit`].
+    pub probe: usize,
     /// The roots printed as failed (`label: why`; the others were measured).
     pub result: Result<Vec<String>, Unwritten>,
 }
@@ -172,7 +174,7 @@ impl Reporter {
                     let _ = done.send(Written {
                         tgid: job.tgid,
                         hit: job.hit,
-                        probe: job.probe.clone(),
+                        probe: job.index,
                         result,
                     });
                     let _ = wake_writer.write(1);
@@ -189,11 +191,12 @@ impl Reporter {
         })
     }
 
-    /// Queues the report of one sample of `probe`.
+    /// Queues the report of one sample of `probe` (its index, given back in [`Written`], and
+    /// its name).
     pub fn submit(
         &mut self,
         (tgid, tid, hit): (i32, i32, u64),
-        probe: &str,
+        (index, probe): (usize, &str),
         measurer: Arc<Measurer>,
         streams: Vec<RootStream>,
     ) {
@@ -203,6 +206,7 @@ impl Reporter {
                     tgid,
                     tid,
                     hit,
+                    index,
                     probe: Arc::from(probe),
                     measurer,
                     streams,
