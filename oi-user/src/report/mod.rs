@@ -46,6 +46,9 @@ pub struct NodeOut<'a> {
     pub size: u64,
     pub exclusive: u64,
     pub pointer: Option<u64>,
+    /// A chased raw pointer that charges the heap block it starts: the block's usable
+    /// bytes (JSON `heapBlock`, after `pointer`; not an OI key).
+    pub heap_block: Option<u64>,
     pub data: Option<&'a Data>,
     pub length_capacity: Option<(u64, u64)>,
     pub has_children: bool,
@@ -295,6 +298,7 @@ impl<'a> Decoder<'a, '_> {
         }
         let s = n.static_size;
         let mut pointer = None;
+        let mut heap_block = None;
         let mut lc = None;
         let mut data = None;
         let value = match &n.value {
@@ -448,6 +452,22 @@ impl<'a> Decoder<'a, '_> {
                     _ => (s, Children::None),
                 }
             }
+            Op::HeapPointer { target, .. } => {
+                let ptr = self.word()?;
+                let descended = self.word()? != 0;
+                let block = self.bounded(MAX_BYTES, "heap block size")?;
+                pointer = Some(ptr);
+                lc = Some((u64::from(descended), 1));
+                // The block holds the pointee: the pointer is charged the rest of it.
+                let (inside, children) = match (descended, target) {
+                    (true, Some(t)) => (plan.nodes[*t].static_size, Children::One(*t)),
+                    _ => (0, Children::None),
+                };
+                if block > 0 {
+                    heap_block = Some(block);
+                }
+                (s.saturating_add(block.saturating_sub(inside)), children)
+            }
         };
         let has_children = match &children {
             Children::None => false,
@@ -492,6 +512,7 @@ impl<'a> Decoder<'a, '_> {
             size,
             exclusive,
             pointer,
+            heap_block,
             data: data.as_ref(),
             length_capacity: lc,
             has_children,
