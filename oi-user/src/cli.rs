@@ -231,7 +231,8 @@ pub enum Names {
 pub enum Format {
     /// Object Introspection's JSON, one line per sample.
     Json,
-    /// An indented tree for people: readable names, largest first, summaries.
+    /// An indented tree for people: readable names, largest first, summaries. Each root is
+    /// labelled with the argument and its parameter name (`arg1 count:`, `this:`, `retval:`).
     Tree,
     /// Object Introspection's CSV exporter: one row per node, for spreadsheets.
     Csv,

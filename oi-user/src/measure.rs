@@ -111,12 +111,28 @@ impl MeasureError {
 #[derive(Debug, Clone)]
 struct ArgPlan {
     name: String,
+    /// The parameter's name in the function's DWARF (of the probed copy: a clone or an
+    /// inlined instance names its parameters through its abstract origin); `None` for
+    /// `this`, `retval`, unnamed parameters and objects not found at a probe.
+    param: Option<String>,
     root: NodeId,
     location: Location,
     /// The declared type is a pointer/reference: the location holds the object's address.
     deref: bool,
     /// Size of the measured object (for values that arrive in registers).
     size: u64,
+}
+
+impl ArgPlan {
+    /// How outputs for people (tree, growth, folded, SVG) name this root: the argument as
+    /// the user asked for it, then its parameter name from DWARF when it has one
+    /// (`arg1 count`, `this`, `retval`). The JSON root stays `a0`, as OI names every root.
+    fn label(&self) -> String {
+        match &self.param {
+            Some(p) if !p.is_empty() && p != &self.name => format!("{} {p}", self.name),
+            _ => self.name.clone(),
+        }
+    }
 }
 
 pub struct Measurer {
@@ -134,6 +150,7 @@ struct Stored {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredArg {
     name: String,
+    param: Option<String>,
     root: NodeId,
     location: StoredLocation,
     deref: bool,
@@ -277,6 +294,7 @@ impl Measurer {
             plan: pb.finish(),
             args: vec![ArgPlan {
                 name: "arg0".into(),
+                param: None,
                 root,
                 location: Location::Unavailable("an object given by its address"),
                 deref: true,
@@ -386,6 +404,7 @@ impl Measurer {
         let mut pb = PlanBuilder::new(&tg, opts).with_polymorphism(poly);
         let mut plans = Vec::new();
         for arg in args {
+            let mut param = None;
             let (ty, location) = if arg == "retval" {
                 if !is_return {
                     return Err(MeasureError::RetvalOnEntry { function: fname });
@@ -413,6 +432,9 @@ impl Measurer {
                         count: explicit.len(),
                     })?
                 };
+                if arg != "this" {
+                    param = info.params[index].name.clone();
+                }
                 if is_return {
                     return Err(MeasureError::ArgAtReturn {
                         arg: arg.clone(),
@@ -462,6 +484,7 @@ impl Measurer {
             })?;
             plans.push(ArgPlan {
                 name: arg.clone(),
+                param,
                 root,
                 location,
                 deref,
@@ -537,6 +560,7 @@ impl Measurer {
                 };
                 Some(StoredArg {
                     name: a.name.clone(),
+                    param: a.param.clone(),
                     root: a.root,
                     location,
                     deref: a.deref,
@@ -561,6 +585,7 @@ impl Measurer {
             .into_iter()
             .map(|a| ArgPlan {
                 name: a.name,
+                param: a.param,
                 root: a.root,
                 location: match a.location {
                     StoredLocation::Regs(r) => Location::Regs(r),
@@ -676,12 +701,14 @@ impl Measurer {
         out: &mut dyn Write,
         totals: Option<&mut Totals>,
     ) -> Result<Vec<String>, MeasureError> {
+        let labels: Vec<String> = self.args.iter().map(ArgPlan::label).collect();
         let roots: Vec<Root<'_>> = self
             .args
             .iter()
+            .zip(&labels)
             .zip(streams)
-            .map(|(a, s)| Root {
-                label: &a.name,
+            .map(|((a, label), s)| Root {
+                label,
                 node: a.root,
                 stream: s.as_deref().map_err(String::as_str),
             })

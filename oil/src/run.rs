@@ -176,6 +176,8 @@ fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>,
             ..Default::default()
         };
         frame.args[0] = obj as u64;
+        // The interpreter this falls back to reads the same ranges from our maps.
+        frame.set_heaps_of(c.measurer.plan(), std::process::id() as i32);
         let (status, _fault_addr) = guard::run_walker(&mut env.stack, &c.walker, &mut frame)
             .map_err(|e| Error::Internal(e.to_string()))?;
         match status {

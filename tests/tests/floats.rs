@@ -63,9 +63,9 @@ fn float_and_double_arguments_and_results() {
         for mode in ["jit", "remote"] {
             // weigh(long n, float f, double d): f = n % 1000 + 0.5, d = n * 0.25.
             let v = values(f.pid, &["--uprobe", "shop::weigh"], "arg0,arg1,arg2", mode);
-            let n = get(&v, "arg0");
-            assert_eq!(get(&v, "arg1"), n % 1000.0 + 0.5, "{mode}: {v:?}");
-            assert_eq!(get(&v, "arg2"), n * 0.25, "{mode}: {v:?}");
+            let n = get(&v, "arg0 n");
+            assert_eq!(get(&v, "arg1 f"), n % 1000.0 + 0.5, "{mode}: {v:?}");
+            assert_eq!(get(&v, "arg2 d"), n * 0.25, "{mode}: {v:?}");
             // place(Tagged{weight, id}, …): weight in xmm0, id in rdi; weight = id * 0.5.
             let v = values(f.pid, &["--uprobe", "shop::place"], "arg0", mode);
             assert_eq!(get(&v, "weight"), get(&v, "id") * 0.5, "{mode}: {v:?}");

@@ -44,7 +44,7 @@ fn tree_format_summarises_a_million_strings() {
     );
     let first = lines.next().unwrap_or("");
     assert!(
-        first.starts_with("arg0: std::vector<std::string>  "),
+        first.starts_with("arg0 v: std::vector<std::string>  "),
         "{text}"
     );
     assert!(first.contains("  100.0%  len 1,000,000 / cap "), "{first}");

@@ -109,9 +109,17 @@ fn json_tree_and_size_equal_oi_trace(opt: &str) {
     assert_eq!(traced, json, "oi-trace --format json vs oil::json");
     f.stdout.expect("inspected", Duration::from_secs(10));
     let traced = oi_trace_inspect(&f, "tree", &mut pokes);
-    // oi-trace titles each sample's tree (`# pid P, hit N`); the tree itself is the same.
+    // oi-trace titles each sample's tree (`# pid P, hit N`) and labels the root with the
+    // parameter's name too (`arg0 s:`, where OIL, given an object, has `arg0:`); the tree
+    // itself is the same.
     let (title, body) = traced.split_once('\n').expect("a title line");
     assert!(title.starts_with("# pid "), "{traced}");
+    let body = body
+        .strip_prefix("arg0 s: ")
+        .unwrap_or_else(|| panic!("root not labelled `arg0 s`: {traced}"));
+    let tree = tree
+        .strip_prefix("arg0: ")
+        .unwrap_or_else(|| panic!("oil root not labelled `arg0`: {tree}"));
     assert_eq!(body, tree, "oi-trace --format tree vs oil::tree");
     f.stdout.expect("inspected", Duration::from_secs(10));
     f.assert_running();

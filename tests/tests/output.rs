@@ -106,7 +106,7 @@ fn tree_spells_types_as_cpp_is_written() {
                 bin.display()
             )
         };
-        has("arg0: app::Record  ");
+        has("arg0 r: app::Record  ");
         has("  name: std::string  ");
         has("  tags: std::vector<std::string>  ");
         has("  notes: std::map<int, std::string>  ");
@@ -435,7 +435,7 @@ fn svg_and_folded_pictures_are_in_bytes() {
             .unwrap_or_else(|| panic!("no frame {start:?} in {frames:#?}"))
     };
     for (label, key) in [
-        ("arg0: app::Record (", "record.size"),
+        ("arg0 r: app::Record (", "record.size"),
         ("tags: std::vector<std::string> (", "record.tags"),
         (
             "index: std::unordered_map<std::string, std::vector<int>> (",
@@ -469,7 +469,7 @@ fn svg_and_folded_pictures_are_in_bytes() {
     let mut sum = 0;
     for line in text.lines() {
         let (stack, weight) = line.rsplit_once(' ').expect("stack weight");
-        assert!(stack.starts_with("arg0: app::Record"), "{line}");
+        assert!(stack.starts_with("arg0 r: app::Record"), "{line}");
         sum += weight.parse::<u64>().expect("weight");
     }
     assert_eq!(sum, total);
@@ -522,20 +522,20 @@ fn growth_follows_each_member_over_the_samples() {
                 .find(|r| r["path"] == path)
                 .unwrap_or_else(|| panic!("no {path} in {rows:#?}"))
         };
-        let items = row("arg0.items");
+        let items = row("arg0 c.items");
         assert_eq!(items["first"], steps[0].0);
         assert_eq!(items["last"], steps[STEPS - 1].0);
         assert_eq!(items["min"], steps[0].0);
         assert_eq!(items["max"], steps[STEPS - 1].0);
         assert_eq!(items["samples"], STEPS as u64);
         assert_eq!(items["type"], "std::vector<long>");
-        let name = row("arg0.name");
+        let name = row("arg0 c.name");
         assert_eq!(name["first"], steps[0].1);
         assert_eq!(name["last"], name["first"]);
         assert_eq!(name["samples"], STEPS as u64);
         // Largest growth first: the root (which contains items), then items.
-        assert_eq!(rows[0]["path"], "arg0");
-        assert_eq!(rows[1]["path"], "arg0.items");
+        assert_eq!(rows[0]["path"], "arg0 c");
+        assert_eq!(rows[1]["path"], "arg0 c.items");
         // Printed on stderr too: every --interval, and at exit.
         let tables = out
             .stderr

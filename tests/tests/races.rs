@@ -321,7 +321,7 @@ fn a_second_oi_trace_on_the_same_process_is_refused() {
     let out = first.finish(10 * SECOND);
     assert!(out.status.success(), "{out:#?}");
     assert!(
-        out.stdout.contains("\narg0: shop::Ledger "),
+        out.stdout.contains("\narg0 ledger: shop::Ledger "),
         "the first one sampled: {out:#?}"
     );
     target.assert_healthy();

@@ -575,6 +575,75 @@ fn a_function_inlined_twice_and_kept_out_of_line() {
     }
 }
 
+/// The tree labels each root with the argument and its parameter's name from the probed
+/// copy's DWARF: the inlined copies and the out-of-line weigh (`arg0 b:`), and the `.isra`
+/// clone of Ledger::inspect asked for `this` and its `i` (`this:`, `arg0 i:`), in jit and
+/// remote mode. Each label is the first line of a root (no indent), in the order asked.
+#[test]
+fn tree_roots_carry_parameter_names() {
+    if !privileged() {
+        return;
+    }
+    const N: u64 = 5;
+    let roots = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with(' ') && !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split("  ").next().unwrap_or("").to_string())
+            .collect()
+    };
+    for opt in BOTH {
+        let binary = real_binaries(opt);
+        for mode in ["jit", "remote"] {
+            let j = journey(
+                &binary,
+                "weigh",
+                N,
+                &[
+                    "--uprobe",
+                    "shop::weigh(const shop::Basket&)",
+                    "--arg",
+                    "arg0",
+                    "--format",
+                    "tree",
+                    "--mode",
+                    mode,
+                ],
+                3 * N as usize,
+            );
+            assert!(j.out.status.success(), "{opt:?} {mode}: {:#?}", j.out);
+            let r = roots(&j.out.stdout);
+            assert_eq!(r.len(), j.log.len(), "{opt:?} {mode}: {}", j.out.stdout);
+            assert!(
+                r.iter().all(|l| l == "arg0 b: shop::Basket"),
+                "{opt:?} {mode}: {r:?}"
+            );
+            let j = journey(
+                &binary,
+                "inspect",
+                N,
+                &[
+                    "--uprobe",
+                    "shop::Ledger::inspect",
+                    "--arg",
+                    "this,arg0",
+                    "--format",
+                    "tree",
+                    "--mode",
+                    mode,
+                ],
+                N as usize,
+            );
+            assert!(j.out.status.success(), "{opt:?} {mode}: {:#?}", j.out);
+            let r = roots(&j.out.stdout);
+            assert_eq!(r.len(), 2 * j.log.len(), "{opt:?} {mode}: {}", j.out.stdout);
+            for pair in r.chunks(2) {
+                assert!(pair[0].starts_with("this: shop::"), "{opt:?} {mode}: {r:?}");
+                assert_eq!(pair[1], "arg0 i: long", "{opt:?} {mode}: {r:?}");
+            }
+        }
+    }
+}
+
 /// `shop::Counter::add` is devirtualized and inlined into total() at -O2, its object kept in
 /// registers; the out-of-line copy is only in the vtable. With `--arg this` nothing can be
 /// measured: the run says why at attach time and, after `--duration` with no hits, gives

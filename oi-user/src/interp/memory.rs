@@ -32,6 +32,12 @@ pub trait MemoryReader: Sync {
         }
         Ok(())
     }
+
+    /// Address ranges that may hold glibc heap chunks (`heap::ranges_from_maps`); none by
+    /// default.
+    fn heap_ranges(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
 }
 
 /// Reads another process's memory with `process_vm_readv` (no ptrace stop needed, but the
@@ -60,6 +66,10 @@ impl RemoteReader {
 }
 
 impl MemoryReader for RemoteReader {
+    fn heap_ranges(&self) -> Vec<(u64, u64)> {
+        super::heap::ranges_of(self.pid.as_raw())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         let mut done = 0;
         // A read crossing into an unmapped page returns short: retry from there to report
@@ -189,6 +199,10 @@ impl MemoryReader for CachedReader<'_> {
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<(), ReadError> {
         self.inner.read_many(reqs)
     }
+
+    fn heap_ranges(&self) -> Vec<(u64, u64)> {
+        self.inner.heap_ranges()
+    }
 }
 
 /// A byte buffer that pretends to live at `base`.
@@ -232,6 +246,10 @@ impl MemoryReader for Overlay<'_> {
             return self.local.read(addr, buf);
         }
         self.inner.read(addr, buf)
+    }
+
+    fn heap_ranges(&self) -> Vec<(u64, u64)> {
+        self.inner.heap_ranges()
     }
 }
 

@@ -4,6 +4,7 @@
 //! Never writes to the target. Reads are batched: a vector's whole element array is one read,
 //! deque blocks go out in one `process_vm_readv` with many iovecs.
 
+pub mod heap;
 pub mod memory;
 pub mod walk;
 

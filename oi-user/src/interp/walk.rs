@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use super::memory::{MemoryReader, ReadError};
 use crate::containers::{self, rbtree};
-use crate::plan::{Capture, NodeId, Op, Plan};
+use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WalkError {
@@ -41,6 +41,8 @@ pub struct Walker<'a> {
     /// Runtime minus ELF addresses of the probed binary (to match vtables).
     bias: u64,
     depth: u32,
+    /// Ranges that may hold heap chunks, read from `mem` at the first chased pointer.
+    heaps: Option<Vec<(u64, u64)>>,
 }
 
 /// Walks `root` (whose object is at `addr`) and returns the stream. `seed` puts the root's
@@ -62,9 +64,10 @@ pub fn run(
         visited: HashSet::new(),
         bias,
         depth: 0,
+        heaps: None,
     };
     if seed {
-        w.visited.insert(addr);
+        w.visited.insert(addr ^ plan.visit_tag(Some(root)));
     }
     w.walk_at(root, addr)?;
     Ok(w.out)
@@ -119,6 +122,18 @@ impl Walker<'_> {
             return false;
         }
         self.visited.insert(addr)
+    }
+
+    /// The usable size of the heap block starting at `ptr` if it is larger than a lone
+    /// object (`lone`) and not charged yet in this walk (its key is [`BLOCK_TAG`]); else 0.
+    fn heap_block(&mut self, ptr: u64, lone: u64) -> Result<u64, WalkError> {
+        let heaps = self.heaps.get_or_insert_with(|| self.mem.heap_ranges());
+        let usable = super::heap::block_usable(self.mem, heaps, ptr)?;
+        Ok(if usable > lone && self.visit(ptr ^ (BLOCK_TAG << 48)) {
+            usable
+        } else {
+            0
+        })
     }
 
     fn dynamic(&self, id: NodeId) -> bool {
@@ -373,7 +388,8 @@ impl Walker<'_> {
             }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = word(obj, *offset, addr)?;
-                let descend = ptr != 0 && target.is_some() && self.visit(ptr);
+                let tag = plan.visit_tag(*target);
+                let descend = ptr != 0 && target.is_some() && self.visit(ptr ^ tag);
                 self.emit(ptr);
                 self.emit(u64::from(descend));
                 if let (true, Some(t)) = (descend, target) {
@@ -402,9 +418,24 @@ impl Walker<'_> {
             }
             Op::RawPointer { target } => {
                 let ptr = word(obj, 0, addr)?;
-                let descend = ptr != 0 && self.visit(ptr);
+                let descend = ptr != 0 && self.visit(ptr ^ plan.visit_tag(*target));
                 self.emit(ptr);
                 self.emit(u64::from(descend));
+                if let (true, Some(t)) = (descend, target) {
+                    self.walk_at(*t, ptr)?;
+                }
+            }
+            Op::HeapPointer { target, lone } => {
+                let ptr = word(obj, 0, addr)?;
+                let descend = ptr != 0 && self.visit(ptr ^ plan.visit_tag(*target));
+                let block = if descend {
+                    self.heap_block(ptr, *lone)?
+                } else {
+                    0
+                };
+                self.emit(ptr);
+                self.emit(u64::from(descend));
+                self.emit(block);
                 if let (true, Some(t)) = (descend, target) {
                     self.walk_at(*t, ptr)?;
                 }

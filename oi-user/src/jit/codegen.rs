@@ -34,8 +34,9 @@ use super::{
 };
 use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
+use crate::interp::heap::MAX_HEAPS;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_ELEMENTS, VISITED_CAPACITY};
-use crate::plan::{Capture, NodeId, Op, Plan};
+use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 /// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
 const MAX_READ: u64 = 1 << 30;
@@ -51,6 +52,9 @@ const STACK_MARGIN: u64 = 32 << 10;
 /// Function ids (the `index` of their `UserExternalName`); node functions follow.
 pub(super) const FN_ENTRY: u32 = 0;
 pub(super) const FN_VISIT: u32 = 1;
+pub(super) const FN_BLOCK: u32 = 2;
+/// Fixed functions before the node functions.
+const FIXED_FNS: u32 = 3;
 
 // The walker context, a stack slot of the entry function shared by pointer with every
 // function: the output cursor lives in a register inside a function and here across calls.
@@ -63,7 +67,9 @@ const CTX_BIAS: i32 = 40;
 const CTX_LIMIT: i32 = 48;
 const CTX_ERR_CODE: i32 = 56;
 const CTX_ERR_ADDR: i32 = 64;
-const CTX_SIZE: u32 = 72;
+const CTX_HEAPS: i32 = 72;
+const CTX_NHEAPS: i32 = 80;
+const CTX_SIZE: u32 = 88;
 
 fn frame_off(off: usize) -> i32 {
     // WalkFrame is a few hundred bytes: every offset fits.
@@ -78,9 +84,10 @@ pub(super) fn generate(
 ) -> Result<Vec<Function>, JitError> {
     let mut reg = Registry::default();
     let mut fctx = FunctionBuilderContext::new();
-    let mut funcs: Vec<Option<Function>> = vec![None, None];
+    let mut funcs: Vec<Option<Function>> = vec![None; FIXED_FNS as usize];
     funcs[FN_ENTRY as usize] = Some(gen_entry(plan, roots, &mut reg, &mut fctx, fc)?);
     funcs[FN_VISIT as usize] = Some(gen_visit(&mut fctx, fc));
+    funcs[FN_BLOCK as usize] = Some(gen_block(&mut fctx, fc));
     while let Some((id, node, len)) = reg.pending.pop() {
         let f = gen_node_fn(plan, id, node, len, &mut reg, &mut fctx, fc)?;
         let i = id as usize;
@@ -105,7 +112,7 @@ struct Registry {
 
 impl Registry {
     fn id(&mut self, node: NodeId, len: u64) -> u32 {
-        let next = self.ids.len() as u32 + 2;
+        let next = self.ids.len() as u32 + FIXED_FNS;
         *self.ids.entry((node, len)).or_insert_with(|| {
             self.pending.push((next, node, len));
             next
@@ -117,7 +124,7 @@ impl Registry {
 /// a linked list) is a tail call and chains need no stack; the entry (called by the
 /// tracer's stub) and the visited-set insertion use System V.
 fn conv(id: u32) -> CallConv {
-    if id == FN_ENTRY || id == FN_VISIT {
+    if id == FN_ENTRY || id == FN_VISIT || id == FN_BLOCK {
         CallConv::SystemV
     } else {
         CallConv::Tail
@@ -406,6 +413,14 @@ impl Gen<'_, '_> {
         let cur = self.ld_ctx(CTX_CUR);
         self.b.def_var(self.cur, cur);
         Ok(())
+    }
+
+    /// Inserts the key of `addr` seen as `tag` (`Plan::visit_tag`) into the visited set:
+    /// 1 if newly inserted, else 0.
+    fn visit_as(&mut self, addr: Value, tag: u64) -> Value {
+        let t = self.c(tag);
+        let key = self.b.ins().bxor(addr, t);
+        self.visit(key)
     }
 
     /// Inserts `addr` into the visited set: 1 if newly inserted, else 0.
@@ -733,6 +748,10 @@ impl Gen<'_, '_> {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
                 self.pointer(ptr, *target, true, k, tail)
             }
+            Op::HeapPointer { target, lone } => {
+                let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
+                self.heap_pointer(ptr, *target, *lone, k, tail)
+            }
             Op::Poly {
                 candidates,
                 fallback,
@@ -978,15 +997,60 @@ impl Gen<'_, '_> {
         let zero = self.c(0);
         self.b.def_var(descend, zero);
         if visits {
+            let tag = self.plan.visit_tag(target);
             let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
             self.if_then(nonnull, |g| {
-                let v = g.visit(ptr);
+                let v = g.visit_as(ptr, tag);
                 g.b.def_var(descend, v);
                 Ok(())
             })?;
         }
         let d = self.b.use_var(descend);
         self.emit(&[ptr, d]);
+        if let Some(t) = target
+            && self.dynamic(t)
+        {
+            self.if_then(d, |g| g.last(tail, |g| g.walk_at(t, ptr, k)))?;
+        }
+        Ok(())
+    }
+
+    /// HeapPointer: `pointer, descended, block`, then the target (`Walker::heap_block`).
+    fn heap_pointer(
+        &mut self,
+        ptr: Value,
+        target: Option<NodeId>,
+        lone: u64,
+        k: u64,
+        tail: bool,
+    ) -> G {
+        let descend = self.b.declare_var(I64);
+        let block = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(descend, zero);
+        self.b.def_var(block, zero);
+        let tag = self.plan.visit_tag(target);
+        let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
+        self.if_then(nonnull, |g| {
+            let v = g.visit_as(ptr, tag);
+            g.b.def_var(descend, v);
+            g.if_then(v, |g| {
+                let f = g.func_ref(FN_BLOCK, 2);
+                let call = g.b.ins().call(f, &[g.ctx, ptr]);
+                let usable = g.b.inst_results(call)[0];
+                let big = g.icmp_imm(IntCC::UnsignedGreaterThan, usable, lone);
+                g.if_then(big, |g| {
+                    let fresh = g.visit_as(ptr, BLOCK_TAG << 48);
+                    let zero = g.c(0);
+                    let b = g.b.ins().select(fresh, usable, zero);
+                    g.b.def_var(block, b);
+                    Ok(())
+                })
+            })
+        })?;
+        let d = self.b.use_var(descend);
+        let bl = self.b.use_var(block);
+        self.emit(&[ptr, d, bl]);
         if let Some(t) = target
             && self.dynamic(t)
         {
@@ -1371,6 +1435,14 @@ fn gen_entry(
         g.st_ctx(scratch, CTX_TABLE);
         let bias = fl(g, offset_of!(WalkFrame, bias));
         g.st_ctx(bias, CTX_BIAS);
+        let heaps =
+            g.b.ins()
+                .iadd_imm_s(frame, offset_of!(WalkFrame, heaps) as i64);
+        g.st_ctx(heaps, CTX_HEAPS);
+        let nheaps = fl(g, offset_of!(WalkFrame, heaps_len));
+        let most = g.c(MAX_HEAPS as u64);
+        let nheaps = g.b.ins().umin(nheaps, most);
+        g.st_ctx(nheaps, CTX_NHEAPS);
         let zero = g.c(0);
         g.st_ctx(zero, CTX_COUNT);
         g.st_ctx(zero, CTX_ERR_CODE);
@@ -1426,8 +1498,9 @@ fn gen_entry(
                 let bit = g.b.ins().ushr_imm_s(unseeded, i as i64);
                 let bit = g.b.ins().band_imm_s(bit, 1);
                 let seed = g.icmp_imm(IntCC::Equal, bit, 0);
+                let tag = g.plan.visit_tag(Some(root));
                 g.if_then(seed, |g| {
-                    g.visit(addr);
+                    g.visit_as(addr, tag);
                     Ok(())
                 })?;
                 g.walk_at(root, addr, 0)?;
@@ -1521,6 +1594,124 @@ fn gen_entry(
         g.ret = real_ret;
         Err(Stop::Dead)
     })
+}
+
+/// `fn(ctx, p) -> usable size of the glibc heap block starting at p, or 0`: the checks of
+/// `interp::heap::block_usable`, in its order, over the context's heap ranges (the first
+/// range holding the chunk decides). Target memory is read only inside that range.
+fn gen_block(fctx: &mut FunctionBuilderContext, fc: TargetFrontendConfig) -> Function {
+    let mut func = new_function(FN_BLOCK, 2);
+    {
+        let mut b = FunctionBuilder::new(&mut func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let (ctx, p) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let no = b.create_block();
+        let low = b.ins().band_imm_s(p, 15);
+        let small = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, p, 16);
+        let small = b.ins().uextend(I64, small);
+        let bad = b.ins().bor(low, small);
+        let search = b.create_block();
+        b.ins().brif(bad, no, &[], search, &[]);
+
+        b.switch_to_block(no);
+        let zero = b.ins().iconst(I64, 0);
+        b.ins().return_(&[zero]);
+
+        // Linear search of the ranges: (start, end) pairs.
+        b.switch_to_block(search);
+        let chunk = b.ins().iadd_imm_s(p, -16);
+        let heaps = b.ins().load(I64, trusted(), ctx, CTX_HEAPS);
+        let n = b.ins().load(I64, trusted(), ctx, CTX_NHEAPS);
+        let probe = b.create_block();
+        let i = b.append_block_param(probe, I64);
+        let zero = b.ins().iconst(I64, 0);
+        b.ins().jump(probe, &[BlockArg::Value(zero)]);
+
+        b.switch_to_block(probe);
+        let more = b.ins().icmp(IntCC::UnsignedLessThan, i, n);
+        let look = b.create_block();
+        b.ins().brif(more, look, &[], no, &[]);
+
+        b.switch_to_block(look);
+        let off = b.ins().ishl_imm_s(i, 4);
+        let slot = b.ins().iadd(heaps, off);
+        let start = b.ins().load(I64, trusted(), slot, 0);
+        let end = b.ins().load(I64, trusted(), slot, 8);
+        let ge = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, start, chunk);
+        let le = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, p, end);
+        let inside = b.ins().band(ge, le);
+        let found = b.create_block();
+        let end_v = b.append_block_param(found, I64);
+        let next = b.create_block();
+        b.ins()
+            .brif(inside, found, &[BlockArg::Value(end)], next, &[]);
+
+        b.switch_to_block(next);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        b.ins().jump(probe, &[BlockArg::Value(i1)]);
+
+        b.switch_to_block(found);
+        let head = b.ins().load(I64, target(), p, -8);
+        let size = b.ins().band_imm_s(head, !7i64);
+        let room = b.ins().isub(end_v, chunk);
+        let mmapped = b.ins().band_imm_s(head, 2);
+        let mm = b.create_block();
+        let arena = b.create_block();
+        b.ins().brif(mmapped, mm, &[], arena, &[]);
+
+        // An mmapped chunk: page-aligned, page-multiple size inside the range, prev_size 0.
+        b.switch_to_block(mm);
+        let a = b.ins().band_imm_s(chunk, 4095);
+        let c = b.ins().band_imm_s(size, 4095);
+        let z = b.ins().icmp_imm_s(IntCC::Equal, size, 0);
+        let big = b.ins().icmp(IntCC::UnsignedGreaterThan, size, room);
+        let bad = b.ins().bor(a, c);
+        let z = b.ins().uextend(I64, z);
+        let big = b.ins().uextend(I64, big);
+        let bad = b.ins().bor(bad, z);
+        let bad = b.ins().bor(bad, big);
+        let prev_b = b.create_block();
+        b.ins().brif(bad, no, &[], prev_b, &[]);
+        b.switch_to_block(prev_b);
+        let prev = b.ins().load(I64, target(), chunk, 0);
+        let yes_mm = b.create_block();
+        b.ins().brif(prev, no, &[], yes_mm, &[]);
+        b.switch_to_block(yes_mm);
+        let u = b.ins().iadd_imm_s(size, -16);
+        b.ins().return_(&[u]);
+
+        // An arena chunk: size ≥ 32, a multiple of 16, its successor's size word inside the
+        // range with PREV_INUSE set.
+        b.switch_to_block(arena);
+        let lt = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, size, 32);
+        let odd = b.ins().band_imm_s(size, 15);
+        let tight = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, room, 16);
+        let room16 = b.ins().iadd_imm_s(room, -16);
+        let over = b.ins().icmp(IntCC::UnsignedGreaterThan, size, room16);
+        let lt = b.ins().uextend(I64, lt);
+        let tight = b.ins().uextend(I64, tight);
+        let over = b.ins().uextend(I64, over);
+        let bad = b.ins().bor(lt, odd);
+        let bad = b.ins().bor(bad, tight);
+        let bad = b.ins().bor(bad, over);
+        let next_b = b.create_block();
+        b.ins().brif(bad, no, &[], next_b, &[]);
+        b.switch_to_block(next_b);
+        let nextp = b.ins().iadd(chunk, size);
+        let nhead = b.ins().load(I64, target(), nextp, 8);
+        let inuse = b.ins().band_imm_s(nhead, 1);
+        let yes = b.create_block();
+        b.ins().brif(inuse, yes, &[], no, &[]);
+        b.switch_to_block(yes);
+        let u = b.ins().iadd_imm_s(size, -8);
+        b.ins().return_(&[u]);
+
+        b.seal_all_blocks();
+        b.finalize(fc);
+    }
+    func
 }
 
 /// `fn(ctx, addr) -> 1 if newly inserted, 0 if present or the set is full`: linear probing

@@ -208,8 +208,12 @@ fn random_plan(r: &mut Rng) -> Plan {
                 offset: off(r, size),
                 target: r.chance(80).then(|| any(r)),
             },
-            (17, _) => Op::RawPointer {
+            (17, _) if r.chance(50) => Op::RawPointer {
                 target: r.chance(80).then(|| any(r)),
+            },
+            (17, _) => Op::HeapPointer {
+                target: r.chance(80).then(|| any(r)),
+                lone: r.below(64),
             },
             (18, Some(c)) => Op::Poly {
                 // Vtable "ranges" over the arena's addresses are filled in by the caller.
@@ -326,6 +330,7 @@ fn run_child(code: &Mapped, addr: u64) -> Outcome {
         ..Default::default()
     };
     frame.args[0] = addr;
+    frame.set_heaps(&crate::interp::heap::ranges_of(std::process::id() as i32));
     let mut fds = [0i32; 2];
     // SAFETY: pipe, fork; the child only arms an alarm, calls the walker, writes to the
     // pipe and _exits (no allocation, no locks); the parent reaps it by pid.

@@ -104,6 +104,30 @@ pub struct WalkFrame {
     pub err_root: u64,
     pub err_code: u64,
     pub err_addr: u64,
+    /// in: entries of `heaps` in use (at most [`crate::interp::heap::MAX_HEAPS`]).
+    pub heaps_len: u64,
+    /// in: address ranges `[start, end)` that may hold glibc heap chunks, for
+    /// chase-raw-pointers' heap blocks (`interp::heap`); the interpreter reads the same
+    /// ranges from the process's maps.
+    pub heaps: [[u64; 2]; crate::interp::heap::MAX_HEAPS],
+}
+
+impl WalkFrame {
+    /// Fills `heaps` with the first [`crate::interp::heap::MAX_HEAPS`] of `ranges`.
+    pub fn set_heaps(&mut self, ranges: &[(u64, u64)]) {
+        let n = ranges.len().min(self.heaps.len());
+        for (slot, r) in self.heaps.iter_mut().zip(&ranges[..n]) {
+            *slot = [r.0, r.1];
+        }
+        self.heaps_len = n as u64;
+    }
+
+    /// [`Self::set_heaps`] with process `pid`'s ranges, when `plan` charges heap blocks.
+    pub fn set_heaps_of(&mut self, plan: &Plan, pid: i32) {
+        if plan.charges_heap_blocks() {
+            self.set_heaps(&crate::interp::heap::ranges_of(pid));
+        }
+    }
 }
 
 /// The walk finished; `out_used` bytes of output.
@@ -276,7 +300,8 @@ fn check_references(plan: &Plan) -> Result<(), JitError> {
             Op::Variant { alternatives, .. } => alternatives.clone(),
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
-            | Op::RawPointer { target } => target.iter().copied().collect(),
+            | Op::RawPointer { target }
+            | Op::HeapPointer { target, .. } => target.iter().copied().collect(),
             Op::Poly {
                 candidates,
                 fallback,

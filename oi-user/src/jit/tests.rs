@@ -222,6 +222,8 @@ impl Run {
         self.frame.scratch = self.scratch.as_mut_ptr() as u64;
         self.frame.scratch_len = SCRATCH_BYTES;
         self.frame.bias = lib().bias;
+        self.frame
+            .set_heaps(&crate::interp::heap::ranges_of(std::process::id() as i32));
         let s = code.call(&mut self.frame);
         assert_eq!(s, self.frame.status);
         assert!(
@@ -290,6 +292,8 @@ fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u
         r.frame.scratch = r.scratch.as_mut_ptr() as u64;
         r.frame.scratch_len = SCRATCH_BYTES;
         r.frame.bias = lib().bias;
+        r.frame
+            .set_heaps(&crate::interp::heap::ranges_of(std::process::id() as i32));
         // SAFETY: the buffers outlive the call; the objects are live in this process; the
         // test thread's stack is larger than the walker's default 256 KiB.
         let s = unsafe { w.call(&mut r.frame) };

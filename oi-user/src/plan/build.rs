@@ -276,11 +276,14 @@ impl<'t> PlanBuilder<'t> {
                 if self.is_stubbed(r) {
                     Op::Leaf
                 } else {
-                    let target = match target {
-                        Some(t) if tg.is_complete(*t) => Some(self.child(*t, "*")?),
-                        _ => None,
+                    let (target, bytes) = match target {
+                        Some(t) if tg.is_complete(*t) => (Some(self.child(*t, "*")?), tg.size(*t)),
+                        _ => (None, 0),
                     };
-                    Op::RawPointer { target }
+                    Op::HeapPointer {
+                        target,
+                        lone: super::lone_usable(bytes),
+                    }
                 }
             }
             Kind::Array { elem, count } => Op::Array {

@@ -18,6 +18,10 @@
 //! - `Optional`: `engaged`, then the value if engaged. `Variant`: `index` (u64::MAX when
 //!   valueless), then the active alternative.
 //! - `SmartPtr`, `RefWrap`, `RawPointer`: `pointer, descended`, then the target if descended.
+//! - `HeapPointer` (a raw pointer with chase-raw-pointers): `pointer, descended, block`,
+//!   then the target if descended. `block` is the usable size of the glibc heap block the
+//!   pointer starts, charged here (0: not the start of a block, a block no larger than a
+//!   lone allocation of the target, or a block already charged in this sample).
 //! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
 //!   chosen node's words.
 //! - `Leaf` with a [`Scalar`] (`--values` only): the value's bytes, zero-extended, in one
@@ -189,8 +193,17 @@ pub enum Op {
         target: Option<NodeId>,
     },
     /// A raw pointer chased with chase-raw-pointers (child `*`; none for void/incomplete).
+    /// Plans built now use [`Op::HeapPointer`] instead; kept for the walkers' tests.
     RawPointer {
         target: Option<NodeId>,
+    },
+    /// A raw pointer chased with chase-raw-pointers that also charges the heap block it
+    /// points at the start of (`heapBlock`): `lone` is the usable size glibc gives a lone
+    /// allocation of the target (`malloc_usable_size(malloc(sizeof T))`, T = 0 bytes for
+    /// void/incomplete targets); a block no larger is a single object, measured as OI does.
+    HeapPointer {
+        target: Option<NodeId>,
+        lone: u64,
     },
     /// polymorphic-inheritance: a dynamic class measured as its most-derived class. The
     /// vptr (offset 0) is looked up in `candidates` (vtable ELF address ranges); the chosen
@@ -251,6 +264,7 @@ impl Plan {
             | Op::SmartPtr { .. }
             | Op::RefWrap { .. }
             | Op::RawPointer { .. }
+            | Op::HeapPointer { .. }
             | Op::Poly { .. } => Vec::new(),
         };
         let own = !matches!(
@@ -297,9 +311,46 @@ impl Plan {
                 .collect(),
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
-            | Op::RawPointer { target } => target.iter().copied().collect(),
+            | Op::RawPointer { target }
+            | Op::HeapPointer { target, .. } => target.iter().copied().collect(),
             _ => vec![],
         }
+    }
+}
+
+/// Tag of a heap block's key in the visited set (no type's [`Plan::visit_tag`]).
+pub const BLOCK_TAG: u64 = 0xffff;
+
+/// The usable size glibc (2.36, x86-64) gives `malloc(n)` from an arena: the request plus
+/// the 8-byte size word, rounded up to 16, at least the 32-byte minimum chunk, less the size
+/// word. What a lone object of `n` bytes occupies.
+pub fn lone_usable(n: u64) -> u64 {
+    (n.saturating_add(8 + 15) & !15).max(32) - 8
+}
+
+impl Plan {
+    /// Whether some node charges heap blocks (the walk then needs the heap ranges).
+    pub fn charges_heap_blocks(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::HeapPointer { .. }))
+    }
+
+    /// The type part of a visited-set key for an object of node `target` (`None`: a
+    /// void/incomplete pointee): a 16-bit hash of its resolved type name in bits 48–63, so
+    /// that the same address seen as a different type (a struct and its first member) is
+    /// not a revisit, and the same type through any path is. Never [`BLOCK_TAG`] or 0.
+    pub fn visit_tag(&self, target: Option<NodeId>) -> u64 {
+        let name = target
+            .and_then(|t| self.nodes[t].type_names.last())
+            .map_or("void", String::as_str);
+        let mut h: u32 = 0x811c_9dc5;
+        for b in name.bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        let t = u64::from((h ^ (h >> 16)) & 0xffff);
+        let t = if t == 0 || t == BLOCK_TAG { 1 } else { t };
+        t << 48
     }
 }
 

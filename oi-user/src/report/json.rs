@@ -1,5 +1,7 @@
 //! OI-compatible JSON (SEMANTICS.md §1), written while decoding: keys in the fixed order, one
-//! array per sample, one line unless pretty-printed.
+//! array per sample, one line unless pretty-printed. One key is ours, not OI's: `heapBlock`
+//! (a chased raw pointer that charges the heap block it starts; its usable bytes), written
+//! right after `pointer`; OI's readers ignore it.
 
 use std::io::Write;
 
@@ -118,6 +120,9 @@ impl Sink for JsonSink<'_> {
         write!(self.out, "{sep}\"exclusiveSize\"{colon}{}", n.exclusive)?;
         if let Some(p) = n.pointer {
             write!(self.out, "{sep}\"pointer\"{colon}{p}")?;
+        }
+        if let Some(b) = n.heap_block {
+            write!(self.out, "{sep}\"heapBlock\"{colon}{b}")?;
         }
         if let Some(d) = n.data {
             match d {

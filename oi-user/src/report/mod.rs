@@ -49,6 +49,9 @@ pub struct NodeOut<'a> {
     pub size: u64,
     pub exclusive: u64,
     pub pointer: Option<u64>,
+    /// A chased raw pointer that charges the heap block it starts: the block's usable
+    /// bytes (JSON `heapBlock`, after `pointer`; not an OI key).
+    pub heap_block: Option<u64>,
     pub data: Option<&'a Data>,
     pub length_capacity: Option<(u64, u64)>,
     pub has_children: bool,
@@ -212,6 +215,8 @@ struct Header<'p> {
     exclusive: u64,
     children: Children<'p>,
     pointer: Option<u64>,
+    /// The usable size of the heap block a raw pointer starts, charged here (issue 12, item 6).
+    heap_block: Option<u64>,
     lc: Option<(u64, u64)>,
     data: Option<Data>,
     value: Option<(u64, u64)>,
@@ -351,6 +356,7 @@ impl<'a> Decoder<'a, '_> {
             exclusive,
             children,
             pointer,
+            heap_block,
             lc,
             data,
             value,
@@ -398,6 +404,7 @@ impl<'a> Decoder<'a, '_> {
             size,
             exclusive,
             pointer,
+            heap_block,
             data: data.as_ref(),
             length_capacity: lc,
             has_children,
@@ -420,6 +427,7 @@ impl<'a> Decoder<'a, '_> {
         let plan = self.plan;
         let s = n.static_size;
         let mut pointer = None;
+        let mut heap_block = None;
         let mut lc = None;
         let mut data = None;
         let value = match &n.value {
@@ -593,11 +601,28 @@ impl<'a> Decoder<'a, '_> {
                     _ => (s, Children::None),
                 }
             }
+            Op::HeapPointer { target, .. } => {
+                let ptr = self.word()?;
+                let descended = self.word()? != 0;
+                let block = self.bounded(MAX_BYTES, "heap block size")?;
+                pointer = Some(ptr);
+                lc = Some((u64::from(descended), 1));
+                // The block holds the pointee: the pointer is charged the rest of it.
+                let (inside, children) = match (descended, target) {
+                    (true, Some(t)) => (plan.nodes[*t].static_size, Children::One(*t)),
+                    _ => (0, Children::None),
+                };
+                if block > 0 {
+                    heap_block = Some(block);
+                }
+                (s.saturating_add(block.saturating_sub(inside)), children)
+            }
         };
         Ok(Header {
             exclusive,
             children,
             pointer,
+            heap_block,
             lc,
             data,
             value,

@@ -190,6 +190,9 @@ impl<'p> TreeSink<'p> {
 
     /// `len 3 / cap 10, 24 B unused` for the containers people size by capacity.
     fn extra(&self, n: &NodeOut<'_>) -> Option<String> {
+        if let Some(block) = n.heap_block {
+            return Some(format!("heap block {}", human(block)));
+        }
         let (len, cap) = n.length_capacity?;
         let unused = |bytes: u64| {
             if bytes > 0 {
@@ -239,7 +242,10 @@ impl<'p> TreeSink<'p> {
             return Some(format!(" = {}", show_value(scalar, words)));
         }
         match n.node.op {
-            Op::SmartPtr { .. } | Op::RefWrap { .. } | Op::RawPointer { .. }
+            Op::SmartPtr { .. }
+            | Op::RefWrap { .. }
+            | Op::RawPointer { .. }
+            | Op::HeapPointer { .. }
                 if n.pointer == Some(0) =>
             {
                 Some(" → null".into())

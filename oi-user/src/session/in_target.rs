@@ -339,6 +339,7 @@ impl InTarget {
             bias,
             ..WalkFrame::default()
         };
+        frame.set_heaps_of(measurer.plan(), tgid);
         let (mut objects, objects_len) = mapped.seg.register_objects();
         let objects_end = objects + objects_len;
         for (i, place) in located.iter().enumerate() {
