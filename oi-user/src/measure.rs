@@ -306,7 +306,7 @@ impl Measurer {
         addr: u64,
         load_bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<u64>, MeasureError> {
+    ) -> Result<Vec<u8>, MeasureError> {
         let a = self
             .args
             .first()
@@ -621,7 +621,7 @@ impl Measurer {
         regs: &EntryRegs,
         load_bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<Vec<u64>>, MeasureError> {
+    ) -> Result<Vec<Vec<u8>>, MeasureError> {
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("oi-walk".into())
@@ -644,7 +644,7 @@ impl Measurer {
     /// on a thread with a stack of [`WALK_STACK`].
     pub fn write_report(
         &self,
-        streams: &[Vec<u64>],
+        streams: &[Vec<u8>],
         format: OutputFormat,
         out: &mut dyn Write,
     ) -> Result<(), MeasureError> {
@@ -656,7 +656,7 @@ impl Measurer {
     /// `totals`, if given, is filled with the sample summed by member path in the same pass.
     pub fn report(
         &self,
-        streams: &[Vec<u64>],
+        streams: &[Vec<u8>],
         writer: &mut SampleWriter,
         out: &mut dyn Write,
         totals: Option<&mut Totals>,
@@ -736,7 +736,7 @@ impl Measurer {
         regs: &EntryRegs,
         load_bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<(NodeId, Vec<u64>)>, MeasureError> {
+    ) -> Result<Vec<(NodeId, Vec<u8>)>, MeasureError> {
         self.args
             .iter()
             .map(|a| Ok((a.root, self.walk_arg(a, regs, load_bias, mem)?)))
@@ -749,7 +749,7 @@ impl Measurer {
         regs: &EntryRegs,
         bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<u64>, MeasureError> {
+    ) -> Result<Vec<u8>, MeasureError> {
         let walk_err = |source| MeasureError::Walk {
             arg: a.name.clone(),
             source,

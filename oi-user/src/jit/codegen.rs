@@ -35,6 +35,7 @@ use super::{
 use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_ELEMENTS, VISITED_CAPACITY};
+use crate::plan::stream::MAX_WORD_BYTES;
 use crate::plan::{Capture, NodeId, Op, Plan};
 
 /// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
@@ -160,7 +161,7 @@ struct Gen<'a, 'b> {
     ctx: Value,
     /// The interpreter's `depth` when this function's walk began.
     depth: Value,
-    /// End of the output buffer (whole words only).
+    /// End of the output buffer.
     end: Value,
     /// Output cursor.
     cur: Variable,
@@ -289,13 +290,101 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(ok);
     }
 
-    /// Appends words to the output. Words that do not fit are not stored, but the cursor
-    /// advances anyway: the walk goes on counting, and the entry reports [`STATUS_FULL`]
-    /// with the size the output needs, so the tracer grows the buffer once.
+    /// Appends words to the output, each in LEB128 (`plan::stream`). Bytes that do not fit
+    /// are not stored, but the cursor advances anyway: the walk goes on counting, and the
+    /// entry reports [`STATUS_FULL`] with the size the output needs, so the tracer grows the
+    /// buffer once.
     fn emit(&mut self, words: &[Value]) {
-        let n = 8 * words.len() as u64;
+        for &w in words {
+            self.varint(w);
+        }
+    }
+
+    /// One LEB128 word at the cursor; a byte is stored only when it lies before `end`.
+    fn varint(&mut self, w: Value) {
         let cur = self.b.use_var(self.cur);
-        let next = self.b.ins().iadd_imm_s(cur, n as i64);
+        let join = self.b.create_block();
+        let joined = self.b.append_block_param(join, I64);
+        // Nearly every word is a byte (a length, a count, a flag).
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x80);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThan, cur, self.end);
+        let fast = self.b.ins().band(small, room);
+        let one = self.b.create_block();
+        let many = self.b.create_block();
+        self.b.ins().brif(fast, one, &[], many, &[]);
+        self.b.switch_to_block(one);
+        self.b.ins().istore8(trusted(), w, cur, 0);
+        let next = self.b.ins().iadd_imm_s(cur, 1);
+        self.b.ins().jump(join, &[BlockArg::Value(next)]);
+
+        self.b.switch_to_block(many);
+        let lp = self.b.create_block();
+        let v = self.b.append_block_param(lp, I64);
+        let c = self.b.append_block_param(lp, I64);
+        self.b
+            .ins()
+            .jump(lp, &[BlockArg::Value(w), BlockArg::Value(cur)]);
+        self.b.switch_to_block(lp);
+        let (byte, rest, more) = self.leb_byte(v);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThan, c, self.end);
+        let store = self.b.create_block();
+        let advance = self.b.create_block();
+        self.b.ins().brif(room, store, &[], advance, &[]);
+        self.b.switch_to_block(store);
+        self.b.ins().istore8(trusted(), byte, c, 0);
+        self.b.ins().jump(advance, &[]);
+        self.b.switch_to_block(advance);
+        let c1 = self.b.ins().iadd_imm_s(c, 1);
+        self.b.ins().brif(
+            more,
+            lp,
+            &[BlockArg::Value(rest), BlockArg::Value(c1)],
+            join,
+            &[BlockArg::Value(c1)],
+        );
+        self.b.switch_to_block(join);
+        self.b.def_var(self.cur, joined);
+    }
+
+    /// The next LEB128 byte of `v`: (byte, the bits left, whether bytes follow).
+    fn leb_byte(&mut self, v: Value) -> (Value, Value, Value) {
+        let low = self.b.ins().band_imm_s(v, 0x7f);
+        let rest = self.b.ins().ushr_imm_s(v, 7);
+        let more = self.icmp_imm(IntCC::NotEqual, rest, 0);
+        let flagged = self.b.ins().bor_imm_s(low, 0x80);
+        let byte = self.b.ins().select(more, flagged, low);
+        (byte, rest, more)
+    }
+
+    /// One LEB128 word at `q`, known to have room: returns the address after it.
+    fn varint_unchecked(&mut self, w: Value, q: Value) -> Value {
+        let lp = self.b.create_block();
+        let v = self.b.append_block_param(lp, I64);
+        let c = self.b.append_block_param(lp, I64);
+        let done = self.b.create_block();
+        let after = self.b.append_block_param(done, I64);
+        self.b
+            .ins()
+            .jump(lp, &[BlockArg::Value(w), BlockArg::Value(q)]);
+        self.b.switch_to_block(lp);
+        let (byte, rest, more) = self.leb_byte(v);
+        self.b.ins().istore8(trusted(), byte, c, 0);
+        let c1 = self.b.ins().iadd_imm_s(c, 1);
+        self.b.ins().brif(
+            more,
+            lp,
+            &[BlockArg::Value(rest), BlockArg::Value(c1)],
+            done,
+            &[BlockArg::Value(c1)],
+        );
+        self.b.switch_to_block(done);
+        after
+    }
+
+    /// A whole little-endian `u64` at the cursor (the per-root header), stored if it fits.
+    fn emit_raw_word(&mut self, w: Value) {
+        let cur = self.b.use_var(self.cur);
+        let next = self.b.ins().iadd_imm_s(cur, 8);
         // User-space addresses: `next` does not wrap.
         let fits = self
             .b
@@ -305,9 +394,7 @@ impl Gen<'_, '_> {
         let join = self.b.create_block();
         self.b.ins().brif(fits, store, &[], join, &[]);
         self.b.switch_to_block(store);
-        for (i, w) in words.iter().enumerate() {
-            self.b.ins().store(trusted(), *w, cur, (8 * i) as i32);
-        }
+        self.b.ins().store(trusted(), w, cur, 0);
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(join);
         self.b.def_var(self.cur, next);
@@ -840,8 +927,7 @@ impl Gen<'_, '_> {
         if let Some(l) = &string {
             let in_obj = |off: u64| off.checked_add(8).is_some_and(|e| e <= stride);
             if in_obj(l.ptr_off) && in_obj(l.len_off) && in_obj(l.cap_off) {
-                self.string_array(l, start, n, stride);
-                return Ok(());
+                return self.string_array(l, start, n, stride);
             }
         }
         self.loop_n(n, |g, i| {
@@ -854,34 +940,54 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// The hot loop of `vector<string>` (the interpreter's fast path too): two words per
-    /// element, so the room for all of them is checked once (when they do not all fit,
-    /// only the cursor advances, as in [`Self::emit`]), and the loop is two pointer bumps,
-    /// three loads, two stores.
-    fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) {
-        let need = self.b.ins().ishl_imm_s(n, 4); // n ≤ MAX_ELEMENTS: no overflow
+    /// The hot loop of `vector<string>` (the interpreter's fast path too). When the output
+    /// has room for the longest encoding of every element (two ten-byte words each), the
+    /// loop stores without checking: two pointer bumps, three loads and, for a length and
+    /// capacity below 128, one two-byte store. Otherwise each string is emitted checked.
+    fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) -> G {
+        // n ≤ MAX_ELEMENTS (checked by the caller): no overflow.
+        let need = self.b.ins().imul_imm_s(n, 2 * MAX_WORD_BYTES as i64);
         let cur = self.b.use_var(self.cur);
         let after = self.b.ins().iadd(cur, need);
         let fits = self
             .b
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, after, self.end);
-        let ok = self.b.create_block();
-        let exit = self.b.create_block();
-        self.b.ins().brif(fits, ok, &[], exit, &[]);
-        self.b.switch_to_block(ok);
+        let fast = self.b.create_block();
+        let checked = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(fits, fast, &[], checked, &[]);
+
+        self.b.switch_to_block(checked);
+        let layout = *l;
+        self.loop_n(n, |g, i| {
+            let off = g.b.ins().imul_imm_s(i, stride as i64);
+            let at = g.b.ins().iadd(start, off);
+            g.string(&layout, at, stride)
+        })?;
+        self.b.ins().jump(join, &[]);
+
+        self.b.switch_to_block(fast);
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
         let head = self.b.create_block();
         let body = self.b.create_block();
+        let two = self.b.create_block();
+        let long = self.b.create_block();
+        let next = self.b.create_block();
+        let done = self.b.create_block();
         let p = self.b.append_block_param(head, I64);
         let q = self.b.append_block_param(head, I64);
+        let qn = self.b.append_block_param(next, I64);
+        let qd = self.b.append_block_param(done, I64);
         self.b
             .ins()
             .jump(head, &[BlockArg::Value(start), BlockArg::Value(cur)]);
         self.b.switch_to_block(head);
         let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
-        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b
+            .ins()
+            .brif(more, body, &[], done, &[BlockArg::Value(q)]);
         self.b.switch_to_block(body);
         let ptr = self.ld(p, l.ptr_off);
         let len = self.ld(p, l.len_off);
@@ -893,15 +999,29 @@ impl Gen<'_, '_> {
         let cap = self.b.ins().umax(cap, one);
         let zero = self.c(0);
         let cap = self.b.ins().select(inline, zero, cap);
-        self.b.ins().store(trusted(), len, q, 0);
-        self.b.ins().store(trusted(), cap, q, 8);
+        let both = self.b.ins().bor(len, cap);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
+        self.b.ins().brif(small, two, &[], long, &[]);
+        self.b.switch_to_block(two);
+        let hi = self.b.ins().ishl_imm_s(cap, 8);
+        let pair = self.b.ins().bor(len, hi);
+        self.b.ins().istore16(trusted(), pair, q, 0);
+        let q2 = self.b.ins().iadd_imm_s(q, 2);
+        self.b.ins().jump(next, &[BlockArg::Value(q2)]);
+        self.b.switch_to_block(long);
+        let q1 = self.varint_unchecked(len, q);
+        let q2 = self.varint_unchecked(cap, q1);
+        self.b.ins().jump(next, &[BlockArg::Value(q2)]);
+        self.b.switch_to_block(next);
         let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
-        let q1 = self.b.ins().iadd_imm_s(q, 16);
         self.b
             .ins()
-            .jump(head, &[BlockArg::Value(p1), BlockArg::Value(q1)]);
-        self.b.switch_to_block(exit);
-        self.b.def_var(self.cur, after);
+            .jump(head, &[BlockArg::Value(p1), BlockArg::Value(qn)]);
+        self.b.switch_to_block(done);
+        self.b.def_var(self.cur, qd);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+        Ok(())
     }
 
     /// C array / std::array: elements inside the object; the first one that does not fit
@@ -1361,8 +1481,7 @@ fn gen_entry(
         g.ctx = g.b.ins().stack_addr(I64, slot, 0);
         let out = fl(g, offset_of!(WalkFrame, out));
         let out_len = fl(g, offset_of!(WalkFrame, out_len));
-        let whole = g.b.ins().band_imm_s(out_len, !7i64);
-        g.end = g.b.ins().iadd(out, whole);
+        g.end = g.b.ins().iadd(out, out_len);
         g.b.def_var(g.cur, out);
         g.st_ctx(out, CTX_CUR);
         let end = g.end;
@@ -1421,7 +1540,7 @@ fn gen_entry(
                 let zero = g.c(0);
                 g.st_ctx(zero, CTX_COUNT);
                 let header = g.b.use_var(g.cur);
-                g.emit(&[zero]);
+                g.emit_raw_word(zero);
                 let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
                 let bit = g.b.ins().ushr_imm_s(unseeded, i as i64);
                 let bit = g.b.ins().band_imm_s(bit, 1);
@@ -1433,12 +1552,11 @@ fn gen_entry(
                 g.walk_at(root, addr, 0)?;
                 let cur = g.b.use_var(g.cur);
                 let bytes = g.b.ins().isub(cur, header);
-                let words = g.b.ins().ushr_imm_s(bytes, 3);
-                let words = g.b.ins().iadd_imm_s(words, -1);
+                let bytes = g.b.ins().iadd_imm_s(bytes, -8);
                 let end = g.end;
                 let fits = g.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, cur, end);
                 g.if_then(fits, |g| {
-                    g.b.ins().store(trusted(), words, header, 0);
+                    g.b.ins().store(trusted(), bytes, header, 0);
                     Ok(())
                 })?;
             }

@@ -234,7 +234,7 @@ fn random_plan(r: &mut Rng) -> Plan {
 
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
-    Stream(Vec<u64>),
+    Stream(Vec<u8>),
     Corrupt(u64, String),
     Fault,
     /// Took too long or too much output to be worth comparing.

@@ -132,7 +132,7 @@ fn regs(addrs: &[u64]) -> EntryRegs {
 }
 
 /// The interpreter's per-root streams (roots, streams).
-fn interp(m: &Measurer, addrs: &[u64]) -> Result<(Vec<NodeId>, Vec<Vec<u64>>), MeasureError> {
+fn interp(m: &Measurer, addrs: &[u64]) -> Result<(Vec<NodeId>, Vec<Vec<u8>>), MeasureError> {
     let mem = RemoteReader::new(std::process::id() as i32);
     let s = m.walk_arg_streams(&regs(addrs), lib().bias, &mem)?;
     Ok(s.into_iter().unzip())
@@ -231,7 +231,7 @@ impl Run {
         s
     }
 
-    fn streams(&self, n: usize) -> Vec<Vec<u64>> {
+    fn streams(&self, n: usize) -> Vec<Vec<u8>> {
         split_streams(&self.out[..self.frame.out_used as usize], n).expect("split")
     }
 }
@@ -255,6 +255,7 @@ fn jit(code: &Mapped, addrs: &[u64]) -> (Run, u64) {
 }
 
 /// The differential check: same streams, or both failing.
+/// Returns the streams' words (decoded from their bytes) for the tests to look into.
 fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec<u64>> {
     let m = measurer(probe, args, features);
     let (roots, want) = interp(&m, addrs).unwrap_or_else(|e| panic!("interp {probe}: {e}"));
@@ -276,11 +277,13 @@ fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec
         sink.start_sample().expect("sink");
         crate::report::decode(m.plan(), *root, s, &mut sink).expect("decode");
     }
-    got
+    got.iter()
+        .map(|s| crate::plan::stream::decode(s).expect("whole words"))
+        .collect()
 }
 
 /// The in-process backend (OIL) on the same objects, called on this thread's stack.
-fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u64>> {
+fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u8>> {
     let w = in_process::LocalWalker::compile(plan, roots).expect("compile in process");
     let mut out_len = 64;
     loop {
@@ -447,7 +450,7 @@ fn full_sweep(probe: &str, features: &[&str], addr: u64) {
     let m = measurer(probe, &["arg0"], features);
     let (roots, want) = interp(&m, &[addr]).expect("interp");
     let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
-    let need = 8 * (1 + want[0].len());
+    let need = 8 + want[0].len();
     for len in (0..need).step_by(7).chain([need - 1]) {
         let mut r = Run::new(&[addr], len);
         assert_eq!(r.go(&code, len), STATUS_FULL, "out_len {len}");
@@ -723,7 +726,7 @@ fn jit_compiles_every_fixture_plan() {
 /// What a walk of a garbage object came to.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
-    Stream(Vec<Vec<u64>>),
+    Stream(Vec<Vec<u8>>),
     /// The address and the interpreter's words for the error.
     Corrupt(u64, String),
     Fault,

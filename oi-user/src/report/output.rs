@@ -70,7 +70,7 @@ impl Sink for Tee<'_> {
 pub struct Root<'a> {
     pub label: &'a str,
     pub node: NodeId,
-    pub stream: &'a [u64],
+    pub stream: &'a [u8],
 }
 
 /// Writes samples in one format, keeping what lasts over a run.

@@ -194,7 +194,7 @@ fn read_from_outside(
     pid: i32,
     g: &Global,
     mut tracer: Option<&mut Tracer>,
-) -> std::result::Result<Vec<Vec<u64>>, Failure> {
+) -> std::result::Result<Vec<Vec<u8>>, Failure> {
     if let Some(t) = tracer.as_mut() {
         t.stop_all(pid).map_err(|_| Failure::Gone)?;
     }
@@ -274,7 +274,7 @@ impl Walker {
     }
 
     /// One snapshot of global `index`.
-    fn walk(&mut self, index: usize, g: &Global) -> std::result::Result<Vec<Vec<u64>>, Failure> {
+    fn walk(&mut self, index: usize, g: &Global) -> std::result::Result<Vec<Vec<u8>>, Failure> {
         let regs = EntryRegs::default();
         match self {
             Self::Jit {

@@ -123,7 +123,7 @@ impl InTarget {
         regs: &EntryRegs,
         bias: u64,
         before_resume: &mut dyn FnMut(),
-    ) -> Result<Vec<Vec<u64>>, Failure> {
+    ) -> Result<Vec<Vec<u8>>, Failure> {
         let bootstrap = self
             .processes
             .get(&tgid)

@@ -105,7 +105,7 @@ struct Job {
     /// The probed function, as the user named it.
     probe: Arc<str>,
     measurer: Arc<Measurer>,
-    streams: Vec<Vec<u64>>,
+    streams: Vec<Vec<u8>>,
 }
 
 /// A report that was written, or why it could not be.
@@ -165,7 +165,7 @@ impl Reporter {
         (tgid, tid, hit): (i32, i32, u64),
         probe: &str,
         measurer: Arc<Measurer>,
-        streams: Vec<Vec<u64>>,
+        streams: Vec<Vec<u8>>,
     ) {
         if let Some(jobs) = &self.jobs
             && jobs
