@@ -14,6 +14,13 @@
 //! Node functions use Cranelift's `tail` convention: a call that is the last thing a walk
 //! does (a linked list's `next`) is a `return_call`, so chains run in constant stack.
 //!
+//! With `sizes` (OIL's walkers), every node also adds its part of the inclusive size to a
+//! running total, as `report` would add it up from the stream (exclusive sizes from the
+//! same words, static totals of the subtrees that read nothing), and the entry leaves the
+//! total in `WalkFrame::total`: `oil::size` needs no decoding. Values the decoder would
+//! refuse (a string capacity or a bucket count beyond any allocation) make such a walk
+//! fail as corrupt, so that its caller asks the interpreter and the decoder instead.
+//!
 //! Never emits a call outside the functions generated here, and never a syscall.
 
 use std::collections::HashMap;
@@ -64,7 +71,11 @@ const CTX_BIAS: i32 = 40;
 const CTX_LIMIT: i32 = 48;
 const CTX_ERR_CODE: i32 = 56;
 const CTX_ERR_ADDR: i32 = 64;
-const CTX_SIZE: u32 = 72;
+/// The running total of a walker compiled with sizes.
+const CTX_TOTAL: i32 = 72;
+const CTX_SIZE: u32 = 80;
+/// Largest byte count the decoder accepts (`report`'s `MAX_BYTES`).
+const MAX_BYTES: u64 = 1 << 47;
 
 fn frame_off(off: usize) -> i32 {
     // WalkFrame is a few hundred bytes: every offset fits.
@@ -76,8 +87,13 @@ pub(super) fn generate(
     plan: &Plan,
     roots: &[NodeId],
     fc: TargetFrontendConfig,
+    sizes: bool,
 ) -> Result<Vec<Function>, JitError> {
-    let mut reg = Registry::default();
+    let mut reg = Registry {
+        sizes,
+        statics: vec![None; plan.nodes.len()],
+        ..Registry::default()
+    };
     let mut fctx = FunctionBuilderContext::new();
     let mut funcs: Vec<Option<Function>> = vec![None, None];
     funcs[FN_ENTRY as usize] = Some(gen_entry(plan, roots, &mut reg, &mut fctx, fc)?);
@@ -102,6 +118,10 @@ pub(super) fn generate(
 struct Registry {
     ids: HashMap<(NodeId, u64), u32>,
     pending: Vec<(u32, NodeId, u64)>,
+    /// Add up the inclusive size while walking.
+    sizes: bool,
+    /// `report::static_total` of each node, memoised.
+    statics: Vec<Option<u64>>,
 }
 
 impl Registry {
@@ -195,6 +215,60 @@ impl Gen<'_, '_> {
 
     fn c(&mut self, v: u64) -> Value {
         self.b.ins().iconst(I64, v as i64)
+    }
+
+    /// The inclusive size of node `id` when it reads nothing at runtime.
+    fn st(&mut self, id: NodeId) -> u64 {
+        crate::report::static_total(self.plan, id, &mut self.reg.statics)
+    }
+
+    /// Adds `v` to the running total (walkers compiled with sizes only).
+    fn tally(&mut self, v: Value) {
+        if self.reg.sizes {
+            let t = self.ld_ctx(CTX_TOTAL);
+            let t = self.b.ins().iadd(t, v);
+            self.st_ctx(t, CTX_TOTAL);
+        }
+    }
+
+    fn tally_const(&mut self, c: u64) {
+        if self.reg.sizes && c != 0 {
+            let t = self.ld_ctx(CTX_TOTAL);
+            let t = self.b.ins().iadd_imm_s(t, c as i64);
+            self.st_ctx(t, CTX_TOTAL);
+        }
+    }
+
+    /// `times` copies of node `id` if it reads nothing (a dynamic one adds its own part
+    /// when it is walked).
+    fn tally_static(&mut self, id: NodeId, times: Value) {
+        if self.reg.sizes && !self.dynamic(id) {
+            let each = self.st(id);
+            if each != 0 {
+                let v = self.b.ins().imul_imm_s(times, each as i64);
+                self.tally(v);
+            }
+        }
+    }
+
+    /// The static totals of the children of a node that reads nothing of them.
+    fn static_children(&mut self, ids: &[NodeId]) -> u64 {
+        let mut t = 0u64;
+        for &m in ids {
+            if !self.dynamic(m) {
+                t = t.wrapping_add(self.st(m));
+            }
+        }
+        t
+    }
+
+    /// Fails as corrupt when `v > max` (only walkers with sizes check what the decoder
+    /// checks: the others leave it to the decoder).
+    fn decoder_bound(&mut self, v: Value, max: u64, code: ErrorCode, addr: Value) {
+        if self.reg.sizes {
+            let over = self.icmp_imm(IntCC::UnsignedGreaterThan, v, max);
+            self.fail_if(over, code, addr);
+        }
     }
 
     /// `base + off` as a (base, 32-bit displacement) pair for a memory access.
@@ -615,9 +689,17 @@ impl Gen<'_, '_> {
                 self.emit(&[word]);
             }
         }
+        let s = plan.nodes[id].static_size;
         match &plan.nodes[id].op {
-            Op::Leaf | Op::Bitfield => Ok(()),
-            Op::Struct { members, .. } => {
+            Op::Leaf => {
+                self.tally_const(s);
+                Ok(())
+            }
+            Op::Bitfield => Ok(()),
+            Op::Struct { members, padding } => {
+                let ids: Vec<NodeId> = members.iter().map(|m| m.1).collect();
+                let part = padding.wrapping_add(self.static_children(&ids));
+                self.tally_const(part);
                 let last = members.iter().rposition(|m| self.dynamic(m.1));
                 for (i, &(off, m)) in members.iter().enumerate() {
                     if self.dynamic(m) {
@@ -633,19 +715,32 @@ impl Gen<'_, '_> {
                 offset,
                 count,
                 stride,
-                ..
-            } => self.c_array(*elem, addr, len, *offset, *count, *stride, k),
+                exclusive,
+            } => {
+                let part = if self.dynamic(*elem) {
+                    *exclusive
+                } else {
+                    let each = self.st(*elem);
+                    exclusive.wrapping_add(count.wrapping_mul(each))
+                };
+                self.tally_const(part);
+                self.c_array(*elem, addr, len, *offset, *count, *stride, k)
+            }
             Op::Pair { first, second }
             | Op::Entry {
                 key: first,
                 value: second,
                 capture: None,
-            } => self.two(addr, len, *first, *second, k, tail),
+            } => {
+                self.tally_pair(s, first.1, second.1);
+                self.two(addr, len, *first, *second, k, tail)
+            }
             Op::Entry {
                 key,
                 value,
                 capture: Some(c),
             } => {
+                self.tally_pair(s, key.1, value.1);
                 let ks = self.size(key.1);
                 let ka = self.member(addr, len, key.0, ks)?;
                 self.capture(*c, ka, ks)?;
@@ -667,9 +762,16 @@ impl Gen<'_, '_> {
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 self.emit(&[addr, n, cap]);
+                if self.reg.sizes {
+                    let spare = self.b.ins().isub(cap, n);
+                    let spare = self.b.ins().imul_imm_s(spare, l.elem_size as i64);
+                    let e = self.b.ins().iadd_imm_s(spare, l.size as i64);
+                    self.tally(e);
+                    self.tally_static(*elem, n);
+                }
                 self.vector_elements(*elem, start, n, l.elem_size, k)
             }
-            Op::VectorBool { layout, .. } => {
+            Op::VectorBool { layout, elem } => {
                 let l = *layout;
                 let code = ErrorCode::VectorBool;
                 let sp = self.field(addr, len, l.start_p, code)?;
@@ -691,6 +793,16 @@ impl Gen<'_, '_> {
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 self.emit(&[addr, n, cap]);
+                if self.reg.sizes {
+                    if self.dynamic(*elem) {
+                        // The decoder would read elements nobody wrote (no real plan).
+                        self.decoder_bound(n, 0, code, addr);
+                    }
+                    let spare = self.b.ins().isub(cap, n);
+                    let e = self.b.ins().iadd_imm_s(spare, l.size as i64);
+                    self.tally(e);
+                    self.tally_static(*elem, n);
+                }
                 Ok(())
             }
             Op::Deque { layout, elem } => self.deque(layout, *elem, addr, len, k),
@@ -699,6 +811,7 @@ impl Gen<'_, '_> {
                 let n = self.field(addr, len, l.size_off, ErrorCode::FieldOutside)?;
                 self.check_count(n, addr);
                 self.emit(&[addr, n]);
+                self.tally_nodes(l.size, l.node_size.wrapping_sub(l.elem_size), n, *elem);
                 if !self.dynamic(*elem) {
                     return Ok(());
                 }
@@ -720,11 +833,21 @@ impl Gen<'_, '_> {
                     Ok(())
                 })
             }
-            Op::RbTree { layout, elem, .. } => {
+            Op::RbTree {
+                layout,
+                elem,
+                is_map,
+            } => {
                 let l = *layout;
                 let n = self.field(addr, len, l.count_off, ErrorCode::FieldOutside)?;
                 self.check_count(n, addr);
                 self.emit(&[addr, n]);
+                let per_node = if *is_map {
+                    0
+                } else {
+                    l.node_size.wrapping_sub(l.value_size)
+                };
+                self.tally_nodes(l.size, per_node, n, *elem);
                 if !self.dynamic(*elem) {
                     return Ok(());
                 }
@@ -736,12 +859,26 @@ impl Gen<'_, '_> {
                 )?;
                 self.rb_elements(*elem, &l, root, n, addr, k)
             }
-            Op::Hashtable { layout, elem, .. } => {
+            Op::Hashtable {
+                layout,
+                elem,
+                is_map,
+            } => {
                 let l = *layout;
                 let n = self.field(addr, len, l.count_off, ErrorCode::FieldOutside)?;
                 let buckets = self.field(addr, len, l.bucket_count_off, ErrorCode::FieldOutside)?;
                 self.check_count(n, addr);
                 self.emit(&[addr, n, buckets]);
+                if self.reg.sizes {
+                    self.decoder_bound(buckets, MAX_BYTES / 8, ErrorCode::FieldOutside, addr);
+                    let key_size = match &plan.nodes[*elem].op {
+                        Op::Entry { key, .. } if *is_map => self.size(key.1),
+                        _ => l.value_size,
+                    };
+                    let table = self.b.ins().imul_imm_s(buckets, 8);
+                    self.tally(table);
+                    self.tally_nodes(l.size, l.node_size.wrapping_sub(key_size), n, *elem);
+                }
                 if !self.dynamic(*elem) {
                     return Ok(());
                 }
@@ -772,6 +909,15 @@ impl Gen<'_, '_> {
                 self.emit(&[word]);
                 let elem = *elem;
                 let size = self.size(elem);
+                if self.reg.sizes {
+                    let with = s
+                        .saturating_sub(size)
+                        .wrapping_add(self.static_children(&[elem]));
+                    let with = self.c(with);
+                    let without = self.c(s);
+                    let part = self.b.ins().select(engaged, with, without);
+                    self.tally(part);
+                }
                 self.if_then(engaged, |g| {
                     let v = g.member(addr, len, l.value_off, size)?;
                     g.last(tail, |g| g.child(elem, v, size, k))
@@ -800,6 +946,10 @@ impl Gen<'_, '_> {
                         let iw = g.c(i as u64);
                         g.emit(&[iw]);
                         let size = g.size(alt);
+                        let part = s
+                            .saturating_sub(size)
+                            .wrapping_add(g.static_children(&[alt]));
+                        g.tally_const(part);
                         let v = g.member(addr, len, l.storage_off, size)?;
                         g.last(tail, |g| g.child(alt, v, size, k))
                     })?;
@@ -808,17 +958,18 @@ impl Gen<'_, '_> {
                 // Valueless, or an index without an alternative.
                 let none = self.c(u64::MAX);
                 self.emit(&[none]);
+                self.tally_const(s);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);
                 Ok(())
             }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
-                self.pointer(ptr, *target, target.is_some(), k, tail)
+                self.pointer(s, ptr, *target, target.is_some(), k, tail)
             }
             Op::RawPointer { target } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
-                self.pointer(ptr, *target, true, k, tail)
+                self.pointer(s, ptr, *target, true, k, tail)
             }
             Op::Poly {
                 candidates,
@@ -839,6 +990,9 @@ impl Gen<'_, '_> {
                     self.then_join(done, |g| {
                         let iw = g.c(i as u64);
                         g.emit(&[iw]);
+                        // The chosen class stands in this node's place.
+                        let part = g.static_children(&[cand]);
+                        g.tally_const(part);
                         // offset-to-top sits two words before the address point.
                         let top_at = g.b.ins().iadd_imm_s(vptr, -16);
                         let top = g.ld(top_at, 0);
@@ -850,10 +1004,33 @@ impl Gen<'_, '_> {
                 let none = self.c(u64::MAX);
                 self.emit(&[none]);
                 let fallback = *fallback;
+                let part = self.static_children(&[fallback]);
+                self.tally_const(part);
                 self.then_join(done, |g| g.last(tail, |g| g.child(fallback, addr, len, k)))?;
                 self.b.switch_to_block(done);
                 Ok(())
             }
+        }
+    }
+
+    /// A pair's or map entry's part: its own bytes beside the two children, and the
+    /// children that read nothing.
+    fn tally_pair(&mut self, s: u64, a: NodeId, b: NodeId) {
+        if self.reg.sizes {
+            let own = s.saturating_sub(self.size(a).saturating_add(self.size(b)));
+            let part = own.wrapping_add(self.static_children(&[a, b]));
+            self.tally_const(part);
+        }
+    }
+
+    /// A node-based container's part: `size + n × per_node`, and `n` elements that read
+    /// nothing.
+    fn tally_nodes(&mut self, size: u64, per_node: u64, n: Value, elem: NodeId) {
+        if self.reg.sizes {
+            let nodes = self.b.ins().imul_imm_s(n, per_node as i64);
+            let e = self.b.ins().iadd_imm_s(nodes, size as i64);
+            self.tally(e);
+            self.tally_static(elem, n);
         }
     }
 
@@ -906,6 +1083,12 @@ impl Gen<'_, '_> {
             zero
         };
         self.emit(&[n, cap]);
+        if self.reg.sizes {
+            self.decoder_bound(cap, MAX_BYTES, ErrorCode::String, addr);
+            let heap = self.b.ins().imul_imm_s(cap, l.char_size as i64);
+            let e = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            self.tally(e);
+        }
         Ok(())
     }
 
@@ -978,16 +1161,37 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let p = self.b.append_block_param(head, I64);
         let q = self.b.append_block_param(head, I64);
+        // With sizes: the sum of the heap capacities, and the largest (one check of the
+        // decoder's bound after the loop).
+        let sum = self.b.append_block_param(head, I64);
+        let any = self.b.append_block_param(head, I64);
         let qn = self.b.append_block_param(next, I64);
         let qd = self.b.append_block_param(done, I64);
-        self.b
-            .ins()
-            .jump(head, &[BlockArg::Value(start), BlockArg::Value(cur)]);
+        let sum_d = self.b.append_block_param(done, I64);
+        let any_d = self.b.append_block_param(done, I64);
+        let zero = self.c(0);
+        self.b.ins().jump(
+            head,
+            &[
+                BlockArg::Value(start),
+                BlockArg::Value(cur),
+                BlockArg::Value(zero),
+                BlockArg::Value(zero),
+            ],
+        );
         self.b.switch_to_block(head);
         let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
-        self.b
-            .ins()
-            .brif(more, body, &[], done, &[BlockArg::Value(q)]);
+        self.b.ins().brif(
+            more,
+            body,
+            &[],
+            done,
+            &[
+                BlockArg::Value(q),
+                BlockArg::Value(sum),
+                BlockArg::Value(any),
+            ],
+        );
         self.b.switch_to_block(body);
         let ptr = self.ld(p, l.ptr_off);
         let len = self.ld(p, l.len_off);
@@ -999,6 +1203,11 @@ impl Gen<'_, '_> {
         let cap = self.b.ins().umax(cap, one);
         let zero = self.c(0);
         let cap = self.b.ins().select(inline, zero, cap);
+        let (sum1, any1) = if self.reg.sizes {
+            (self.b.ins().iadd(sum, cap), self.b.ins().umax(any, cap))
+        } else {
+            (sum, any)
+        };
         let both = self.b.ins().bor(len, cap);
         let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
         self.b.ins().brif(small, two, &[], long, &[]);
@@ -1014,11 +1223,24 @@ impl Gen<'_, '_> {
         self.b.ins().jump(next, &[BlockArg::Value(q2)]);
         self.b.switch_to_block(next);
         let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
-        self.b
-            .ins()
-            .jump(head, &[BlockArg::Value(p1), BlockArg::Value(qn)]);
+        self.b.ins().jump(
+            head,
+            &[
+                BlockArg::Value(p1),
+                BlockArg::Value(qn),
+                BlockArg::Value(sum1),
+                BlockArg::Value(any1),
+            ],
+        );
         self.b.switch_to_block(done);
         self.b.def_var(self.cur, qd);
+        if self.reg.sizes {
+            self.decoder_bound(any_d, MAX_BYTES, ErrorCode::String, start);
+            let heap = self.b.ins().imul_imm_s(sum_d, l.char_size as i64);
+            let objects = self.b.ins().imul_imm_s(n, l.size as i64);
+            let part = self.b.ins().iadd(heap, objects);
+            self.tally(part);
+        }
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(join);
         Ok(())
@@ -1088,6 +1310,7 @@ impl Gen<'_, '_> {
     /// `visits`: whether a non-null pointer is looked up in the visited set at all.
     fn pointer(
         &mut self,
+        s: u64,
         ptr: Value,
         target: Option<NodeId>,
         visits: bool,
@@ -1107,6 +1330,10 @@ impl Gen<'_, '_> {
         }
         let d = self.b.use_var(descend);
         self.emit(&[ptr, d]);
+        self.tally_const(s);
+        if let Some(t) = target {
+            self.tally_static(t, d);
+        }
         if let Some(t) = target
             && self.dynamic(t)
         {
@@ -1174,6 +1401,20 @@ impl Gen<'_, '_> {
         self.fail_if(bad, ErrorCode::DequeMap, addr);
         self.check_count(n, addr);
         self.emit(&[addr, n, slots, blocks]);
+        if self.reg.sizes {
+            // `DequeLayout::account`: the map and the blocks, less the elements' bytes.
+            let map_bytes = self.b.ins().imul_imm_s(slots, 8);
+            let block_bytes = self.b.ins().imul_imm_s(blocks, l.block_bytes() as i64);
+            let all = self.b.ins().iadd(map_bytes, block_bytes);
+            let all = self.b.ins().iadd_imm_s(all, l.size as i64);
+            let used = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let under = self.b.ins().icmp(IntCC::UnsignedLessThan, all, used);
+            let e = self.b.ins().isub(all, used);
+            let zero = self.c(0);
+            let e = self.b.ins().select(under, zero, e);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
         if !self.dynamic(elem) {
             return Ok(());
         }
@@ -1203,16 +1444,30 @@ impl Gen<'_, '_> {
                 g.fail_if(back, ErrorCode::DequeBlock, addr);
                 Ok(())
             })?;
+            let walked = g.b.declare_var(I64);
+            let zero = g.c(0);
+            g.b.def_var(walked, zero);
             g.loop_n(blocks, |g, b| {
                 let (first, end) = range(g, b);
                 let d = g.b.ins().isub(end, first);
                 let count = g.div(d, es);
+                let w = g.b.use_var(walked);
+                let w = g.b.ins().iadd(w, count);
+                g.b.def_var(walked, w);
                 g.loop_n(count, |g, j| {
                     let off = g.b.ins().imul_imm_s(j, es as i64);
                     let at = g.b.ins().iadd(first, off);
                     g.child(elem, at, es, k)
                 })
-            })
+            })?;
+            if g.reg.sizes {
+                // Other than `n` elements in the blocks: the decoder finds the stream short
+                // (or longer than the plan).
+                let w = g.b.use_var(walked);
+                let other = g.b.ins().icmp(IntCC::NotEqual, w, n);
+                g.fail_if(other, ErrorCode::DequeBlock, addr);
+            }
+            Ok(())
         })
     }
 
@@ -1289,6 +1544,12 @@ impl Gen<'_, '_> {
             Ok(())
         })?;
         self.b.switch_to_block(exit);
+        if self.reg.sizes {
+            // Fewer nodes than the count: the decoder finds the stream short.
+            let seen_v = self.b.use_var(seen);
+            let short = self.b.ins().icmp(IntCC::NotEqual, seen_v, len);
+            self.fail_if(short, ErrorCode::RbLarge, addr);
+        }
         Ok(())
     }
 
@@ -1494,6 +1755,7 @@ fn gen_entry(
         g.st_ctx(zero, CTX_COUNT);
         g.st_ctx(zero, CTX_ERR_CODE);
         g.st_ctx(zero, CTX_ERR_ADDR);
+        g.st_ctx(zero, CTX_TOTAL);
         // Stack limit: `stack_len` below the entry stack pointer, less a margin.
         let sp = g.b.ins().get_stack_pointer(I64);
         let stack_len = fl(g, offset_of!(WalkFrame, stack_len));
@@ -1549,6 +1811,10 @@ fn gen_entry(
                     g.visit(addr);
                     Ok(())
                 })?;
+                if !g.dynamic(root) {
+                    let part = g.st(root);
+                    g.tally_const(part);
+                }
                 g.walk_at(root, addr, 0)?;
                 let cur = g.b.use_var(g.cur);
                 let bytes = g.b.ins().isub(cur, header);
@@ -1598,6 +1864,17 @@ fn gen_entry(
                 g.b.switch_to_block(ok);
                 let done = g.c(STATUS_DONE);
                 record(g, done);
+                let total = if g.reg.sizes {
+                    g.ld_ctx(CTX_TOTAL)
+                } else {
+                    g.c(0)
+                };
+                g.b.ins().store(
+                    trusted(),
+                    total,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, total)),
+                );
                 let e = g.c(0);
                 for off in [
                     offset_of!(WalkFrame, err_root),

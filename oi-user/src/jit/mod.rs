@@ -104,6 +104,9 @@ pub struct WalkFrame {
     pub err_root: u64,
     pub err_code: u64,
     pub err_addr: u64,
+    /// out, with [`STATUS_DONE`]: the inclusive sizes of the roots, added up, when the walker
+    /// was compiled with sizes (`in_process::LocalWalker::compile_sized`); else 0.
+    pub total: u64,
 }
 
 /// The walk finished; `out_used` bytes of output.
@@ -240,7 +243,17 @@ pub enum JitError {
 pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError> {
     check_plan(plan, roots)?;
     let isa = link::isa()?;
-    let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
+    let funcs = codegen::generate(plan, roots, isa.frontend_config(), false)?;
+    link::link(&isa, funcs)
+}
+
+/// The target backend's walker compiled with sizes (as OIL's), for tests that compare it
+/// with the decoder on garbage memory in a child process.
+#[cfg(test)]
+fn compile_sized(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError> {
+    check_plan(plan, roots)?;
+    let isa = link::isa()?;
+    let funcs = codegen::generate(plan, roots, isa.frontend_config(), true)?;
     link::link(&isa, funcs)
 }
 

@@ -282,9 +282,10 @@ fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec
         .collect()
 }
 
-/// The in-process backend (OIL) on the same objects, called on this thread's stack.
+/// The in-process backend (OIL) on the same objects, called on this thread's stack,
+/// compiled with sizes: the total it adds up while walking must be the decoder's.
 fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u8>> {
-    let w = in_process::LocalWalker::compile(plan, roots).expect("compile in process");
+    let w = in_process::LocalWalker::compile_sized(plan, roots).expect("compile in process");
     let mut out_len = 64;
     loop {
         let mut r = Run::new(addrs, out_len);
@@ -302,7 +303,14 @@ fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u
         );
         match s {
             STATUS_FULL => out_len = r.frame.out_used as usize,
-            STATUS_DONE => return r.streams(roots.len()),
+            STATUS_DONE => {
+                let streams = r.streams(roots.len());
+                let decoded = roots.iter().zip(&streams).fold(0u64, |t, (&root, s)| {
+                    t + crate::report::total_size(plan, root, s).expect("decode")
+                });
+                assert_eq!(r.frame.total, decoded, "sizes added up by the walker");
+                return streams;
+            }
             _ => panic!("in-process walk: {:?}", check_status(&r.frame)),
         }
     }

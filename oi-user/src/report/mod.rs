@@ -163,6 +163,45 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, Repor
     d.node(root, None)
 }
 
+/// Inclusive size of the subtree of `id` counting only static sizes: the size of a node
+/// that reads nothing at runtime (`dynamic == false`). Memoised in `memo` (one entry per
+/// plan node). Recurses only through members held by value, which cannot form a cycle.
+pub fn static_total(plan: &Plan, id: NodeId, memo: &mut [Option<u64>]) -> u64 {
+    if let Some(s) = memo[id] {
+        return s;
+    }
+    let n = &plan.nodes[id];
+    let s = match &n.op {
+        Op::Bitfield => 0,
+        Op::Struct { members, padding } => members.iter().fold(*padding, |t, m| {
+            t.saturating_add(static_total(plan, m.1, memo))
+        }),
+        Op::Array {
+            elem,
+            count,
+            exclusive,
+            ..
+        } => exclusive.saturating_add(count.saturating_mul(static_total(plan, *elem, memo))),
+        Op::Pair { first, second }
+        | Op::Entry {
+            key: first,
+            value: second,
+            ..
+        } => {
+            let e = n.static_size.saturating_sub(
+                plan.nodes[first.1]
+                    .static_size
+                    .saturating_add(plan.nodes[second.1].static_size),
+            );
+            e.saturating_add(static_total(plan, first.1, memo))
+                .saturating_add(static_total(plan, second.1, memo))
+        }
+        _ => n.static_size,
+    };
+    memo[id] = Some(s);
+    s
+}
+
 /// What a node's children are, once its own words are read.
 enum Children<'p> {
     None,
@@ -214,40 +253,7 @@ impl<'a> Decoder<'a, '_> {
 
     /// Inclusive size of a non-dynamic subtree (no stream words), memoised per node.
     fn static_total(&mut self, id: NodeId) -> u64 {
-        if let Some(s) = self.statics[id] {
-            return s;
-        }
-        let plan = self.plan;
-        let n = &plan.nodes[id];
-        let s = match &n.op {
-            Op::Bitfield => 0,
-            Op::Struct { members, padding } => members
-                .iter()
-                .fold(*padding, |t, m| t.saturating_add(self.static_total(m.1))),
-            Op::Array {
-                elem,
-                count,
-                exclusive,
-                ..
-            } => exclusive.saturating_add(count.saturating_mul(self.static_total(*elem))),
-            Op::Pair { first, second }
-            | Op::Entry {
-                key: first,
-                value: second,
-                ..
-            } => {
-                let e = n.static_size.saturating_sub(
-                    plan.nodes[first.1]
-                        .static_size
-                        .saturating_add(plan.nodes[second.1].static_size),
-                );
-                e.saturating_add(self.static_total(first.1))
-                    .saturating_add(self.static_total(second.1))
-            }
-            _ => n.static_size,
-        };
-        self.statics[id] = Some(s);
-        s
+        static_total(self.plan, id, self.statics)
     }
 
     fn read_capture(&mut self, c: Capture) -> Result<Data, ReportError> {
