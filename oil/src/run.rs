@@ -1,6 +1,7 @@
 //! One measurement on the calling thread: the compiled walker on the object (contained by
 //! `guard`), the interpreter when the walker faults or finds the object corrupt, then the
-//! `report` decoder, exactly as oi-trace decodes a sample.
+//! `report` decoder, exactly as oi-trace decodes a sample. A size alone needs no decoding:
+//! the walker is compiled with sizes and adds up the total the decoder would find.
 //!
 //! Each thread keeps what a walk needs between calls (a walk stack, the visited-set table,
 //! an output buffer and its generation counter), so that a call in the steady state costs
@@ -128,7 +129,8 @@ fn measure_in(
     let native = walk_native(env, c, obj)?;
     let Env { stack, out, .. } = env;
     match native {
-        Some(bytes) => {
+        Some((_, total)) if format.is_none() => Ok(Output::Size(total)),
+        Some((bytes, _)) => {
             let stream = &out[8..8 + bytes];
             guard::on_stack(stack, || decode(c, stream, format))
         }
@@ -160,9 +162,10 @@ fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
     }
 }
 
-/// Runs the compiled walker; `Some(n)`: the stream is `out[8..8 + n]`; `None`: it faulted or
-/// found the object corrupt (ask the interpreter).
-fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>, Error> {
+/// Runs the compiled walker; `Some((n, total))`: the stream is `out[8..8 + n]` and the
+/// object's inclusive size `total`; `None`: it faulted or found the object corrupt (ask the
+/// interpreter).
+fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<(usize, u64)>, Error> {
     loop {
         let mut frame = WalkFrame {
             out: env.out.as_mut_ptr() as u64,
@@ -184,7 +187,9 @@ fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>,
                 let used = frame.out_used as usize;
                 let header = env.out.get(..used.min(env.out.len())).unwrap_or_default();
                 return match header.first_chunk::<8>().map(|c| u64::from_le_bytes(*c)) {
-                    Some(n) if n.checked_add(8) == Some(used as u64) => Ok(Some(n as usize)),
+                    Some(n) if n.checked_add(8) == Some(used as u64) => {
+                        Ok(Some((n as usize, frame.total)))
+                    }
                     _ => Err(Error::Internal(format!(
                         "the walker's output is malformed ({used} bytes)"
                     ))),
