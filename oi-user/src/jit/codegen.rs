@@ -185,6 +185,8 @@ struct Gen<'a, 'b> {
     end: Value,
     /// Output cursor.
     cur: Variable,
+    /// Running total of a walker compiled with sizes; in the context across calls.
+    total: Variable,
     /// Error / full exit: one i64 parameter, the status.
     ret: Block,
     inline: Vec<(NodeId, u64)>,
@@ -225,17 +227,37 @@ impl Gen<'_, '_> {
     /// Adds `v` to the running total (walkers compiled with sizes only).
     fn tally(&mut self, v: Value) {
         if self.reg.sizes {
-            let t = self.ld_ctx(CTX_TOTAL);
+            let t = self.b.use_var(self.total);
             let t = self.b.ins().iadd(t, v);
-            self.st_ctx(t, CTX_TOTAL);
+            self.b.def_var(self.total, t);
         }
     }
 
     fn tally_const(&mut self, c: u64) {
         if self.reg.sizes && c != 0 {
-            let t = self.ld_ctx(CTX_TOTAL);
+            let t = self.b.use_var(self.total);
             let t = self.b.ins().iadd_imm_s(t, c as i64);
+            self.b.def_var(self.total, t);
+        }
+    }
+
+    /// Leaves the cursor (and the total) in the context, for a callee or the caller.
+    fn sync_out(&mut self) {
+        let cur = self.b.use_var(self.cur);
+        self.st_ctx(cur, CTX_CUR);
+        if self.reg.sizes {
+            let t = self.b.use_var(self.total);
             self.st_ctx(t, CTX_TOTAL);
+        }
+    }
+
+    /// Takes the cursor (and the total) back from the context after a call.
+    fn sync_in(&mut self) {
+        let cur = self.ld_ctx(CTX_CUR);
+        self.b.def_var(self.cur, cur);
+        if self.reg.sizes {
+            let t = self.ld_ctx(CTX_TOTAL);
+            self.b.def_var(self.total, t);
         }
     }
 
@@ -553,8 +575,7 @@ impl Gen<'_, '_> {
     fn call_node(&mut self, id: NodeId, len: u64, addr: Value, depth: Value) -> G {
         let fid = self.reg.id(id, len);
         let f = self.func_ref(fid, 3);
-        let cur = self.b.use_var(self.cur);
-        self.st_ctx(cur, CTX_CUR);
+        self.sync_out();
         if self.tail {
             // The callee leaves the cursor in the context and returns the status, which is
             // all this function would do after the call.
@@ -564,8 +585,7 @@ impl Gen<'_, '_> {
         let call = self.b.ins().call(f, &[self.ctx, addr, depth]);
         let status = self.b.inst_results(call)[0];
         self.exit_if_nonzero(status);
-        let cur = self.ld_ctx(CTX_CUR);
-        self.b.def_var(self.cur, cur);
+        self.sync_in();
         Ok(())
     }
 
@@ -1123,75 +1143,52 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// The hot loop of `vector<string>` (the interpreter's fast path too). When the output
-    /// has room for the longest encoding of every element (two ten-byte words each), the
-    /// loop stores without checking: two pointer bumps, three loads and, for a length and
-    /// capacity below 128, one two-byte store. Otherwise each string is emitted checked.
+    /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
+    /// has room for an element at its longest (two ten-byte words), stores need no check:
+    /// two pointer bumps, three loads, one compare with the room's limit and, for a length
+    /// and capacity below 128, one two-byte store. With sizes, the heap capacities are
+    /// summed in a register and added once. The last elements, once the room is short,
+    /// are emitted checked one by one.
     fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) -> G {
-        // n ≤ MAX_ELEMENTS (checked by the caller): no overflow.
-        let need = self.b.ins().imul_imm_s(n, 2 * MAX_WORD_BYTES as i64);
-        let cur = self.b.use_var(self.cur);
-        let after = self.b.ins().iadd(cur, need);
-        let fits = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedLessThanOrEqual, after, self.end);
-        let fast = self.b.create_block();
-        let checked = self.b.create_block();
-        let join = self.b.create_block();
-        self.b.ins().brif(fits, fast, &[], checked, &[]);
-
-        self.b.switch_to_block(checked);
-        let layout = *l;
-        self.loop_n(n, |g, i| {
-            let off = g.b.ins().imul_imm_s(i, stride as i64);
-            let at = g.b.ins().iadd(start, off);
-            g.string(&layout, at, stride)
-        })?;
-        self.b.ins().jump(join, &[]);
-
-        self.b.switch_to_block(fast);
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
+        let limit = self
+            .b
+            .ins()
+            .iadd_imm_s(self.end, -(2 * MAX_WORD_BYTES as i64));
+        let cur = self.b.use_var(self.cur);
         let head = self.b.create_block();
+        let check = self.b.create_block();
         let body = self.b.create_block();
         let two = self.b.create_block();
         let long = self.b.create_block();
         let next = self.b.create_block();
         let done = self.b.create_block();
+        let spill = self.b.create_block();
+        let join = self.b.create_block();
+        // (element, cursor, sum of heap capacities, largest capacity)
         let p = self.b.append_block_param(head, I64);
         let q = self.b.append_block_param(head, I64);
-        // With sizes: the sum of the heap capacities, and the largest (one check of the
-        // decoder's bound after the loop).
         let sum = self.b.append_block_param(head, I64);
-        let any = self.b.append_block_param(head, I64);
+        let max = self.b.append_block_param(head, I64);
         let qn = self.b.append_block_param(next, I64);
-        let qd = self.b.append_block_param(done, I64);
-        let sum_d = self.b.append_block_param(done, I64);
-        let any_d = self.b.append_block_param(done, I64);
         let zero = self.c(0);
-        self.b.ins().jump(
-            head,
-            &[
-                BlockArg::Value(start),
-                BlockArg::Value(cur),
-                BlockArg::Value(zero),
-                BlockArg::Value(zero),
-            ],
-        );
+        let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
+        self.b.ins().jump(head, &args([start, cur, zero, zero]));
+
         self.b.switch_to_block(head);
         let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
-        self.b.ins().brif(
-            more,
-            body,
-            &[],
-            done,
-            &[
-                BlockArg::Value(q),
-                BlockArg::Value(sum),
-                BlockArg::Value(any),
-            ],
-        );
+        self.b.ins().brif(more, check, &[], done, &[]);
+        self.b.switch_to_block(check);
+        // `limit` wraps only for an `end` below 20 (no real buffer): then there is no room.
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, limit);
+        let low = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, limit, self.end);
+        let room = self.b.ins().band(room, low);
+        self.b.ins().brif(room, body, &[], spill, &[]);
+
         self.b.switch_to_block(body);
         let ptr = self.ld(p, l.ptr_off);
         let len = self.ld(p, l.len_off);
@@ -1203,10 +1200,10 @@ impl Gen<'_, '_> {
         let cap = self.b.ins().umax(cap, one);
         let zero = self.c(0);
         let cap = self.b.ins().select(inline, zero, cap);
-        let (sum1, any1) = if self.reg.sizes {
-            (self.b.ins().iadd(sum, cap), self.b.ins().umax(any, cap))
+        let (sum1, max1) = if self.reg.sizes {
+            (self.b.ins().iadd(sum, cap), self.b.ins().umax(max, cap))
         } else {
-            (sum, any)
+            (sum, max)
         };
         let both = self.b.ins().bor(len, cap);
         let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
@@ -1223,27 +1220,45 @@ impl Gen<'_, '_> {
         self.b.ins().jump(next, &[BlockArg::Value(q2)]);
         self.b.switch_to_block(next);
         let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
-        self.b.ins().jump(
-            head,
-            &[
-                BlockArg::Value(p1),
-                BlockArg::Value(qn),
-                BlockArg::Value(sum1),
-                BlockArg::Value(any1),
-            ],
-        );
+        self.b.ins().jump(head, &args([p1, qn, sum1, max1]));
+
+        // Every element done unchecked.
         self.b.switch_to_block(done);
-        self.b.def_var(self.cur, qd);
+        self.b.def_var(self.cur, q);
+        self.tally_strings(l, n, sum, max, start);
+        self.b.ins().jump(join, &[]);
+
+        // The room ran short at element `p`: the rest, checked.
+        self.b.switch_to_block(spill);
+        self.b.def_var(self.cur, q);
         if self.reg.sizes {
-            self.decoder_bound(any_d, MAX_BYTES, ErrorCode::String, start);
-            let heap = self.b.ins().imul_imm_s(sum_d, l.char_size as i64);
-            let objects = self.b.ins().imul_imm_s(n, l.size as i64);
-            let part = self.b.ins().iadd(heap, objects);
-            self.tally(part);
+            let walked = self.b.ins().isub(p, start);
+            let walked = self.div(walked, stride);
+            self.tally_strings(l, walked, sum, max, start);
         }
+        let left = self.b.ins().isub(stop, p);
+        let left = self.div(left, stride);
+        let layout = *l;
+        self.loop_n(left, |g, i| {
+            let off = g.b.ins().imul_imm_s(i, stride as i64);
+            let at = g.b.ins().iadd(p, off);
+            g.string(&layout, at, stride)
+        })?;
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(join);
         Ok(())
+    }
+
+    /// `count` strings of the unchecked loop: their objects and heap capacities (`sum`), after
+    /// the decoder's check of the largest capacity.
+    fn tally_strings(&mut self, l: &StringLayout, count: Value, sum: Value, max: Value, at: Value) {
+        if self.reg.sizes {
+            self.decoder_bound(max, MAX_BYTES, ErrorCode::String, at);
+            let heap = self.b.ins().imul_imm_s(sum, l.char_size as i64);
+            let objects = self.b.ins().imul_imm_s(count, l.size as i64);
+            let part = self.b.ins().iadd(heap, objects);
+            self.tally(part);
+        }
     }
 
     /// C array / std::array: elements inside the object; the first one that does not fit
@@ -1638,7 +1653,9 @@ fn build(
         let status = b.append_block_param(ret, I64);
         b.set_cold_block(ret);
         let cur = b.declare_var(I64);
+        let total = b.declare_var(I64);
         let zero = b.ins().iconst(I64, 0);
+        b.def_var(total, zero);
         let mut g = Gen {
             plan,
             b,
@@ -1648,6 +1665,7 @@ fn build(
             depth: zero,
             end: zero,
             cur,
+            total,
             ret,
             inline: Vec::new(),
             budget: INLINE_BUDGET,
@@ -1688,13 +1706,11 @@ fn gen_node_fn(
         g.b.ins().brif(low, g.ret, &[BlockArg::Value(s)], ok, &[]);
         g.b.switch_to_block(ok);
         g.end = g.ld_ctx(CTX_END);
-        let cur = g.ld_ctx(CTX_CUR);
-        g.b.def_var(g.cur, cur);
+        g.sync_in();
         g.inline.push((node, len));
         g.tail = true;
         g.walk(node, addr, len, 0)?;
-        let cur = g.b.use_var(g.cur);
-        g.st_ctx(cur, CTX_CUR);
+        g.sync_out();
         let done = g.c(STATUS_DONE);
         g.b.ins().return_(&[done]);
         Err(Stop::Dead)
@@ -1864,11 +1880,7 @@ fn gen_entry(
                 g.b.switch_to_block(ok);
                 let done = g.c(STATUS_DONE);
                 record(g, done);
-                let total = if g.reg.sizes {
-                    g.ld_ctx(CTX_TOTAL)
-                } else {
-                    g.c(0)
-                };
+                let total = g.b.use_var(g.total);
                 g.b.ins().store(
                     trusted(),
                     total,
