@@ -1143,20 +1143,64 @@ impl Gen<'_, '_> {
         })
     }
 
+    /// The string at `p + off` as the stream has it: (length, heap capacity or 0).
+    fn load_string(&mut self, l: &StringLayout, p: Value, off: u64) -> (Value, Value) {
+        let ptr = self.ld(p, off + l.ptr_off);
+        let len = self.ld(p, off + l.len_off);
+        let cap = self.ld(p, off + l.cap_off);
+        // ptr in [obj, obj + size) ⟺ ptr − obj < size (the object does not wrap around).
+        let obj = self.add(p, off);
+        let rel = self.b.ins().isub(ptr, obj);
+        let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
+        let one = self.c(1);
+        let cap = self.b.ins().umax(cap, one);
+        let zero = self.c(0);
+        let cap = self.b.ins().select(inline, zero, cap);
+        (len, cap)
+    }
+
+    /// The running sum and largest of heap capacities, with sizes.
+    fn sum_max(&mut self, sum: Value, max: Value, caps: &[Value]) -> (Value, Value) {
+        let (mut sum, mut max) = (sum, max);
+        if self.reg.sizes {
+            for &c in caps {
+                sum = self.b.ins().iadd(sum, c);
+                max = self.b.ins().umax(max, c);
+            }
+        }
+        (sum, max)
+    }
+
     /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
-    /// has room for an element at its longest (two ten-byte words), stores need no check:
-    /// two pointer bumps, three loads, one compare with the room's limit and, for a length
-    /// and capacity below 128, one two-byte store. With sizes, the heap capacities are
-    /// summed in a register and added once. The last elements, once the room is short,
-    /// are emitted checked one by one.
+    /// has room for the elements at their longest (two ten-byte words each), stores need no
+    /// check. Two strings an iteration: six loads, one compare with the room's limit and,
+    /// for lengths and capacities below 128, one four-byte store; then one string an
+    /// iteration for the last. With sizes, the heap capacities are summed in registers and
+    /// added once. The last elements, once the room is short, are emitted checked.
     fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) -> G {
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
-        let limit = self
-            .b
-            .ins()
-            .iadd_imm_s(self.end, -(2 * MAX_WORD_BYTES as i64));
+        // A pair starts before `stop - stride` (for n = 0 that lies below `start`).
+        let last_pair = self.b.ins().iadd_imm_s(stop, -(stride as i64));
+        let w = 2 * MAX_WORD_BYTES as i64;
+        // Room limits for one and for two elements; an `end` below 40 (no real buffer)
+        // has none.
+        let end = self.end;
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, 2 * w as u64);
+        let zero = self.c(0);
+        let l1 = self.b.ins().iadd_imm_s(end, -w);
+        let lim1 = self.b.ins().select(big, l1, zero);
+        let l2 = self.b.ins().iadd_imm_s(end, -2 * w);
+        let lim2 = self.b.ins().select(big, l2, zero);
         let cur = self.b.use_var(self.cur);
+        let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
+
+        // (element, cursor, sum of heap capacities, largest capacity)
+        let head2 = self.b.create_block();
+        let body2 = self.b.create_block();
+        let four = self.b.create_block();
+        let long2 = self.b.create_block();
+        let next2 = self.b.create_block();
         let head = self.b.create_block();
         let check = self.b.create_block();
         let body = self.b.create_block();
@@ -1166,58 +1210,72 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let spill = self.b.create_block();
         let join = self.b.create_block();
-        // (element, cursor, sum of heap capacities, largest capacity)
-        let p = self.b.append_block_param(head, I64);
-        let q = self.b.append_block_param(head, I64);
-        let sum = self.b.append_block_param(head, I64);
-        let max = self.b.append_block_param(head, I64);
+        let [p2, q2, sum2, max2] = [(); 4].map(|()| self.b.append_block_param(head2, I64));
+        let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
+        let qn2 = self.b.append_block_param(next2, I64);
         let qn = self.b.append_block_param(next, I64);
-        let zero = self.c(0);
-        let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
-        self.b.ins().jump(head, &args([start, cur, zero, zero]));
+        self.b.ins().jump(head2, &args([start, cur, zero, zero]));
 
+        // Pairs.
+        self.b.switch_to_block(head2);
+        let pair = self.b.ins().icmp(IntCC::UnsignedLessThan, p2, last_pair);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q2, lim2);
+        let go = self.b.ins().band(pair, room);
+        self.b
+            .ins()
+            .brif(go, body2, &[], head, &args([p2, q2, sum2, max2]));
+        self.b.switch_to_block(body2);
+        let (len0, cap0) = self.load_string(l, p2, 0);
+        let (len1, cap1) = self.load_string(l, p2, stride);
+        let (sum2b, max2b) = self.sum_max(sum2, max2, &[cap0, cap1]);
+        let a = self.b.ins().bor(len0, cap0);
+        let b = self.b.ins().bor(len1, cap1);
+        let all = self.b.ins().bor(a, b);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
+        self.b.ins().brif(small, four, &[], long2, &[]);
+        self.b.switch_to_block(four);
+        let c0 = self.b.ins().ishl_imm_s(cap0, 8);
+        let l1 = self.b.ins().ishl_imm_s(len1, 16);
+        let c1 = self.b.ins().ishl_imm_s(cap1, 24);
+        let v = self.b.ins().bor(len0, c0);
+        let v = self.b.ins().bor(v, l1);
+        let v = self.b.ins().bor(v, c1);
+        self.b.ins().istore32(trusted(), v, q2, 0);
+        let q4 = self.b.ins().iadd_imm_s(q2, 4);
+        self.b.ins().jump(next2, &[BlockArg::Value(q4)]);
+        self.b.switch_to_block(long2);
+        let mut at = q2;
+        for v in [len0, cap0, len1, cap1] {
+            at = self.varint_unchecked(v, at);
+        }
+        self.b.ins().jump(next2, &[BlockArg::Value(at)]);
+        self.b.switch_to_block(next2);
+        let pn = self.b.ins().iadd_imm_s(p2, 2 * stride as i64);
+        self.b.ins().jump(head2, &args([pn, qn2, sum2b, max2b]));
+
+        // One at a time.
         self.b.switch_to_block(head);
         let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
         self.b.ins().brif(more, check, &[], done, &[]);
         self.b.switch_to_block(check);
-        // `limit` wraps only for an `end` below 20 (no real buffer): then there is no room.
-        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, limit);
-        let low = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedLessThanOrEqual, limit, self.end);
-        let room = self.b.ins().band(room, low);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, lim1);
         self.b.ins().brif(room, body, &[], spill, &[]);
-
         self.b.switch_to_block(body);
-        let ptr = self.ld(p, l.ptr_off);
-        let len = self.ld(p, l.len_off);
-        let cap = self.ld(p, l.cap_off);
-        // ptr in [p, p + size) ⟺ ptr − p < size (the object does not wrap around).
-        let rel = self.b.ins().isub(ptr, p);
-        let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
-        let one = self.c(1);
-        let cap = self.b.ins().umax(cap, one);
-        let zero = self.c(0);
-        let cap = self.b.ins().select(inline, zero, cap);
-        let (sum1, max1) = if self.reg.sizes {
-            (self.b.ins().iadd(sum, cap), self.b.ins().umax(max, cap))
-        } else {
-            (sum, max)
-        };
+        let (len, cap) = self.load_string(l, p, 0);
+        let (sum1, max1) = self.sum_max(sum, max, &[cap]);
         let both = self.b.ins().bor(len, cap);
         let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
         self.b.ins().brif(small, two, &[], long, &[]);
         self.b.switch_to_block(two);
         let hi = self.b.ins().ishl_imm_s(cap, 8);
-        let pair = self.b.ins().bor(len, hi);
-        self.b.ins().istore16(trusted(), pair, q, 0);
-        let q2 = self.b.ins().iadd_imm_s(q, 2);
-        self.b.ins().jump(next, &[BlockArg::Value(q2)]);
+        let v = self.b.ins().bor(len, hi);
+        self.b.ins().istore16(trusted(), v, q, 0);
+        let q2b = self.b.ins().iadd_imm_s(q, 2);
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
         self.b.switch_to_block(long);
         let q1 = self.varint_unchecked(len, q);
-        let q2 = self.varint_unchecked(cap, q1);
-        self.b.ins().jump(next, &[BlockArg::Value(q2)]);
+        let q2b = self.varint_unchecked(cap, q1);
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
         self.b.switch_to_block(next);
         let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
         self.b.ins().jump(head, &args([p1, qn, sum1, max1]));
