@@ -4,7 +4,7 @@
 //! captured keys, chased pointers, polymorphic classes, two roots in one sample.
 //!
 //! An input is `[plan, format, walker output…]`; the walker output is split into per-root
-//! streams as the JIT path does (`jit::split_streams`), else every root gets all its words.
+//! streams as the JIT path does (`jit::split_streams`), else every root gets all its bytes.
 //! Decoding runs on one long-lived thread with the report thread's stack, as in oi-trace.
 
 use std::{
@@ -113,7 +113,7 @@ static MEASURERS: LazyLock<Vec<Measurer>> = LazyLock::new(|| PROBES.iter().map(b
 struct Job {
     measurer: usize,
     format: OutputFormat,
-    streams: Vec<Vec<u64>>,
+    streams: Vec<Vec<u8>>,
 }
 
 /// The report thread: jobs in, a unit back when each is done.
@@ -153,14 +153,8 @@ pub fn decode(data: &[u8]) {
     };
     let measurer = usize::from(*which) % MEASURERS.len();
     let roots = MEASURERS[measurer].roots().len();
-    let rest = &rest[..rest.len() / 8 * 8];
-    let streams = oi_trace::jit::split_streams(rest, roots).unwrap_or_else(|_| {
-        let words: Vec<u64> = rest
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-            .collect();
-        vec![words; roots]
-    });
+    let streams = oi_trace::jit::split_streams(rest, roots)
+        .unwrap_or_else(|_| vec![rest.to_vec(); roots]);
     let job = Job {
         measurer,
         format: FORMATS[usize::from(*format) % FORMATS.len()],
@@ -196,12 +190,12 @@ fn write_seeds(dir: &Path) -> std::io::Result<()> {
             }
             let mut walker_output = Vec::new();
             for s in &streams {
-                walker_output.push(s.len() as u64);
+                walker_output.extend((s.len() as u64).to_le_bytes());
                 walker_output.extend(s);
             }
             for format in 0..FORMATS.len() {
                 let mut bytes = vec![i as u8, format as u8];
-                bytes.extend(walker_output.iter().flat_map(|w| w.to_le_bytes()));
+                bytes.extend(&walker_output);
                 std::fs::write(dir.join(format!("synth-{i}-{seed}-{format}")), bytes)?;
             }
         }

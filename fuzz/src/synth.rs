@@ -24,7 +24,8 @@ struct Synth<'p> {
 }
 
 /// A stream for `root` of `plan`, varied by `seed`; `None` if it would be too long.
-pub fn stream(plan: &Plan, root: NodeId, seed: u64) -> Option<Vec<u64>> {
+/// The words are encoded as a walker writes them (`plan::stream`).
+pub fn stream(plan: &Plan, root: NodeId, seed: u64) -> Option<Vec<u8>> {
     let mut s = Synth {
         plan,
         out: Vec::new(),
@@ -32,7 +33,8 @@ pub fn stream(plan: &Plan, root: NodeId, seed: u64) -> Option<Vec<u64>> {
         pointer_depth: 0,
         depth: 0,
     };
-    s.node(root).then_some(s.out)
+    s.node(root)
+        .then(|| oi_trace::plan::stream::encode(&s.out))
 }
 
 impl Synth<'_> {

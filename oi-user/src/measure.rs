@@ -183,7 +183,7 @@ pub struct CopyAt {
 
 /// One root's walk at a sample: its stream, or why it has none (the root is then printed as
 /// failed in its place, and the sample's other roots as usual).
-pub type RootStream = Result<Vec<u64>, String>;
+pub type RootStream = Result<Vec<u8>, String>;
 
 /// Stack of the walking thread (virtual; only the depth actually used is touched).
 pub const WALK_STACK: usize = 1 << 30;
@@ -328,7 +328,7 @@ impl Measurer {
         addr: u64,
         load_bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<u64>, MeasureError> {
+    ) -> Result<Vec<u8>, MeasureError> {
         let a = self
             .args
             .first()
@@ -653,7 +653,7 @@ impl Measurer {
         load_bias: u64,
         mem: &dyn MemoryReader,
     ) -> Result<Vec<RootStream>, MeasureError> {
-        let walked: Vec<Result<Vec<u64>, MeasureError>> = std::thread::scope(|scope| {
+        let walked: Vec<Result<Vec<u8>, MeasureError>> = std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("oi-walk".into())
                 .stack_size(WALK_STACK)
@@ -681,7 +681,7 @@ impl Measurer {
     /// on a thread with a stack of [`WALK_STACK`].
     pub fn write_report(
         &self,
-        streams: &[Vec<u64>],
+        streams: &[Vec<u8>],
         format: OutputFormat,
         out: &mut dyn Write,
     ) -> Result<(), MeasureError> {
@@ -777,7 +777,7 @@ impl Measurer {
         regs: &EntryRegs,
         load_bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<(NodeId, Vec<u64>)>, MeasureError> {
+    ) -> Result<Vec<(NodeId, Vec<u8>)>, MeasureError> {
         self.args
             .iter()
             .map(|a| Ok((a.root, self.walk_arg(a, regs, load_bias, mem)?)))
@@ -790,7 +790,7 @@ impl Measurer {
         regs: &EntryRegs,
         bias: u64,
         mem: &dyn MemoryReader,
-    ) -> Result<Vec<u64>, MeasureError> {
+    ) -> Result<Vec<u8>, MeasureError> {
         let walk_err = |source| MeasureError::Walk {
             arg: a.name.clone(),
             source,

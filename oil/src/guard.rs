@@ -341,8 +341,8 @@ mod tests {
         stack: &mut WalkStack,
         scratch: &mut [u64],
         addr: u64,
-    ) -> (u64, usize, Vec<u64>) {
-        let mut out = vec![0u64; 64];
+    ) -> (u64, usize, Vec<u8>) {
+        let mut out = vec![0u8; 512];
         let mut frame = WalkFrame {
             out: out.as_mut_ptr() as u64,
             out_len: 512,
@@ -354,7 +354,7 @@ mod tests {
         };
         frame.args[0] = addr;
         let (status, fault) = run_walker(stack, w, &mut frame).expect("run");
-        out.truncate((frame.out_used / 8) as usize);
+        out.truncate(frame.out_used as usize);
         (status, fault, out)
     }
 
@@ -367,7 +367,10 @@ mod tests {
         let obj: [u64; 4] = [0x1000, 40, 40, 0];
         let good = obj.as_ptr() as u64;
         let (s, _, out) = walk(&w, &mut stack, &mut scratch, good);
-        assert_eq!((s, out), (STATUS_DONE, vec![2, 40, 40]));
+        assert_eq!(
+            (s, out),
+            (STATUS_DONE, vec![2, 0, 0, 0, 0, 0, 0, 0, 40, 40])
+        );
         // An address where nothing is mapped: the first load faults, the walk returns.
         // SAFETY: mapping and unmapping a fresh page to get an address nothing is at.
         let hole = unsafe {
@@ -388,7 +391,10 @@ mod tests {
         // Disarmed after the fault, armed again for the next walk.
         assert!(ACTIVE.get().is_none());
         let (s, _, out) = walk(&w, &mut stack, &mut scratch, good);
-        assert_eq!((s, out), (STATUS_DONE, vec![2, 40, 40]));
+        assert_eq!(
+            (s, out),
+            (STATUS_DONE, vec![2, 0, 0, 0, 0, 0, 0, 0, 40, 40])
+        );
         // Deep work runs on the walk stack too.
         let depth = on_stack(&mut stack, || {
             fn down(n: u32) -> u32 {

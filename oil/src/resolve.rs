@@ -66,7 +66,8 @@ pub fn compile(
                 let root = *roots
                     .first()
                     .ok_or_else(|| Error::Internal("no root".into()))?;
-                let walker = LocalWalker::compile(measurer.plan(), &roots).map_err(|e| {
+                // Sized: `oil::size` takes the total the walker adds up, with no decoding.
+                let walker = LocalWalker::compile_sized(measurer.plan(), &roots).map_err(|e| {
                     Error::Build(format!("cannot compile the walk of `{name}`: {e}"))
                 })?;
                 return Ok(Compiled {

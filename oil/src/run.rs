@@ -1,6 +1,7 @@
 //! One measurement on the calling thread: the compiled walker on the object (contained by
 //! `guard`), the interpreter when the walker faults or finds the object corrupt, then the
-//! `report` decoder, exactly as oi-trace decodes a sample.
+//! `report` decoder, exactly as oi-trace decodes a sample. A size alone needs no decoding:
+//! the walker is compiled with sizes and adds up the total the decoder would find.
 //!
 //! Each thread keeps what a walk needs between calls (a walk stack, the visited-set table,
 //! an output buffer and its generation counter), so that a call in the steady state costs
@@ -18,15 +19,15 @@ use crate::guard::{self, STATUS_FAULT, WalkStack};
 use crate::resolve::Compiled;
 use crate::{Error, Format};
 
-/// Output buffer a thread starts with, in words (grown to what a walk needs, then kept).
-const FIRST_OUT_WORDS: usize = 8 << 10;
+/// Output buffer a thread starts with, in bytes (grown to what a walk needs, then kept).
+const FIRST_OUT_BYTES: usize = 64 << 10;
 
 /// What one thread keeps between measurements.
 struct Env {
     stack: WalkStack,
     /// The visited-set table (`SCRATCH_BYTES`, zero pages until touched).
     scratch: Scratch,
-    out: Vec<u64>,
+    out: Vec<u8>,
     /// The walker's generation tag for the scratch table, kept between calls.
     generation: u64,
 }
@@ -71,7 +72,7 @@ impl Env {
         Ok(Self {
             stack: WalkStack::new(WALK_STACK).map_err(|e| Error::Internal(e.to_string()))?,
             scratch: Scratch::new()?,
-            out: vec![0; FIRST_OUT_WORDS],
+            out: vec![0; FIRST_OUT_BYTES],
             generation: 0,
         })
     }
@@ -128,8 +129,9 @@ fn measure_in(
     let native = walk_native(env, c, obj)?;
     let Env { stack, out, .. } = env;
     match native {
-        Some(words) => {
-            let stream = &out[1..1 + words];
+        Some((_, total)) if format.is_none() => Ok(Output::Size(total)),
+        Some((bytes, _)) => {
+            let stream = &out[8..8 + bytes];
             guard::on_stack(stack, || decode(c, stream, format))
         }
         None => {
@@ -160,13 +162,14 @@ fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
     }
 }
 
-/// Runs the compiled walker; `Some(n)`: the stream is `out[1..1 + n]`; `None`: it faulted or
-/// found the object corrupt (ask the interpreter).
-fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>, Error> {
+/// Runs the compiled walker; `Some((n, total))`: the stream is `out[8..8 + n]` and the
+/// object's inclusive size `total`; `None`: it faulted or found the object corrupt (ask the
+/// interpreter).
+fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<(usize, u64)>, Error> {
     loop {
         let mut frame = WalkFrame {
             out: env.out.as_mut_ptr() as u64,
-            out_len: (env.out.len() * 8) as u64,
+            out_len: env.out.len() as u64,
             scratch: env.scratch.0 as u64,
             scratch_len: SCRATCH_BYTES,
             generation: env.generation,
@@ -183,18 +186,20 @@ fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>,
         match status {
             jit::STATUS_DONE => {
                 env.generation = frame.generation;
-                let used = (frame.out_used / 8) as usize;
-                let words = env.out.get(..used).unwrap_or_default();
-                return match words.first() {
-                    Some(&n) if (n as usize) < used => Ok(Some(n as usize)),
+                let used = frame.out_used as usize;
+                let header = env.out.get(..used.min(env.out.len())).unwrap_or_default();
+                return match header.first_chunk::<8>().map(|c| u64::from_le_bytes(*c)) {
+                    Some(n) if n.checked_add(8) == Some(used as u64) => {
+                        Ok(Some((n as usize, frame.total)))
+                    }
                     _ => Err(Error::Internal(format!(
-                        "the walker's output is malformed ({used} words)"
+                        "the walker's output is malformed ({used} bytes)"
                     ))),
                 };
             }
             jit::STATUS_FULL => {
                 env.generation = frame.generation;
-                let need = (frame.out_used as usize).div_ceil(8);
+                let need = frame.out_used as usize;
                 if need <= env.out.len() {
                     return Err(Error::Internal(
                         "the walker asked for no more output".into(),
@@ -219,7 +224,7 @@ fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<usize>,
     }
 }
 
-fn decode(c: &Compiled, stream: &[u64], format: Option<Format>) -> Result<Output, Error> {
+fn decode(c: &Compiled, stream: &[u8], format: Option<Format>) -> Result<Output, Error> {
     let report_err = |e: &dyn std::fmt::Display| Error::Internal(format!("cannot decode: {e}"));
     let Some(format) = format else {
         return report::total_size(c.measurer.plan(), c.root, stream)

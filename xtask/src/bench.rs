@@ -94,7 +94,7 @@ fn value_of(line: &str, key: &str) -> Option<f64> {
 }
 
 /// Figure 1: The pause a sampled call feels, timed by the fixture itself, against the fixture's own
-/// walk of the same object (and, for containers, against its walk writing the same words per
+/// walk of the same object (and, for containers, against its walk writing the same bytes per
 /// element that oi-trace's stream holds).
 ///
 /// Samples are spaced (`--every`) so that the report of one sample is written before the next
@@ -162,9 +162,11 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
             calls.truncate(samples);
             let paused = median(calls);
             let (goal, pass) = if mode == "jit" {
+                // Issue 16's goal: the fixed cost of a sample (two ptrace stops, each a
+                // wake-up of a halted vCPU on a VM) within half a millisecond.
                 (
-                    "≤ 1.2× native + 50 µs".to_string(),
-                    paused <= 1.2 * native + 50_000.0,
+                    "≤ 1.2× native + 0.5 ms".to_string(),
+                    paused <= 1.2 * native + 500_000.0,
                 )
             } else {
                 ("≤ 30× native".to_string(), paused <= 30.0 * native)
@@ -185,7 +187,7 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
             if mode == "jit" && native_out > 0.0 {
                 figures.push(Figure {
                     name: format!(
-                        "pause per sample, jit, {label}{of_n}, vs native writing its words"
+                        "pause per sample, jit, {label}{of_n}, vs native writing its stream bytes"
                     ),
                     value: paused / 1e3,
                     baseline: native_out / 1e3,

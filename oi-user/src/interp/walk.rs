@@ -1,4 +1,5 @@
-//! Runs a plan over memory and appends the stream words (see `plan` for their meaning).
+//! Runs a plan over memory and appends the stream words (see `plan` for their meaning),
+//! encoded by `plan::stream`.
 //!
 //! Subtrees whose plan node is not `dynamic` are skipped without reading anything. Every
 //! count read from the target is bounded before it drives a loop or an allocation, so a
@@ -8,7 +9,7 @@ use std::collections::HashSet;
 
 use super::memory::{MemoryReader, ReadError};
 use crate::containers::{self, rbtree};
-use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
+use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan, stream};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WalkError {
@@ -36,7 +37,7 @@ pub const MAX_CAPTURED_KEY: u64 = 1 << 20;
 pub struct Walker<'a> {
     plan: &'a Plan,
     mem: &'a dyn MemoryReader,
-    pub out: Vec<u64>,
+    pub out: Vec<u8>,
     visited: HashSet<u64>,
     /// Runtime minus ELF addresses of the probed binary (to match vtables).
     bias: u64,
@@ -54,7 +55,7 @@ pub fn run(
     mem: &dyn MemoryReader,
     seed: bool,
     bias: u64,
-) -> Result<Vec<u64>, WalkError> {
+) -> Result<Vec<u8>, WalkError> {
     // Node-based containers read node by node: serve them from cached blocks.
     let cached = super::memory::CachedReader::new(mem);
     let mut w = Walker {
@@ -95,7 +96,7 @@ fn word(obj: &[u8], off: u64, addr: u64) -> Result<u64, WalkError> {
 
 impl Walker<'_> {
     fn emit(&mut self, w: u64) {
-        self.out.push(w);
+        stream::push(&mut self.out, w);
     }
 
     /// Emits a container's element count after checking it is plausible.
@@ -177,8 +178,8 @@ impl Walker<'_> {
                 for (j, e) in bytes.chunks_exact(stride as usize).enumerate() {
                     let at = base + j as u64 * stride;
                     let (len, cap) = l.words(at, e).ok_or_else(|| corrupt(at, "string"))?;
-                    self.out.push(len);
-                    self.out.push(cap);
+                    stream::push(&mut self.out, len);
+                    stream::push(&mut self.out, cap);
                 }
                 i += n;
                 continue;

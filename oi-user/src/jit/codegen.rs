@@ -14,6 +14,13 @@
 //! Node functions use Cranelift's `tail` convention: a call that is the last thing a walk
 //! does (a linked list's `next`) is a `return_call`, so chains run in constant stack.
 //!
+//! With `sizes` (OIL's walkers), every node also adds its part of the inclusive size to a
+//! running total, as `report` would add it up from the stream (exclusive sizes from the
+//! same words, static totals of the subtrees that read nothing), and the entry leaves the
+//! total in `WalkFrame::total`: `oil::size` needs no decoding. Values the decoder would
+//! refuse (a string capacity or a bucket count beyond any allocation) make such a walk
+//! fail as corrupt, so that its caller asks the interpreter and the decoder instead.
+//!
 //! Never emits a call outside the functions generated here, and never a syscall.
 
 use std::collections::HashMap;
@@ -36,6 +43,7 @@ use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
 use crate::interp::heap::MAX_HEAPS;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_ELEMENTS, VISITED_CAPACITY};
+use crate::plan::stream::MAX_WORD_BYTES;
 use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 /// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
@@ -69,7 +77,11 @@ const CTX_ERR_CODE: i32 = 56;
 const CTX_ERR_ADDR: i32 = 64;
 const CTX_HEAPS: i32 = 72;
 const CTX_NHEAPS: i32 = 80;
-const CTX_SIZE: u32 = 88;
+/// The running total of a walker compiled with sizes.
+const CTX_TOTAL: i32 = 88;
+const CTX_SIZE: u32 = 96;
+/// Largest byte count the decoder accepts (`report`'s `MAX_BYTES`).
+const MAX_BYTES: u64 = 1 << 47;
 
 fn frame_off(off: usize) -> i32 {
     // WalkFrame is a few hundred bytes: every offset fits.
@@ -81,8 +93,13 @@ pub(super) fn generate(
     plan: &Plan,
     roots: &[NodeId],
     fc: TargetFrontendConfig,
+    sizes: bool,
 ) -> Result<Vec<Function>, JitError> {
-    let mut reg = Registry::default();
+    let mut reg = Registry {
+        sizes,
+        statics: vec![None; plan.nodes.len()],
+        ..Registry::default()
+    };
     let mut fctx = FunctionBuilderContext::new();
     let mut funcs: Vec<Option<Function>> = vec![None; FIXED_FNS as usize];
     funcs[FN_ENTRY as usize] = Some(gen_entry(plan, roots, &mut reg, &mut fctx, fc)?);
@@ -108,6 +125,10 @@ pub(super) fn generate(
 struct Registry {
     ids: HashMap<(NodeId, u64), u32>,
     pending: Vec<(u32, NodeId, u64)>,
+    /// Add up the inclusive size while walking.
+    sizes: bool,
+    /// `report::static_total` of each node, memoised.
+    statics: Vec<Option<u64>>,
 }
 
 impl Registry {
@@ -167,10 +188,12 @@ struct Gen<'a, 'b> {
     ctx: Value,
     /// The interpreter's `depth` when this function's walk began.
     depth: Value,
-    /// End of the output buffer (whole words only).
+    /// End of the output buffer.
     end: Value,
     /// Output cursor.
     cur: Variable,
+    /// Running total of a walker compiled with sizes; in the context across calls.
+    total: Variable,
     /// Error / full exit: one i64 parameter, the status.
     ret: Block,
     inline: Vec<(NodeId, u64)>,
@@ -201,6 +224,80 @@ impl Gen<'_, '_> {
 
     fn c(&mut self, v: u64) -> Value {
         self.b.ins().iconst(I64, v as i64)
+    }
+
+    /// The inclusive size of node `id` when it reads nothing at runtime.
+    fn st(&mut self, id: NodeId) -> u64 {
+        crate::report::static_total(self.plan, id, &mut self.reg.statics)
+    }
+
+    /// Adds `v` to the running total (walkers compiled with sizes only).
+    fn tally(&mut self, v: Value) {
+        if self.reg.sizes {
+            let t = self.b.use_var(self.total);
+            let t = self.b.ins().iadd(t, v);
+            self.b.def_var(self.total, t);
+        }
+    }
+
+    fn tally_const(&mut self, c: u64) {
+        if self.reg.sizes && c != 0 {
+            let t = self.b.use_var(self.total);
+            let t = self.b.ins().iadd_imm_s(t, c as i64);
+            self.b.def_var(self.total, t);
+        }
+    }
+
+    /// Leaves the cursor (and the total) in the context, for a callee or the caller.
+    fn sync_out(&mut self) {
+        let cur = self.b.use_var(self.cur);
+        self.st_ctx(cur, CTX_CUR);
+        if self.reg.sizes {
+            let t = self.b.use_var(self.total);
+            self.st_ctx(t, CTX_TOTAL);
+        }
+    }
+
+    /// Takes the cursor (and the total) back from the context after a call.
+    fn sync_in(&mut self) {
+        let cur = self.ld_ctx(CTX_CUR);
+        self.b.def_var(self.cur, cur);
+        if self.reg.sizes {
+            let t = self.ld_ctx(CTX_TOTAL);
+            self.b.def_var(self.total, t);
+        }
+    }
+
+    /// `times` copies of node `id` if it reads nothing (a dynamic one adds its own part
+    /// when it is walked).
+    fn tally_static(&mut self, id: NodeId, times: Value) {
+        if self.reg.sizes && !self.dynamic(id) {
+            let each = self.st(id);
+            if each != 0 {
+                let v = self.b.ins().imul_imm_s(times, each as i64);
+                self.tally(v);
+            }
+        }
+    }
+
+    /// The static totals of the children of a node that reads nothing of them.
+    fn static_children(&mut self, ids: &[NodeId]) -> u64 {
+        let mut t = 0u64;
+        for &m in ids {
+            if !self.dynamic(m) {
+                t = t.wrapping_add(self.st(m));
+            }
+        }
+        t
+    }
+
+    /// Fails as corrupt when `v > max` (only walkers with sizes check what the decoder
+    /// checks: the others leave it to the decoder).
+    fn decoder_bound(&mut self, v: Value, max: u64, code: ErrorCode, addr: Value) {
+        if self.reg.sizes {
+            let over = self.icmp_imm(IntCC::UnsignedGreaterThan, v, max);
+            self.fail_if(over, code, addr);
+        }
     }
 
     /// `base + off` as a (base, 32-bit displacement) pair for a memory access.
@@ -296,13 +393,101 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(ok);
     }
 
-    /// Appends words to the output. Words that do not fit are not stored, but the cursor
-    /// advances anyway: the walk goes on counting, and the entry reports [`STATUS_FULL`]
-    /// with the size the output needs, so the tracer grows the buffer once.
+    /// Appends words to the output, each in LEB128 (`plan::stream`). Bytes that do not fit
+    /// are not stored, but the cursor advances anyway: the walk goes on counting, and the
+    /// entry reports [`STATUS_FULL`] with the size the output needs, so the tracer grows the
+    /// buffer once.
     fn emit(&mut self, words: &[Value]) {
-        let n = 8 * words.len() as u64;
+        for &w in words {
+            self.varint(w);
+        }
+    }
+
+    /// One LEB128 word at the cursor; a byte is stored only when it lies before `end`.
+    fn varint(&mut self, w: Value) {
         let cur = self.b.use_var(self.cur);
-        let next = self.b.ins().iadd_imm_s(cur, n as i64);
+        let join = self.b.create_block();
+        let joined = self.b.append_block_param(join, I64);
+        // Nearly every word is a byte (a length, a count, a flag).
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x80);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThan, cur, self.end);
+        let fast = self.b.ins().band(small, room);
+        let one = self.b.create_block();
+        let many = self.b.create_block();
+        self.b.ins().brif(fast, one, &[], many, &[]);
+        self.b.switch_to_block(one);
+        self.b.ins().istore8(trusted(), w, cur, 0);
+        let next = self.b.ins().iadd_imm_s(cur, 1);
+        self.b.ins().jump(join, &[BlockArg::Value(next)]);
+
+        self.b.switch_to_block(many);
+        let lp = self.b.create_block();
+        let v = self.b.append_block_param(lp, I64);
+        let c = self.b.append_block_param(lp, I64);
+        self.b
+            .ins()
+            .jump(lp, &[BlockArg::Value(w), BlockArg::Value(cur)]);
+        self.b.switch_to_block(lp);
+        let (byte, rest, more) = self.leb_byte(v);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThan, c, self.end);
+        let store = self.b.create_block();
+        let advance = self.b.create_block();
+        self.b.ins().brif(room, store, &[], advance, &[]);
+        self.b.switch_to_block(store);
+        self.b.ins().istore8(trusted(), byte, c, 0);
+        self.b.ins().jump(advance, &[]);
+        self.b.switch_to_block(advance);
+        let c1 = self.b.ins().iadd_imm_s(c, 1);
+        self.b.ins().brif(
+            more,
+            lp,
+            &[BlockArg::Value(rest), BlockArg::Value(c1)],
+            join,
+            &[BlockArg::Value(c1)],
+        );
+        self.b.switch_to_block(join);
+        self.b.def_var(self.cur, joined);
+    }
+
+    /// The next LEB128 byte of `v`: (byte, the bits left, whether bytes follow).
+    fn leb_byte(&mut self, v: Value) -> (Value, Value, Value) {
+        let low = self.b.ins().band_imm_s(v, 0x7f);
+        let rest = self.b.ins().ushr_imm_s(v, 7);
+        let more = self.icmp_imm(IntCC::NotEqual, rest, 0);
+        let flagged = self.b.ins().bor_imm_s(low, 0x80);
+        let byte = self.b.ins().select(more, flagged, low);
+        (byte, rest, more)
+    }
+
+    /// One LEB128 word at `q`, known to have room: returns the address after it.
+    fn varint_unchecked(&mut self, w: Value, q: Value) -> Value {
+        let lp = self.b.create_block();
+        let v = self.b.append_block_param(lp, I64);
+        let c = self.b.append_block_param(lp, I64);
+        let done = self.b.create_block();
+        let after = self.b.append_block_param(done, I64);
+        self.b
+            .ins()
+            .jump(lp, &[BlockArg::Value(w), BlockArg::Value(q)]);
+        self.b.switch_to_block(lp);
+        let (byte, rest, more) = self.leb_byte(v);
+        self.b.ins().istore8(trusted(), byte, c, 0);
+        let c1 = self.b.ins().iadd_imm_s(c, 1);
+        self.b.ins().brif(
+            more,
+            lp,
+            &[BlockArg::Value(rest), BlockArg::Value(c1)],
+            done,
+            &[BlockArg::Value(c1)],
+        );
+        self.b.switch_to_block(done);
+        after
+    }
+
+    /// A whole little-endian `u64` at the cursor (the per-root header), stored if it fits.
+    fn emit_raw_word(&mut self, w: Value) {
+        let cur = self.b.use_var(self.cur);
+        let next = self.b.ins().iadd_imm_s(cur, 8);
         // User-space addresses: `next` does not wrap.
         let fits = self
             .b
@@ -312,9 +497,7 @@ impl Gen<'_, '_> {
         let join = self.b.create_block();
         self.b.ins().brif(fits, store, &[], join, &[]);
         self.b.switch_to_block(store);
-        for (i, w) in words.iter().enumerate() {
-            self.b.ins().store(trusted(), *w, cur, (8 * i) as i32);
-        }
+        self.b.ins().store(trusted(), w, cur, 0);
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(join);
         self.b.def_var(self.cur, next);
@@ -399,8 +582,7 @@ impl Gen<'_, '_> {
     fn call_node(&mut self, id: NodeId, len: u64, addr: Value, depth: Value) -> G {
         let fid = self.reg.id(id, len);
         let f = self.func_ref(fid, 3);
-        let cur = self.b.use_var(self.cur);
-        self.st_ctx(cur, CTX_CUR);
+        self.sync_out();
         if self.tail {
             // The callee leaves the cursor in the context and returns the status, which is
             // all this function would do after the call.
@@ -410,8 +592,7 @@ impl Gen<'_, '_> {
         let call = self.b.ins().call(f, &[self.ctx, addr, depth]);
         let status = self.b.inst_results(call)[0];
         self.exit_if_nonzero(status);
-        let cur = self.ld_ctx(CTX_CUR);
-        self.b.def_var(self.cur, cur);
+        self.sync_in();
         Ok(())
     }
 
@@ -543,9 +724,17 @@ impl Gen<'_, '_> {
                 self.emit(&[word]);
             }
         }
+        let s = plan.nodes[id].static_size;
         match &plan.nodes[id].op {
-            Op::Leaf | Op::Bitfield => Ok(()),
-            Op::Struct { members, .. } => {
+            Op::Leaf => {
+                self.tally_const(s);
+                Ok(())
+            }
+            Op::Bitfield => Ok(()),
+            Op::Struct { members, padding, .. } => {
+                let ids: Vec<NodeId> = members.iter().map(|m| m.1).collect();
+                let part = padding.wrapping_add(self.static_children(&ids));
+                self.tally_const(part);
                 let last = members.iter().rposition(|m| self.dynamic(m.1));
                 for (i, &(off, m)) in members.iter().enumerate() {
                     if self.dynamic(m) {
@@ -561,19 +750,32 @@ impl Gen<'_, '_> {
                 offset,
                 count,
                 stride,
-                ..
-            } => self.c_array(*elem, addr, len, *offset, *count, *stride, k),
+                exclusive,
+            } => {
+                let part = if self.dynamic(*elem) {
+                    *exclusive
+                } else {
+                    let each = self.st(*elem);
+                    exclusive.wrapping_add(count.wrapping_mul(each))
+                };
+                self.tally_const(part);
+                self.c_array(*elem, addr, len, *offset, *count, *stride, k)
+            }
             Op::Pair { first, second }
             | Op::Entry {
                 key: first,
                 value: second,
                 capture: None,
-            } => self.two(addr, len, *first, *second, k, tail),
+            } => {
+                self.tally_pair(s, first.1, second.1);
+                self.two(addr, len, *first, *second, k, tail)
+            }
             Op::Entry {
                 key,
                 value,
                 capture: Some(c),
             } => {
+                self.tally_pair(s, key.1, value.1);
                 let ks = self.size(key.1);
                 let ka = self.member(addr, len, key.0, ks)?;
                 self.capture(*c, ka, ks)?;
@@ -595,9 +797,16 @@ impl Gen<'_, '_> {
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 self.emit(&[addr, n, cap]);
+                if self.reg.sizes {
+                    let spare = self.b.ins().isub(cap, n);
+                    let spare = self.b.ins().imul_imm_s(spare, l.elem_size as i64);
+                    let e = self.b.ins().iadd_imm_s(spare, l.size as i64);
+                    self.tally(e);
+                    self.tally_static(*elem, n);
+                }
                 self.vector_elements(*elem, start, n, l.elem_size, k)
             }
-            Op::VectorBool { layout, .. } => {
+            Op::VectorBool { layout, elem } => {
                 let l = *layout;
                 let code = ErrorCode::VectorBool;
                 let sp = self.field(addr, len, l.start_p, code)?;
@@ -619,6 +828,16 @@ impl Gen<'_, '_> {
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 self.emit(&[addr, n, cap]);
+                if self.reg.sizes {
+                    if self.dynamic(*elem) {
+                        // The decoder would read elements nobody wrote (no real plan).
+                        self.decoder_bound(n, 0, code, addr);
+                    }
+                    let spare = self.b.ins().isub(cap, n);
+                    let e = self.b.ins().iadd_imm_s(spare, l.size as i64);
+                    self.tally(e);
+                    self.tally_static(*elem, n);
+                }
                 Ok(())
             }
             Op::Deque { layout, elem } => self.deque(layout, *elem, addr, len, k),
@@ -627,6 +846,7 @@ impl Gen<'_, '_> {
                 let n = self.field(addr, len, l.size_off, ErrorCode::FieldOutside)?;
                 self.check_count(n, addr);
                 self.emit(&[addr, n]);
+                self.tally_nodes(l.size, l.node_size.wrapping_sub(l.elem_size), n, *elem);
                 if !self.dynamic(*elem) {
                     return Ok(());
                 }
@@ -648,11 +868,21 @@ impl Gen<'_, '_> {
                     Ok(())
                 })
             }
-            Op::RbTree { layout, elem, .. } => {
+            Op::RbTree {
+                layout,
+                elem,
+                is_map,
+            } => {
                 let l = *layout;
                 let n = self.field(addr, len, l.count_off, ErrorCode::FieldOutside)?;
                 self.check_count(n, addr);
                 self.emit(&[addr, n]);
+                let per_node = if *is_map {
+                    0
+                } else {
+                    l.node_size.wrapping_sub(l.value_size)
+                };
+                self.tally_nodes(l.size, per_node, n, *elem);
                 if !self.dynamic(*elem) {
                     return Ok(());
                 }
@@ -664,12 +894,26 @@ impl Gen<'_, '_> {
                 )?;
                 self.rb_elements(*elem, &l, root, n, addr, k)
             }
-            Op::Hashtable { layout, elem, .. } => {
+            Op::Hashtable {
+                layout,
+                elem,
+                is_map,
+            } => {
                 let l = *layout;
                 let n = self.field(addr, len, l.count_off, ErrorCode::FieldOutside)?;
                 let buckets = self.field(addr, len, l.bucket_count_off, ErrorCode::FieldOutside)?;
                 self.check_count(n, addr);
                 self.emit(&[addr, n, buckets]);
+                if self.reg.sizes {
+                    self.decoder_bound(buckets, MAX_BYTES / 8, ErrorCode::FieldOutside, addr);
+                    let key_size = match &plan.nodes[*elem].op {
+                        Op::Entry { key, .. } if *is_map => self.size(key.1),
+                        _ => l.value_size,
+                    };
+                    let table = self.b.ins().imul_imm_s(buckets, 8);
+                    self.tally(table);
+                    self.tally_nodes(l.size, l.node_size.wrapping_sub(key_size), n, *elem);
+                }
                 if !self.dynamic(*elem) {
                     return Ok(());
                 }
@@ -700,6 +944,15 @@ impl Gen<'_, '_> {
                 self.emit(&[word]);
                 let elem = *elem;
                 let size = self.size(elem);
+                if self.reg.sizes {
+                    let with = s
+                        .saturating_sub(size)
+                        .wrapping_add(self.static_children(&[elem]));
+                    let with = self.c(with);
+                    let without = self.c(s);
+                    let part = self.b.ins().select(engaged, with, without);
+                    self.tally(part);
+                }
                 self.if_then(engaged, |g| {
                     let v = g.member(addr, len, l.value_off, size)?;
                     g.last(tail, |g| g.child(elem, v, size, k))
@@ -728,6 +981,10 @@ impl Gen<'_, '_> {
                         let iw = g.c(i as u64);
                         g.emit(&[iw]);
                         let size = g.size(alt);
+                        let part = s
+                            .saturating_sub(size)
+                            .wrapping_add(g.static_children(&[alt]));
+                        g.tally_const(part);
                         let v = g.member(addr, len, l.storage_off, size)?;
                         g.last(tail, |g| g.child(alt, v, size, k))
                     })?;
@@ -736,21 +993,22 @@ impl Gen<'_, '_> {
                 // Valueless, or an index without an alternative.
                 let none = self.c(u64::MAX);
                 self.emit(&[none]);
+                self.tally_const(s);
                 self.b.ins().jump(done, &[]);
                 self.b.switch_to_block(done);
                 Ok(())
             }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
-                self.pointer(ptr, *target, target.is_some(), k, tail)
+                self.pointer(s, ptr, *target, target.is_some(), k, tail)
             }
             Op::RawPointer { target } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
-                self.pointer(ptr, *target, true, k, tail)
+                self.pointer(s, ptr, *target, true, k, tail)
             }
             Op::HeapPointer { target, lone } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
-                self.heap_pointer(ptr, *target, *lone, k, tail)
+                self.heap_pointer(s, ptr, *target, *lone, k, tail)
             }
             Op::Poly {
                 candidates,
@@ -771,6 +1029,9 @@ impl Gen<'_, '_> {
                     self.then_join(done, |g| {
                         let iw = g.c(i as u64);
                         g.emit(&[iw]);
+                        // The chosen class stands in this node's place.
+                        let part = g.static_children(&[cand]);
+                        g.tally_const(part);
                         // offset-to-top sits two words before the address point.
                         let top_at = g.b.ins().iadd_imm_s(vptr, -16);
                         let top = g.ld(top_at, 0);
@@ -782,10 +1043,33 @@ impl Gen<'_, '_> {
                 let none = self.c(u64::MAX);
                 self.emit(&[none]);
                 let fallback = *fallback;
+                let part = self.static_children(&[fallback]);
+                self.tally_const(part);
                 self.then_join(done, |g| g.last(tail, |g| g.child(fallback, addr, len, k)))?;
                 self.b.switch_to_block(done);
                 Ok(())
             }
+        }
+    }
+
+    /// A pair's or map entry's part: its own bytes beside the two children, and the
+    /// children that read nothing.
+    fn tally_pair(&mut self, s: u64, a: NodeId, b: NodeId) {
+        if self.reg.sizes {
+            let own = s.saturating_sub(self.size(a).saturating_add(self.size(b)));
+            let part = own.wrapping_add(self.static_children(&[a, b]));
+            self.tally_const(part);
+        }
+    }
+
+    /// A node-based container's part: `size + n × per_node`, and `n` elements that read
+    /// nothing.
+    fn tally_nodes(&mut self, size: u64, per_node: u64, n: Value, elem: NodeId) {
+        if self.reg.sizes {
+            let nodes = self.b.ins().imul_imm_s(n, per_node as i64);
+            let e = self.b.ins().iadd_imm_s(nodes, size as i64);
+            self.tally(e);
+            self.tally_static(elem, n);
         }
     }
 
@@ -838,6 +1122,12 @@ impl Gen<'_, '_> {
             zero
         };
         self.emit(&[n, cap]);
+        if self.reg.sizes {
+            self.decoder_bound(cap, MAX_BYTES, ErrorCode::String, addr);
+            let heap = self.b.ins().imul_imm_s(cap, l.char_size as i64);
+            let e = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            self.tally(e);
+        }
         Ok(())
     }
 
@@ -859,8 +1149,7 @@ impl Gen<'_, '_> {
         if let Some(l) = &string {
             let in_obj = |off: u64| off.checked_add(8).is_some_and(|e| e <= stride);
             if in_obj(l.ptr_off) && in_obj(l.len_off) && in_obj(l.cap_off) {
-                self.string_array(l, start, n, stride);
-                return Ok(());
+                return self.string_array(l, start, n, stride);
             }
         }
         self.loop_n(n, |g, i| {
@@ -873,54 +1162,180 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// The hot loop of `vector<string>` (the interpreter's fast path too): two words per
-    /// element, so the room for all of them is checked once (when they do not all fit,
-    /// only the cursor advances, as in [`Self::emit`]), and the loop is two pointer bumps,
-    /// three loads, two stores.
-    fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) {
-        let need = self.b.ins().ishl_imm_s(n, 4); // n ≤ MAX_ELEMENTS: no overflow
-        let cur = self.b.use_var(self.cur);
-        let after = self.b.ins().iadd(cur, need);
-        let fits = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedLessThanOrEqual, after, self.end);
-        let ok = self.b.create_block();
-        let exit = self.b.create_block();
-        self.b.ins().brif(fits, ok, &[], exit, &[]);
-        self.b.switch_to_block(ok);
-        let bytes = self.b.ins().imul_imm_s(n, stride as i64);
-        let stop = self.b.ins().iadd(start, bytes);
-        let head = self.b.create_block();
-        let body = self.b.create_block();
-        let p = self.b.append_block_param(head, I64);
-        let q = self.b.append_block_param(head, I64);
-        self.b
-            .ins()
-            .jump(head, &[BlockArg::Value(start), BlockArg::Value(cur)]);
-        self.b.switch_to_block(head);
-        let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
-        self.b.ins().brif(more, body, &[], exit, &[]);
-        self.b.switch_to_block(body);
-        let ptr = self.ld(p, l.ptr_off);
-        let len = self.ld(p, l.len_off);
-        let cap = self.ld(p, l.cap_off);
-        // ptr in [p, p + size) ⟺ ptr − p < size (the object does not wrap around).
-        let rel = self.b.ins().isub(ptr, p);
+    /// The string at `p + off` as the stream has it: (length, heap capacity or 0).
+    fn load_string(&mut self, l: &StringLayout, p: Value, off: u64) -> (Value, Value) {
+        let ptr = self.ld(p, off + l.ptr_off);
+        let len = self.ld(p, off + l.len_off);
+        let cap = self.ld(p, off + l.cap_off);
+        // ptr in [obj, obj + size) ⟺ ptr − obj < size (the object does not wrap around).
+        let obj = self.add(p, off);
+        let rel = self.b.ins().isub(ptr, obj);
         let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
         let one = self.c(1);
         let cap = self.b.ins().umax(cap, one);
         let zero = self.c(0);
         let cap = self.b.ins().select(inline, zero, cap);
-        self.b.ins().store(trusted(), len, q, 0);
-        self.b.ins().store(trusted(), cap, q, 8);
-        let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
-        let q1 = self.b.ins().iadd_imm_s(q, 16);
+        (len, cap)
+    }
+
+    /// The running sum and largest of heap capacities, with sizes.
+    fn sum_max(&mut self, sum: Value, max: Value, caps: &[Value]) -> (Value, Value) {
+        let (mut sum, mut max) = (sum, max);
+        if self.reg.sizes {
+            for &c in caps {
+                sum = self.b.ins().iadd(sum, c);
+                max = self.b.ins().umax(max, c);
+            }
+        }
+        (sum, max)
+    }
+
+    /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
+    /// has room for the elements at their longest (two ten-byte words each), stores need no
+    /// check. Two strings an iteration: six loads, one compare with the room's limit and,
+    /// for lengths and capacities below 128, one four-byte store; then one string an
+    /// iteration for the last. With sizes, the heap capacities are summed in registers and
+    /// added once. The last elements, once the room is short, are emitted checked.
+    fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) -> G {
+        let bytes = self.b.ins().imul_imm_s(n, stride as i64);
+        let stop = self.b.ins().iadd(start, bytes);
+        // A pair starts before `stop - stride` (for n = 0 that lies below `start`).
+        let last_pair = self.b.ins().iadd_imm_s(stop, -(stride as i64));
+        let w = 2 * MAX_WORD_BYTES as i64;
+        // Room limits for one and for two elements; an `end` below 40 (no real buffer)
+        // has none.
+        let end = self.end;
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, 2 * w as u64);
+        let zero = self.c(0);
+        let l1 = self.b.ins().iadd_imm_s(end, -w);
+        let lim1 = self.b.ins().select(big, l1, zero);
+        let l2 = self.b.ins().iadd_imm_s(end, -2 * w);
+        let lim2 = self.b.ins().select(big, l2, zero);
+        let cur = self.b.use_var(self.cur);
+        let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
+
+        // (element, cursor, sum of heap capacities, largest capacity)
+        let head2 = self.b.create_block();
+        let body2 = self.b.create_block();
+        let four = self.b.create_block();
+        let long2 = self.b.create_block();
+        let next2 = self.b.create_block();
+        let head = self.b.create_block();
+        let check = self.b.create_block();
+        let body = self.b.create_block();
+        let two = self.b.create_block();
+        let long = self.b.create_block();
+        let next = self.b.create_block();
+        let done = self.b.create_block();
+        let spill = self.b.create_block();
+        let join = self.b.create_block();
+        let [p2, q2, sum2, max2] = [(); 4].map(|()| self.b.append_block_param(head2, I64));
+        let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
+        let qn2 = self.b.append_block_param(next2, I64);
+        let qn = self.b.append_block_param(next, I64);
+        self.b.ins().jump(head2, &args([start, cur, zero, zero]));
+
+        // Pairs.
+        self.b.switch_to_block(head2);
+        let pair = self.b.ins().icmp(IntCC::UnsignedLessThan, p2, last_pair);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q2, lim2);
+        let go = self.b.ins().band(pair, room);
         self.b
             .ins()
-            .jump(head, &[BlockArg::Value(p1), BlockArg::Value(q1)]);
-        self.b.switch_to_block(exit);
-        self.b.def_var(self.cur, after);
+            .brif(go, body2, &[], head, &args([p2, q2, sum2, max2]));
+        self.b.switch_to_block(body2);
+        let (len0, cap0) = self.load_string(l, p2, 0);
+        let (len1, cap1) = self.load_string(l, p2, stride);
+        let (sum2b, max2b) = self.sum_max(sum2, max2, &[cap0, cap1]);
+        let a = self.b.ins().bor(len0, cap0);
+        let b = self.b.ins().bor(len1, cap1);
+        let all = self.b.ins().bor(a, b);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
+        self.b.ins().brif(small, four, &[], long2, &[]);
+        self.b.switch_to_block(four);
+        let c0 = self.b.ins().ishl_imm_s(cap0, 8);
+        let l1 = self.b.ins().ishl_imm_s(len1, 16);
+        let c1 = self.b.ins().ishl_imm_s(cap1, 24);
+        let v = self.b.ins().bor(len0, c0);
+        let v = self.b.ins().bor(v, l1);
+        let v = self.b.ins().bor(v, c1);
+        self.b.ins().istore32(trusted(), v, q2, 0);
+        let q4 = self.b.ins().iadd_imm_s(q2, 4);
+        self.b.ins().jump(next2, &[BlockArg::Value(q4)]);
+        self.b.switch_to_block(long2);
+        let mut at = q2;
+        for v in [len0, cap0, len1, cap1] {
+            at = self.varint_unchecked(v, at);
+        }
+        self.b.ins().jump(next2, &[BlockArg::Value(at)]);
+        self.b.switch_to_block(next2);
+        let pn = self.b.ins().iadd_imm_s(p2, 2 * stride as i64);
+        self.b.ins().jump(head2, &args([pn, qn2, sum2b, max2b]));
+
+        // One at a time.
+        self.b.switch_to_block(head);
+        let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
+        self.b.ins().brif(more, check, &[], done, &[]);
+        self.b.switch_to_block(check);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, lim1);
+        self.b.ins().brif(room, body, &[], spill, &[]);
+        self.b.switch_to_block(body);
+        let (len, cap) = self.load_string(l, p, 0);
+        let (sum1, max1) = self.sum_max(sum, max, &[cap]);
+        let both = self.b.ins().bor(len, cap);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
+        self.b.ins().brif(small, two, &[], long, &[]);
+        self.b.switch_to_block(two);
+        let hi = self.b.ins().ishl_imm_s(cap, 8);
+        let v = self.b.ins().bor(len, hi);
+        self.b.ins().istore16(trusted(), v, q, 0);
+        let q2b = self.b.ins().iadd_imm_s(q, 2);
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
+        self.b.switch_to_block(long);
+        let q1 = self.varint_unchecked(len, q);
+        let q2b = self.varint_unchecked(cap, q1);
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
+        self.b.switch_to_block(next);
+        let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
+        self.b.ins().jump(head, &args([p1, qn, sum1, max1]));
+
+        // Every element done unchecked.
+        self.b.switch_to_block(done);
+        self.b.def_var(self.cur, q);
+        self.tally_strings(l, n, sum, max, start);
+        self.b.ins().jump(join, &[]);
+
+        // The room ran short at element `p`: the rest, checked.
+        self.b.switch_to_block(spill);
+        self.b.def_var(self.cur, q);
+        if self.reg.sizes {
+            let walked = self.b.ins().isub(p, start);
+            let walked = self.div(walked, stride);
+            self.tally_strings(l, walked, sum, max, start);
+        }
+        let left = self.b.ins().isub(stop, p);
+        let left = self.div(left, stride);
+        let layout = *l;
+        self.loop_n(left, |g, i| {
+            let off = g.b.ins().imul_imm_s(i, stride as i64);
+            let at = g.b.ins().iadd(p, off);
+            g.string(&layout, at, stride)
+        })?;
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+        Ok(())
+    }
+
+    /// `count` strings of the unchecked loop: their objects and heap capacities (`sum`), after
+    /// the decoder's check of the largest capacity.
+    fn tally_strings(&mut self, l: &StringLayout, count: Value, sum: Value, max: Value, at: Value) {
+        if self.reg.sizes {
+            self.decoder_bound(max, MAX_BYTES, ErrorCode::String, at);
+            let heap = self.b.ins().imul_imm_s(sum, l.char_size as i64);
+            let objects = self.b.ins().imul_imm_s(count, l.size as i64);
+            let part = self.b.ins().iadd(heap, objects);
+            self.tally(part);
+        }
     }
 
     /// C array / std::array: elements inside the object; the first one that does not fit
@@ -987,6 +1402,7 @@ impl Gen<'_, '_> {
     /// `visits`: whether a non-null pointer is looked up in the visited set at all.
     fn pointer(
         &mut self,
+        s: u64,
         ptr: Value,
         target: Option<NodeId>,
         visits: bool,
@@ -1007,6 +1423,10 @@ impl Gen<'_, '_> {
         }
         let d = self.b.use_var(descend);
         self.emit(&[ptr, d]);
+        self.tally_const(s);
+        if let Some(t) = target {
+            self.tally_static(t, d);
+        }
         if let Some(t) = target
             && self.dynamic(t)
         {
@@ -1018,6 +1438,7 @@ impl Gen<'_, '_> {
     /// HeapPointer: `pointer, descended, block`, then the target (`Walker::heap_block`).
     fn heap_pointer(
         &mut self,
+        s: u64,
         ptr: Value,
         target: Option<NodeId>,
         lone: u64,
@@ -1051,6 +1472,20 @@ impl Gen<'_, '_> {
         let d = self.b.use_var(descend);
         let bl = self.b.use_var(block);
         self.emit(&[ptr, d, bl]);
+        // Sized walkers add what the decoder charges: the pointer, the block less the pointee
+        // it holds (a block is only ever found for a pointer that descends), the pointee.
+        if self.reg.sizes {
+            self.tally_const(s);
+            let inside = target.map_or(0, |t| self.plan.nodes[t].static_size);
+            let over = self.icmp_imm(IntCC::UnsignedGreaterThan, bl, inside);
+            let rest = self.b.ins().iadd_imm_s(bl, -(inside as i64));
+            let zero = self.c(0);
+            let extra = self.b.ins().select(over, rest, zero);
+            self.tally(extra);
+            if let Some(t) = target {
+                self.tally_static(t, d);
+            }
+        }
         if let Some(t) = target
             && self.dynamic(t)
         {
@@ -1118,6 +1553,20 @@ impl Gen<'_, '_> {
         self.fail_if(bad, ErrorCode::DequeMap, addr);
         self.check_count(n, addr);
         self.emit(&[addr, n, slots, blocks]);
+        if self.reg.sizes {
+            // `DequeLayout::account`: the map and the blocks, less the elements' bytes.
+            let map_bytes = self.b.ins().imul_imm_s(slots, 8);
+            let block_bytes = self.b.ins().imul_imm_s(blocks, l.block_bytes() as i64);
+            let all = self.b.ins().iadd(map_bytes, block_bytes);
+            let all = self.b.ins().iadd_imm_s(all, l.size as i64);
+            let used = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let under = self.b.ins().icmp(IntCC::UnsignedLessThan, all, used);
+            let e = self.b.ins().isub(all, used);
+            let zero = self.c(0);
+            let e = self.b.ins().select(under, zero, e);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
         if !self.dynamic(elem) {
             return Ok(());
         }
@@ -1147,16 +1596,30 @@ impl Gen<'_, '_> {
                 g.fail_if(back, ErrorCode::DequeBlock, addr);
                 Ok(())
             })?;
+            let walked = g.b.declare_var(I64);
+            let zero = g.c(0);
+            g.b.def_var(walked, zero);
             g.loop_n(blocks, |g, b| {
                 let (first, end) = range(g, b);
                 let d = g.b.ins().isub(end, first);
                 let count = g.div(d, es);
+                let w = g.b.use_var(walked);
+                let w = g.b.ins().iadd(w, count);
+                g.b.def_var(walked, w);
                 g.loop_n(count, |g, j| {
                     let off = g.b.ins().imul_imm_s(j, es as i64);
                     let at = g.b.ins().iadd(first, off);
                     g.child(elem, at, es, k)
                 })
-            })
+            })?;
+            if g.reg.sizes {
+                // Other than `n` elements in the blocks: the decoder finds the stream short
+                // (or longer than the plan).
+                let w = g.b.use_var(walked);
+                let other = g.b.ins().icmp(IntCC::NotEqual, w, n);
+                g.fail_if(other, ErrorCode::DequeBlock, addr);
+            }
+            Ok(())
         })
     }
 
@@ -1233,6 +1696,12 @@ impl Gen<'_, '_> {
             Ok(())
         })?;
         self.b.switch_to_block(exit);
+        if self.reg.sizes {
+            // Fewer nodes than the count: the decoder finds the stream short.
+            let seen_v = self.b.use_var(seen);
+            let short = self.b.ins().icmp(IntCC::NotEqual, seen_v, len);
+            self.fail_if(short, ErrorCode::RbLarge, addr);
+        }
         Ok(())
     }
 
@@ -1321,7 +1790,9 @@ fn build(
         let status = b.append_block_param(ret, I64);
         b.set_cold_block(ret);
         let cur = b.declare_var(I64);
+        let total = b.declare_var(I64);
         let zero = b.ins().iconst(I64, 0);
+        b.def_var(total, zero);
         let mut g = Gen {
             plan,
             b,
@@ -1331,6 +1802,7 @@ fn build(
             depth: zero,
             end: zero,
             cur,
+            total,
             ret,
             inline: Vec::new(),
             budget: INLINE_BUDGET,
@@ -1371,13 +1843,11 @@ fn gen_node_fn(
         g.b.ins().brif(low, g.ret, &[BlockArg::Value(s)], ok, &[]);
         g.b.switch_to_block(ok);
         g.end = g.ld_ctx(CTX_END);
-        let cur = g.ld_ctx(CTX_CUR);
-        g.b.def_var(g.cur, cur);
+        g.sync_in();
         g.inline.push((node, len));
         g.tail = true;
         g.walk(node, addr, len, 0)?;
-        let cur = g.b.use_var(g.cur);
-        g.st_ctx(cur, CTX_CUR);
+        g.sync_out();
         let done = g.c(STATUS_DONE);
         g.b.ins().return_(&[done]);
         Err(Stop::Dead)
@@ -1425,8 +1895,7 @@ fn gen_entry(
         g.ctx = g.b.ins().stack_addr(I64, slot, 0);
         let out = fl(g, offset_of!(WalkFrame, out));
         let out_len = fl(g, offset_of!(WalkFrame, out_len));
-        let whole = g.b.ins().band_imm_s(out_len, !7i64);
-        g.end = g.b.ins().iadd(out, whole);
+        g.end = g.b.ins().iadd(out, out_len);
         g.b.def_var(g.cur, out);
         g.st_ctx(out, CTX_CUR);
         let end = g.end;
@@ -1447,6 +1916,7 @@ fn gen_entry(
         g.st_ctx(zero, CTX_COUNT);
         g.st_ctx(zero, CTX_ERR_CODE);
         g.st_ctx(zero, CTX_ERR_ADDR);
+        g.st_ctx(zero, CTX_TOTAL);
         // Stack limit: `stack_len` below the entry stack pointer, less a margin.
         let sp = g.b.ins().get_stack_pointer(I64);
         let stack_len = fl(g, offset_of!(WalkFrame, stack_len));
@@ -1493,7 +1963,7 @@ fn gen_entry(
                 let zero = g.c(0);
                 g.st_ctx(zero, CTX_COUNT);
                 let header = g.b.use_var(g.cur);
-                g.emit(&[zero]);
+                g.emit_raw_word(zero);
                 let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
                 let bit = g.b.ins().ushr_imm_s(unseeded, i as i64);
                 let bit = g.b.ins().band_imm_s(bit, 1);
@@ -1503,15 +1973,18 @@ fn gen_entry(
                     g.visit_as(addr, tag);
                     Ok(())
                 })?;
+                if !g.dynamic(root) {
+                    let part = g.st(root);
+                    g.tally_const(part);
+                }
                 g.walk_at(root, addr, 0)?;
                 let cur = g.b.use_var(g.cur);
                 let bytes = g.b.ins().isub(cur, header);
-                let words = g.b.ins().ushr_imm_s(bytes, 3);
-                let words = g.b.ins().iadd_imm_s(words, -1);
+                let bytes = g.b.ins().iadd_imm_s(bytes, -8);
                 let end = g.end;
                 let fits = g.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, cur, end);
                 g.if_then(fits, |g| {
-                    g.b.ins().store(trusted(), words, header, 0);
+                    g.b.ins().store(trusted(), bytes, header, 0);
                     Ok(())
                 })?;
             }
@@ -1553,6 +2026,13 @@ fn gen_entry(
                 g.b.switch_to_block(ok);
                 let done = g.c(STATUS_DONE);
                 record(g, done);
+                let total = g.b.use_var(g.total);
+                g.b.ins().store(
+                    trusted(),
+                    total,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, total)),
+                );
                 let e = g.c(0);
                 for off in [
                     offset_of!(WalkFrame, err_root),

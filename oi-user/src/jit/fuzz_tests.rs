@@ -239,7 +239,7 @@ fn random_plan(r: &mut Rng) -> Plan {
 
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
-    Stream(Vec<u64>),
+    Stream(Vec<u8>),
     Corrupt(u64, String),
     Fault,
     /// Took too long or too much output to be worth comparing.
@@ -315,7 +315,8 @@ impl Drop for Arena {
     }
 }
 
-fn run_child(code: &Mapped, addr: u64) -> Outcome {
+/// The walk's outcome and the total a walker compiled with sizes added up.
+fn run_child(code: &Mapped, addr: u64) -> (Outcome, u64) {
     const OUT: usize = 1 << 16;
     let mut out = vec![0u64; OUT / 8];
     let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
@@ -342,8 +343,14 @@ fn run_child(code: &Mapped, addr: u64) -> Outcome {
             libc::close(fds[0]);
             libc::alarm(2);
             let s = code.call(&mut frame);
-            let hdr = [s, frame.out_used, frame.err_addr, frame.err_code];
-            libc::write(fds[1], hdr.as_ptr() as *const c_void, 32);
+            let hdr = [
+                s,
+                frame.out_used,
+                frame.err_addr,
+                frame.err_code,
+                frame.total,
+            ];
+            libc::write(fds[1], hdr.as_ptr() as *const c_void, 40);
             if s == STATUS_DONE {
                 let mut done = 0usize;
                 let n = frame.out_used as usize;
@@ -365,16 +372,17 @@ fn run_child(code: &Mapped, addr: u64) -> Outcome {
         let mut status = 0;
         libc::waitpid(pid, &mut status, 0);
         if libc::WIFSIGNALED(status) {
-            return if libc::WTERMSIG(status) == libc::SIGALRM {
+            let o = if libc::WTERMSIG(status) == libc::SIGALRM {
                 Outcome::Big
             } else {
                 Outcome::Fault
             };
+            return (o, 0);
         }
         let w = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
-        match w(0) {
+        let o = match w(0) {
             STATUS_DONE => {
-                let s = split_streams(&bytes[32..], 1).expect("split");
+                let s = split_streams(&bytes[40..], 1).expect("split");
                 Outcome::Stream(s.into_iter().next().unwrap_or_default())
             }
             STATUS_CORRUPT => Outcome::Corrupt(
@@ -385,7 +393,8 @@ fn run_child(code: &Mapped, addr: u64) -> Outcome {
             ),
             STATUS_FULL | STATUS_STACK => Outcome::Big,
             other => panic!("status {other}"),
-        }
+        };
+        (o, w(32))
     }
 }
 
@@ -423,8 +432,9 @@ fn fuzz_random_plans() {
             Err(JitError::Unsupported { .. }) => continue,
             Err(e) => panic!("plan {i}: {e}\n{plan:#?}"),
         };
+        let sized = Mapped::new(&super::compile_sized(&plan, &[0]).expect("compile with sizes"));
         let addr = arena.base + 8 * r.below(32);
-        let got = run_child(&code, addr);
+        let (got, _) = run_child(&code, addr);
         if got == Outcome::Big {
             *tally.entry("big").or_default() += 1;
             continue;
@@ -444,6 +454,23 @@ fn fuzz_random_plans() {
             ok,
             "plan {i} at {addr:#x}: interpreter {want:?}, JIT {got:?}\n{plan:#?}"
         );
+        // The walker that adds up sizes: the same stream and the decoder's total, or, where
+        // the decoder refuses the stream, a corrupt walk (its caller then asks the
+        // interpreter and the decoder, and gets their error).
+        if let Outcome::Stream(stream) = &got {
+            let (sized_got, total) = run_child(&sized, addr);
+            match crate::report::total_size(&plan, 0, stream) {
+                Ok(t) => assert_eq!(
+                    (&sized_got, total),
+                    (&got, t),
+                    "plan {i} at {addr:#x}: sizes added up by the walker\n{plan:#?}"
+                ),
+                Err(e) => assert!(
+                    matches!(sized_got, Outcome::Corrupt(..)),
+                    "plan {i} at {addr:#x}: decoder says {e}, sized walker {sized_got:?}\n{plan:#?}"
+                ),
+            }
+        }
         *tally
             .entry(match want {
                 Outcome::Stream(ref s) if s.is_empty() => "empty",

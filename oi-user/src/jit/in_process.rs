@@ -59,12 +59,22 @@ fn err(e: impl std::fmt::Display) -> JitError {
 impl LocalWalker {
     /// Compiles the walk of `roots` (plan nodes, in argument order) into this process.
     pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
+        Self::build(plan, roots, false)
+    }
+
+    /// The same walker, which also adds up the roots' inclusive sizes as it walks and
+    /// leaves them in `WalkFrame::total` (what `report::total_size` gives from the stream).
+    pub fn compile_sized(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
+        Self::build(plan, roots, true)
+    }
+
+    fn build(plan: &Plan, roots: &[NodeId], sizes: bool) -> Result<Self, JitError> {
         check_plan(plan, roots)?;
         let isa = cranelift_native::builder()
             .map_err(err)?
             .finish(link::flags(false)?)
             .map_err(err)?;
-        let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
+        let funcs = codegen::generate(plan, roots, isa.frontend_config(), sizes)?;
         let count = funcs.len();
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
         let arena = ArenaMemoryProvider::new_with_size(CODE_RESERVATION).map_err(err)?;

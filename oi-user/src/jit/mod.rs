@@ -21,15 +21,15 @@
 //! `call` (rsp ≡ 8 mod 16 at its first instruction, a return address on top) on a private
 //! stack of `frame.stack_len` bytes (at least 256 KiB; see [`RECOMMENDED_STACK`]). It returns
 //! the status it also stores in `frame.status` ([`STATUS_DONE`] …) and preserves the
-//! callee-saved registers of the System V ABI. `frame`, `out` and `scratch` must be 8-byte
+//! callee-saved registers of the System V ABI. `frame` and `scratch` must be 8-byte
 //! aligned. It reads target memory with plain loads: a bad pointer faults (SIGSEGV/SIGBUS),
 //! which the tracer contains; it writes only to `frame`, `out[..out_len]`, `scratch` and its
 //! own stack.
 //!
 //! ## Output layout (`frame.out`, `frame.out_used` bytes)
-//! For each root, in order: one little-endian `u64` word count `n`, then the `n` stream words
-//! of that root, exactly the words `interp::run` returns (their meaning is documented in
-//! `plan`). [`split_streams`] splits it back into per-root streams for `report::decode`.
+//! For each root, in order: one little-endian `u64` byte count `n`, then the `n` stream
+//! bytes of that root, exactly the bytes `interp::run` returns (LEB128 words, whose meaning
+//! is documented in `plan`). [`split_streams`] splits it back into per-root streams for `report::decode`.
 //!
 //! ## A buffer too small
 //! The walk never writes past `out + out_len`; when the output does not fit it goes on to the
@@ -104,6 +104,9 @@ pub struct WalkFrame {
     pub err_root: u64,
     pub err_code: u64,
     pub err_addr: u64,
+    /// out, with [`STATUS_DONE`]: the inclusive sizes of the roots, added up, when the walker
+    /// was compiled with sizes (`in_process::LocalWalker::compile_sized`); else 0.
+    pub total: u64,
     /// in: entries of `heaps` in use (at most [`crate::interp::heap::MAX_HEAPS`]).
     pub heaps_len: u64,
     /// in: address ranges `[start, end)` that may hold glibc heap chunks, for
@@ -264,7 +267,17 @@ pub enum JitError {
 pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError> {
     check_plan(plan, roots)?;
     let isa = link::isa()?;
-    let funcs = codegen::generate(plan, roots, isa.frontend_config())?;
+    let funcs = codegen::generate(plan, roots, isa.frontend_config(), false)?;
+    link::link(&isa, funcs)
+}
+
+/// The target backend's walker compiled with sizes (as OIL's), for tests that compare it
+/// with the decoder on garbage memory in a child process.
+#[cfg(test)]
+fn compile_sized(plan: &Plan, roots: &[NodeId]) -> Result<CompiledWalker, JitError> {
+    check_plan(plan, roots)?;
+    let isa = link::isa()?;
+    let funcs = codegen::generate(plan, roots, isa.frontend_config(), true)?;
     link::link(&isa, funcs)
 }
 
@@ -340,35 +353,30 @@ pub fn check_status(frame: &WalkFrame) -> Result<(), JitError> {
 }
 
 /// Splits the walker's output (`out[..out_used]`) into one stream per root, in the form
-/// `report::decode` takes (`Measurer::walk_arg_streams` gives the same `Vec<u64>`s).
-pub fn split_streams(bytes: &[u8], nroots: usize) -> Result<Vec<Vec<u64>>, JitError> {
-    if !bytes.len().is_multiple_of(8) {
-        return Err(JitError::BadOutput(format!(
-            "{} bytes is not a whole number of words",
-            bytes.len()
-        )));
-    }
-    let mut words = bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
+/// `report::decode` takes (`Measurer::walk_arg_streams` gives the same bytes).
+pub fn split_streams(bytes: &[u8], nroots: usize) -> Result<Vec<Vec<u8>>, JitError> {
+    let mut rest = bytes;
     let mut out = Vec::with_capacity(nroots);
     for root in 0..nroots {
-        let n = words
-            .next()
-            .ok_or_else(|| JitError::BadOutput(format!("no word count for root {root}")))?;
-        let n = usize::try_from(n)
+        let (count, after) = rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| JitError::BadOutput(format!("no byte count for root {root}")))?;
+        let n = usize::try_from(u64::from_le_bytes(*count))
             .ok()
-            .filter(|&n| n <= words.len())
+            .filter(|&n| n <= after.len())
             .ok_or_else(|| {
                 JitError::BadOutput(format!(
-                    "root {root} claims {n} words, {} left",
-                    words.len()
+                    "root {root} claims {} bytes, {} left",
+                    u64::from_le_bytes(*count),
+                    after.len()
                 ))
             })?;
-        out.push(words.by_ref().take(n).collect());
+        let (stream, tail) = after.split_at(n);
+        out.push(stream.to_vec());
+        rest = tail;
     }
-    if words.next().is_some() {
-        return Err(JitError::BadOutput("words after the last root".into()));
+    if !rest.is_empty() {
+        return Err(JitError::BadOutput("bytes after the last root".into()));
     }
     Ok(out)
 }

@@ -132,7 +132,7 @@ fn regs(addrs: &[u64]) -> EntryRegs {
 }
 
 /// The interpreter's per-root streams (roots, streams).
-fn interp(m: &Measurer, addrs: &[u64]) -> Result<(Vec<NodeId>, Vec<Vec<u64>>), MeasureError> {
+fn interp(m: &Measurer, addrs: &[u64]) -> Result<(Vec<NodeId>, Vec<Vec<u8>>), MeasureError> {
     let mem = RemoteReader::new(std::process::id() as i32);
     let s = m.walk_arg_streams(&regs(addrs), lib().bias, &mem)?;
     Ok(s.into_iter().unzip())
@@ -233,7 +233,7 @@ impl Run {
         s
     }
 
-    fn streams(&self, n: usize) -> Vec<Vec<u64>> {
+    fn streams(&self, n: usize) -> Vec<Vec<u8>> {
         split_streams(&self.out[..self.frame.out_used as usize], n).expect("split")
     }
 }
@@ -257,6 +257,7 @@ fn jit(code: &Mapped, addrs: &[u64]) -> (Run, u64) {
 }
 
 /// The differential check: same streams, or both failing.
+/// Returns the streams' words (decoded from their bytes) for the tests to look into.
 fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec<u64>> {
     let m = measurer(probe, args, features);
     let (roots, want) = interp(&m, addrs).unwrap_or_else(|e| panic!("interp {probe}: {e}"));
@@ -278,12 +279,15 @@ fn same(probe: &str, args: &[&str], features: &[&str], addrs: &[u64]) -> Vec<Vec
         sink.start_sample().expect("sink");
         crate::report::decode(m.plan(), *root, s, &mut sink).expect("decode");
     }
-    got
+    got.iter()
+        .map(|s| crate::plan::stream::decode(s).expect("whole words"))
+        .collect()
 }
 
-/// The in-process backend (OIL) on the same objects, called on this thread's stack.
-fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u64>> {
-    let w = in_process::LocalWalker::compile(plan, roots).expect("compile in process");
+/// The in-process backend (OIL) on the same objects, called on this thread's stack,
+/// compiled with sizes: the total it adds up while walking must be the decoder's.
+fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u8>> {
+    let w = in_process::LocalWalker::compile_sized(plan, roots).expect("compile in process");
     let mut out_len = 64;
     loop {
         let mut r = Run::new(addrs, out_len);
@@ -303,7 +307,14 @@ fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u
         );
         match s {
             STATUS_FULL => out_len = r.frame.out_used as usize,
-            STATUS_DONE => return r.streams(roots.len()),
+            STATUS_DONE => {
+                let streams = r.streams(roots.len());
+                let decoded = roots.iter().zip(&streams).fold(0u64, |t, (&root, s)| {
+                    t + crate::report::total_size(plan, root, s).expect("decode")
+                });
+                assert_eq!(r.frame.total, decoded, "sizes added up by the walker");
+                return streams;
+            }
             _ => panic!("in-process walk: {:?}", check_status(&r.frame)),
         }
     }
@@ -451,7 +462,7 @@ fn full_sweep(probe: &str, features: &[&str], addr: u64) {
     let m = measurer(probe, &["arg0"], features);
     let (roots, want) = interp(&m, &[addr]).expect("interp");
     let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
-    let need = 8 * (1 + want[0].len());
+    let need = 8 + want[0].len();
     for len in (0..need).step_by(7).chain([need - 1]) {
         let mut r = Run::new(&[addr], len);
         assert_eq!(r.go(&code, len), STATUS_FULL, "out_len {len}");
@@ -727,7 +738,7 @@ fn jit_compiles_every_fixture_plan() {
 /// What a walk of a garbage object came to.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
-    Stream(Vec<Vec<u64>>),
+    Stream(Vec<Vec<u8>>),
     /// The address and the interpreter's words for the error.
     Corrupt(u64, String),
     Fault,

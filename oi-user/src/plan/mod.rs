@@ -7,7 +7,8 @@
 //! `Node`) close through memoised pointee / element nodes.
 //!
 //! ## The data stream
-//! Walking a node appends little-endian `u64` words; nodes whose subtree reads nothing at
+//! Walking a node appends words, each encoded as an unsigned LEB128 number ([`stream`]:
+//! the small ones, nearly all of them, take a byte); nodes whose subtree reads nothing at
 //! runtime (`dynamic == false`) append nothing and are not even visited. Per [`Op`]:
 //! - `Leaf`, `Bitfield`: nothing. `Struct`, `Array`, `Pair`: their dynamic children, in order.
 //! - `String`: `len, heap_capacity` (0 when inline / SSO).
@@ -30,9 +31,10 @@
 //!   Captured keys: scalar → 1 word; string → `len` then the bytes padded to words; other →
 //!   the key's address.
 //!
-//! The JIT will write the same words into its data segment; the stream is the contract.
+//! The JIT writes the same bytes into its data segment; the stream is the contract.
 
 pub mod build;
+pub mod stream;
 
 pub use build::{PlanBuilder, PlanError};
 

@@ -9,6 +9,9 @@
 //! flat `Vec<u64>` in pre-order, one word per such node, none for leaves such as the strings
 //! of a `vector<string>`), the second prints. No result tree is ever held for JSON.
 //!
+//! The stream (LEB128 words, `plan::stream`) is read where it lies: nothing is copied or
+//! allocated per node.
+//!
 //! The stream is not trusted: the JIT walker writes it inside the target, whose threads could
 //! overwrite it. Counts and nesting beyond the walker's own bounds are errors (never a loop of
 //! 2^64 elements or a stack overflow), and sizes add up saturating.
@@ -23,7 +26,7 @@ pub mod totals;
 pub mod tree;
 
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
-use crate::plan::{Capture, Node, NodeId, Op, Plan};
+use crate::plan::{Capture, Node, NodeId, Op, Plan, stream as words};
 use std::borrow::Cow;
 
 #[derive(Debug, thiserror::Error)]
@@ -109,11 +112,18 @@ pub trait Sink {
     }
 }
 
+fn stream_error(e: words::ReadError) -> ReportError {
+    match e {
+        words::ReadError::Truncated => ReportError::Truncated,
+        words::ReadError::Overlong => ReportError::Corrupt("a word longer than 64 bits".into()),
+    }
+}
+
 /// Decodes one root's stream into `sink`.
 pub fn decode(
     plan: &Plan,
     root: NodeId,
-    stream: &[u64],
+    stream: &[u8],
     sink: &mut dyn Sink,
 ) -> Result<(), ReportError> {
     size_root(plan, root, stream)?.print(sink)
@@ -125,7 +135,7 @@ pub fn decode(
 pub struct Sized<'a> {
     plan: &'a Plan,
     root: NodeId,
-    stream: &'a [u64],
+    stream: &'a [u8],
     sizes: Vec<u64>,
     statics: Vec<Option<u64>>,
 }
@@ -134,7 +144,7 @@ pub struct Sized<'a> {
 pub fn size_root<'a>(
     plan: &'a Plan,
     root: NodeId,
-    stream: &'a [u64],
+    stream: &'a [u8],
 ) -> Result<Sized<'a>, ReportError> {
     let mut statics = vec![None; plan.nodes.len()];
     let mut measure = Decoder {
@@ -181,7 +191,7 @@ impl Sized<'_> {
 }
 
 /// Total size of one root (first pass only); for tests and summaries.
-pub fn total_size(plan: &Plan, root: NodeId, stream: &[u64]) -> Result<u64, ReportError> {
+pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, ReportError> {
     let mut statics = vec![None; plan.nodes.len()];
     let mut d = Decoder {
         plan,
@@ -196,6 +206,47 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u64]) -> Result<u64, Repo
         record: false,
     };
     d.node(root, None)
+}
+
+/// Inclusive size of the subtree of `id` counting only static sizes: the size of a node
+/// that reads nothing at runtime (`dynamic == false`). Memoised in `memo` (one entry per
+/// plan node). Recurses only through members held by value, which cannot form a cycle.
+pub fn static_total(plan: &Plan, id: NodeId, memo: &mut [Option<u64>]) -> u64 {
+    if let Some(s) = memo[id] {
+        return s;
+    }
+    let n = &plan.nodes[id];
+    let s = match &n.op {
+        Op::Bitfield => 0,
+        Op::Struct {
+            members, padding, ..
+        } => members.iter().fold(*padding, |t, m| {
+            t.saturating_add(static_total(plan, m.1, memo))
+        }),
+        Op::Array {
+            elem,
+            count,
+            exclusive,
+            ..
+        } => exclusive.saturating_add(count.saturating_mul(static_total(plan, *elem, memo))),
+        Op::Pair { first, second }
+        | Op::Entry {
+            key: first,
+            value: second,
+            ..
+        } => {
+            let e = n.static_size.saturating_sub(
+                plan.nodes[first.1]
+                    .static_size
+                    .saturating_add(plan.nodes[second.1].static_size),
+            );
+            e.saturating_add(static_total(plan, first.1, memo))
+                .saturating_add(static_total(plan, second.1, memo))
+        }
+        _ => n.static_size,
+    };
+    memo[id] = Some(s);
+    s
 }
 
 /// What a node's children are, once its own words are read.
@@ -224,7 +275,7 @@ struct Header<'p> {
 
 struct Decoder<'a, 's> {
     plan: &'a Plan,
-    stream: &'a [u64],
+    stream: &'a [u8],
     pos: usize,
     /// Pass 1 fills it; pass 2 reads it back in the same order.
     sizes: Vec<u64>,
@@ -242,9 +293,7 @@ struct Decoder<'a, 's> {
 
 impl<'a> Decoder<'a, '_> {
     fn word(&mut self) -> Result<u64, ReportError> {
-        let w = *self.stream.get(self.pos).ok_or(ReportError::Truncated)?;
-        self.pos += 1;
-        Ok(w)
+        words::read(self.stream, &mut self.pos).map_err(stream_error)
     }
 
     /// A word that is at most `max`: an element count or a size the walker bounds (or that
@@ -263,42 +312,7 @@ impl<'a> Decoder<'a, '_> {
 
     /// Inclusive size of a non-dynamic subtree (no stream words), memoised per node.
     fn static_total(&mut self, id: NodeId) -> u64 {
-        if let Some(s) = self.statics[id] {
-            return s;
-        }
-        let plan = self.plan;
-        let n = &plan.nodes[id];
-        let s = match &n.op {
-            Op::Bitfield => 0,
-            Op::Struct {
-                members, padding, ..
-            } => members
-                .iter()
-                .fold(*padding, |t, m| t.saturating_add(self.static_total(m.1))),
-            Op::Array {
-                elem,
-                count,
-                exclusive,
-                ..
-            } => exclusive.saturating_add(count.saturating_mul(self.static_total(*elem))),
-            Op::Pair { first, second }
-            | Op::Entry {
-                key: first,
-                value: second,
-                ..
-            } => {
-                let e = n.static_size.saturating_sub(
-                    plan.nodes[first.1]
-                        .static_size
-                        .saturating_add(plan.nodes[second.1].static_size),
-                );
-                e.saturating_add(self.static_total(first.1))
-                    .saturating_add(self.static_total(second.1))
-            }
-            _ => n.static_size,
-        };
-        self.statics[id] = Some(s);
-        s
+        static_total(self.plan, id, self.statics)
     }
 
     fn read_capture(&mut self, c: Capture) -> Result<Data, ReportError> {
@@ -652,24 +666,35 @@ impl<'a> Decoder<'a, '_> {
                             "nested deeper than {MAX_DEPTH} levels"
                         )));
                     }
-                    let words = usize::try_from(*count)
-                        .ok()
-                        .and_then(|c| c.checked_mul(2))
-                        .and_then(|n| self.pos.checked_add(n))
-                        .and_then(|end| self.stream.get(self.pos..end))
-                        .ok_or(ReportError::Truncated)?;
-                    let end = self.pos + words.len();
+                    // Each string is at least two bytes: a count the stream cannot hold is
+                    // cut short before the loop runs it.
+                    let left = (self.stream.len() - self.pos.min(self.stream.len())) as u64;
+                    if count.saturating_mul(2) > left {
+                        return Err(ReportError::Truncated);
+                    }
+                    let (s, mut pos) = (self.stream, self.pos);
                     let mut t = 0u64;
-                    for w in words.chunks_exact(2) {
-                        if w[1] > MAX_BYTES {
+                    for _ in 0..*count {
+                        // Short strings (length and capacity below 128): two bytes.
+                        let (len, cap) = match s.get(pos..pos + 2) {
+                            Some(&[a, b]) if (a | b) < 0x80 => {
+                                pos += 2;
+                                (u64::from(a), u64::from(b))
+                            }
+                            _ => {
+                                let len = words::read(s, &mut pos).map_err(stream_error)?;
+                                let cap = words::read(s, &mut pos).map_err(stream_error)?;
+                                (len, cap)
+                            }
+                        };
+                        if cap > MAX_BYTES {
                             return Err(ReportError::Corrupt(format!(
-                                "implausible string capacity {}",
-                                w[1]
+                                "implausible string capacity {cap}"
                             )));
                         }
-                        t = t.saturating_add(l.account(w[0], w[1]).0);
+                        t = t.saturating_add(l.account(len, cap).0);
                     }
-                    self.pos = end;
+                    self.pos = pos;
                     t
                 } else {
                     let mut t = 0u64;
@@ -795,7 +820,7 @@ mod tests {
     fn json_sizes_and_keys() {
         let (plan, mem) = fixture();
         let stream = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
-        assert_eq!(stream, vec![0x1000, 3, 10, 35, 35]);
+        assert_eq!(stream, words::encode(&[0x1000, 3, 10, 35, 35]));
         assert_eq!(total_size(&plan, 0, &stream).expect("size"), 64 + 67);
         let mut out = Vec::new();
         {
@@ -929,7 +954,7 @@ mod tests {
         ));
         plan.compute_dynamic();
         // 3 strings, capacity 4: inline, 40 on the heap, inline.
-        let stream = [0x1000, 3, 4, 5, 0, 40, 40, 1, 0];
+        let stream = words::encode(&[0x1000, 3, 4, 5, 0, 40, 40, 1, 0]);
         let total = total_size(&plan, 1, &stream).expect("size");
         assert_eq!(total, 24 + 32 + 32 + (32 + 40) + 32);
         let mut out = Vec::new();
@@ -939,10 +964,10 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert!(text.starts_with(&format!("[{{\"size\":{total},")), "{text}");
         assert!(matches!(
-            total_size(&plan, 1, &stream[..8]),
+            total_size(&plan, 1, &stream[..stream.len() - 1]),
             Err(ReportError::Truncated)
         ));
-        let forged = [0x1000, 1, 1, 5, u64::MAX];
+        let forged = words::encode(&[0x1000, 1, 1, 5, u64::MAX]);
         assert!(matches!(
             total_size(&plan, 1, &forged),
             Err(ReportError::Corrupt(_))
@@ -953,7 +978,7 @@ mod tests {
     fn truncated_stream_is_an_error() {
         let (plan, _) = fixture();
         assert!(matches!(
-            total_size(&plan, 0, &[0x1000, 3]),
+            total_size(&plan, 0, &words::encode(&[0x1000, 3])),
             Err(ReportError::Truncated)
         ));
     }
@@ -966,7 +991,7 @@ mod tests {
         let (plan, _) = fixture();
         let mut sink = tree::TreeSink::new(&plan, tree::Options::default());
         let mut totals = totals::Totals::new();
-        let stream = [0x1000, MAX_ELEMENTS, MAX_ELEMENTS, 35, 35];
+        let stream = words::encode(&[0x1000, MAX_ELEMENTS, MAX_ELEMENTS, 35, 35]);
         let mut tee = output::Tee {
             sinks: vec![&mut sink, &mut totals],
         };
@@ -994,7 +1019,7 @@ mod tests {
         let corrupt = |stream: &[u64]| {
             let mut sink = tree::TreeSink::new(&plan, tree::Options::default());
             matches!(
-                decode(&plan, 0, stream, &mut sink),
+                decode(&plan, 0, &words::encode(stream), &mut sink),
                 Err(ReportError::Corrupt(_))
             )
         };
@@ -1008,6 +1033,7 @@ mod tests {
             .push(node("a0", "Link*", 8, Op::RawPointer { target: Some(0) }));
         deep.compute_dynamic();
         let stream: Vec<u64> = (0..=MAX_DEPTH).flat_map(|_| [0x1000, 1]).collect();
+        let stream = words::encode(&stream);
         let result = std::thread::Builder::new()
             .stack_size(crate::measure::WALK_STACK)
             .spawn(move || total_size(&deep, 0, &stream))

@@ -79,7 +79,7 @@ impl Sink for Tee<'_> {
 pub struct Root<'a> {
     pub label: &'a str,
     pub node: NodeId,
-    pub stream: Result<&'a [u64], &'a str>,
+    pub stream: Result<&'a [u8], &'a str>,
 }
 
 /// Writes samples in one format, keeping what lasts over a run.

@@ -178,7 +178,8 @@ extern "C" {
 void* make_strings(int n) {
     auto* v = new Strings();
     v->reserve(n + 3);
-    for (int i = 0; i < n; i++) v->push_back(str(i, i % 40));
+    // Every 17th string is long: lengths and capacities of two-byte words in the stream.
+    for (int i = 0; i < n; i++) v->push_back(str(i, i % 17 == 16 ? 130 + i : i % 40));
     return v;
 }
 
