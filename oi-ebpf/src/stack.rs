@@ -1,0 +1,1 @@
+//! User stacks in the kernel (owner: the unwind work).

@@ -1,0 +1,1 @@
+//! `oi-trace allocs` (owner: the allocs work).

@@ -1,0 +1,1 @@
+//! CFI unwind tables for the kernel-side unwinder (owner: the unwind work).
