@@ -60,6 +60,10 @@ pub struct FileHooks {
 /// for any other name. `je_` and `tc_` prefixes are jemalloc's and tcmalloc's own names.
 pub fn classify(name: &str) -> Option<u64> {
     // Versioned dynamic names (`malloc@@GLIBC_2.2.5`) never reach here: object strips them.
+    // Placement new and delete (`operator new(size_t, void*)`) allocate nothing.
+    if matches!(name, "_ZnwmPv" | "_ZnamPv" | "_ZdlPvS_" | "_ZdaPvS_") {
+        return None;
+    }
     if name.starts_with("_Znw") || name.starts_with("_Zna") {
         return Some(function::MALLOC);
     }
@@ -343,6 +347,8 @@ mod tests {
         assert_eq!(classify("posix_memalign"), Some(function::POSIX_MEMALIGN));
         assert_eq!(classify("aligned_alloc"), Some(function::MEMALIGN));
         assert_eq!(classify("mallinfo"), None);
+        assert_eq!(classify("_ZnwmPv"), None);
+        assert_eq!(classify("_ZdlPvS_"), None);
         assert_eq!(classify("_ZN4shop3newEv"), None);
     }
 

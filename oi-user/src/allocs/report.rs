@@ -20,6 +20,9 @@ use serde::Serialize;
 use super::{names, program::Snapshot};
 use crate::{report::tree::thousands, symbolize::Symbolizer, unwind::UnwindStats};
 
+/// A site's aggregates merged over its stack ids, the oldest live block's time, its type.
+type Merged = (SiteStats, Option<u64>, Option<String>);
+
 /// One site as reported.
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteView {
@@ -134,8 +137,7 @@ pub fn build(
         *t = (*t).min(block.time_ns);
     }
     // Sites merged by their symbolized frames.
-    let mut merged: BTreeMap<Vec<Arc<str>>, (SiteStats, Option<u64>, Option<String>)> =
-        BTreeMap::new();
+    let mut merged: BTreeMap<Vec<Arc<str>>, Merged> = BTreeMap::new();
     for (id, stats) in &snapshot.sites {
         let (frames, type_name) = match stack_of(*id) {
             Some((tgid, addrs)) => site_frames(symbolizer, tgid, &addrs),
@@ -210,7 +212,7 @@ pub fn build(
         }
     }
     let mut types: Vec<TypeView> = types.into_values().collect();
-    types.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    types.sort_by_key(|t| std::cmp::Reverse(t.bytes));
     let mut class_map: BTreeMap<&str, ClassView> = BTreeMap::new();
     for s in &sites {
         for class in &s.classes {
@@ -226,7 +228,7 @@ pub fn build(
         }
     }
     let mut class_list: Vec<ClassView> = class_map.into_values().collect();
-    class_list.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    class_list.sort_by_key(|c| std::cmp::Reverse(c.bytes));
     Report {
         pid: cx.pid,
         elapsed_s: (cx.elapsed_s * 1000.0).round() / 1000.0,
@@ -406,7 +408,7 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
         }
     }
     let mut live: Vec<&SiteView> = report.sites.iter().filter(|s| s.live_bytes > 0).collect();
-    live.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes));
+    live.sort_by_key(|s| std::cmp::Reverse(s.live_bytes));
     if !live.is_empty() {
         let _ = writeln!(out, "\nlive bytes by site (oldest live block):");
         for s in live.iter().take(top) {
