@@ -8,11 +8,12 @@
 //! Each function gets a probe on its entry and on every instruction that leaves it (from
 //! `debuginfo::code`): a `ret` closes the call with rax; a tail jump to another hooked function
 //! (directly, or through a PLT stub whose GOT slot names one: `operator delete` → `free@plt`)
-//! marks the call so that the callee's entry is part of it; a tail jump to a local function
-//! with call frame information (glibc's `memalign` → its static `_mid_memalign`) hooks that
-//! function's returns too, so the call closes there with its result; any other jump out (to
-//! `memset` from calloc, through a register) ends the call at the jump, its result unseen
-//! except calloc's, which is memset's first argument (rdi).
+//! marks the call so that the callee's entry is part of it; a tail jump to another function of
+//! the same file (a static one found by its call frame information: glibc's `memalign` → its
+//! `_mid_memalign`; or an exported one through the file's own PLT: tcmalloc's slow paths)
+//! hooks that function's returns too (two levels deep), so the call closes there with its
+//! result; any other jump out (to `memset` from calloc, through a register) ends the call at
+//! the jump, its result unseen except calloc's, which is memset's first argument (rdi).
 //!
 //! Pure: reads the files, never touches a process. A function one of whose exits cannot carry
 //! a uprobe is not hooked (its calls could not all be closed) and said so.
@@ -95,16 +96,15 @@ pub fn classify(name: &str) -> Option<u64> {
     })
 }
 
-/// Whether `binary` is glibc's libc (its blocks have glibc's chunk headers).
+/// Whether `binary` is glibc's libc, or a program linked statically with it: it defines
+/// `__libc_start_main` (tcmalloc defines `__libc_malloc` too, to replace glibc's).
 pub fn is_glibc(binary: &Binary) -> bool {
     let Ok(obj) = binary.object() else {
         return false;
     };
-    obj.dynamic_symbols()
-        .any(|s| s.name() == Ok("__libc_malloc") || s.name() == Ok("__libc_start_main"))
-        && obj
-            .dynamic_symbols()
-            .any(|s| s.name() == Ok("malloc") && !s.is_undefined())
+    obj.symbols()
+        .chain(obj.dynamic_symbols())
+        .any(|s| s.name() == Ok("__libc_start_main") && !s.is_undefined() && s.address() != 0)
 }
 
 /// The hooks of every file. `glibc_blocks`: the blocks of the processes are glibc's (no other
@@ -263,33 +263,34 @@ fn part_exits(
         } else {
             None
         };
-        let leads_to_hook = target.is_some_and(|t| {
-            hooked.contains_key(&t) || plt_target(binary, t).is_some_and(|n| classify(&n).is_some())
-        });
+        let plt_name = target.and_then(|t| plt_target(binary, t));
+        let leads_to_hook = target.is_some_and(|t| hooked.contains_key(&t))
+            || plt_name.as_deref().is_some_and(|n| classify(n).is_some());
         let mut cookie_kind = if leads_to_hook {
             cookie::TAIL
         } else {
             cookie::LEAVE
         };
-        if !leads_to_hook
-            && depth < 2
-            && let Some(t) = target
-            && let Some((fstart, len)) = function_range(binary, t)
-            && fstart == t
-            && plt_target(binary, t).is_none()
-        {
-            // A local function returns in our place: its returns close the call.
-            if helpers_done.insert(t) {
-                let Some(hoff) = file_offset_of(binary, t) else {
-                    return Err(format!("no code for its tail callee at {t:#x}"));
-                };
-                let Some(hbytes) = code_at(binary, hoff, len) else {
-                    return Err(format!("no code for its tail callee at {t:#x}"));
+        // A function of this file returns in our place (a static helper jumped to directly,
+        // or an exported one through this file's own PLT: tcmalloc's slow paths): its
+        // returns close the call.
+        let helper = match (target, &plt_name) {
+            _ if leads_to_hook || depth >= 2 => None,
+            (Some(t), None) => function_range(binary, t).filter(|(start, _)| *start == t),
+            (Some(_), Some(name)) => defined(binary, name),
+            (None, _) => None,
+        };
+        if let Some((start, len)) = helper {
+            if helpers_done.insert(start) {
+                let code = file_offset_of(binary, start)
+                    .and_then(|off| code_at(binary, off, len).map(|bytes| (off, bytes)));
+                let Some((hoff, hbytes)) = code else {
+                    return Err(format!("no code for its tail callee at {start:#x}"));
                 };
                 out.extend(part_exits(
                     binary,
                     h,
-                    t,
+                    start,
                     hbytes,
                     hoff,
                     hooked,
@@ -318,6 +319,25 @@ fn part_exits(
         });
     }
     Ok(out)
+}
+
+/// The address and size of the function `name` defines in `binary`, if it does. An IFUNC
+/// (`memset`) is no function: its symbol is the resolver that picks one at load time.
+fn defined(binary: &Binary, name: &str) -> Option<(u64, u64)> {
+    const STT_GNU_IFUNC: u8 = 10;
+    let obj = binary.object().ok()?;
+    obj.symbols()
+        .chain(obj.dynamic_symbols())
+        .find(|s| {
+            let ifunc = matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == STT_GNU_IFUNC);
+            s.kind() == SymbolKind::Text
+                && !ifunc
+                && !s.is_undefined()
+                && s.address() != 0
+                && s.size() != 0
+                && s.name() == Ok(name)
+        })
+        .map(|s| (s.address(), s.size()))
 }
 
 fn code_at(binary: &Binary, offset: u64, size: u64) -> Option<&[u8]> {
