@@ -110,7 +110,12 @@ pub struct Open {
     pub tail: u32,
     /// Non-zero: this allocation is sampled (always, without sampling).
     pub sampled: u32,
+    /// `--sample-bytes`: the allocations this one stands for, × [`WEIGHT_ONE`].
+    pub weight: u64,
 }
+
+/// The weight of an allocation that stands for itself alone (fixed point: 1.0).
+pub const WEIGHT_ONE: u64 = 1024;
 
 /// One live block (map value keyed by its address).
 #[repr(C)]
@@ -124,6 +129,8 @@ pub struct Block {
     pub stack: u64,
     pub tid: u32,
     pub _pad: u32,
+    /// The allocations it stands for, × [`WEIGHT_ONE`] (`--sample-bytes`).
+    pub weight: u64,
 }
 
 /// One allocating stack (map value keyed by its id, a hash of the process and the frames).
@@ -152,6 +159,11 @@ pub struct SiteStats {
     pub freed_usable_bytes: u64,
     /// Freed blocks by lifetime: < bound 0, < bound 1, …, ≥ the last bound.
     pub lifetimes: [u64; MAX_BUCKETS + 1],
+    /// `--sample-bytes` estimates: allocations and frees × [`WEIGHT_ONE`], and bytes.
+    pub est_allocs: u64,
+    pub est_bytes: u64,
+    pub est_frees: u64,
+    pub est_freed_bytes: u64,
 }
 
 /// Indices of the per-CPU counter array (user space sums the CPUs).

@@ -418,6 +418,19 @@ fn every_nth_allocation_scaled() {
     }
 }
 
+/// `--sample-bytes 4096`: blocks of 4096 bytes and more are always taken, each standing for
+/// itself (the mmapped ones exactly); the report says its numbers are estimates.
+#[test]
+fn sampling_by_bytes_keeps_large_blocks_exact() {
+    if !privileged() {
+        return;
+    }
+    let (printed, report) = journey(&o0(), &["--sample-bytes", "4096"]);
+    assert_eq!(report["sampled"], true);
+    let big = printed.sites["shop::big"];
+    assert_eq!(by_innermost(&report)["shop::big"][..3], big[..3]);
+}
+
 /// cgroup mode: a process present at attach time and one started after are both counted.
 #[test]
 fn cgroup_covers_a_process_started_after_attaching() {
@@ -468,6 +481,16 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["allocs", "--pid", "1", "--buckets", "5,1"],
         vec!["allocs", "--pid", "1", "--buckets", "0"],
         vec!["allocs", "--pid", "1", "--every", "0"],
+        vec!["allocs", "--pid", "1", "--sample-bytes", "0"],
+        vec![
+            "allocs",
+            "--pid",
+            "1",
+            "--every",
+            "2",
+            "--sample-bytes",
+            "64",
+        ],
         vec!["allocs", "--pid", "1", "--max-live", "0"],
         vec!["allocs", "--pid", "999999999"],
         vec!["allocs"],

@@ -27,7 +27,9 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        generated::{bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id},
+        generated::{
+            bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_prandom_u32,
+        },
     },
     macros::{map, uprobe},
     maps::{Array, HashMap, PerCpuArray},
@@ -35,7 +37,10 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
-    allocs::{Block, MAX_BUCKETS, MAX_THREADS, Open, SiteStats, Stack, cookie, counter, function},
+    allocs::{
+        Block, MAX_BUCKETS, MAX_THREADS, Open, SiteStats, Stack, WEIGHT_ONE, cookie, counter,
+        function,
+    },
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
 };
@@ -53,6 +58,10 @@ static CGROUP_LEVEL: Global<u32> = Global::new(0);
 /// `--every N`: sample every Nth allocation (0 or 1: all of them).
 #[unsafe(no_mangle)]
 static EVERY: Global<u64> = Global::new(0);
+/// `--sample-bytes B`: take an allocation of n bytes with probability min(1, n / B), so that
+/// on average one sample is taken per B bytes; each stands for B / n allocations (0: off).
+#[unsafe(no_mangle)]
+static SAMPLE_BYTES: Global<u64> = Global::new(0);
 /// Lifetime bucket bounds in ns, ascending; `BOUNDS` of them are used.
 #[unsafe(no_mangle)]
 static BUCKET_NS: Global<[u64; MAX_BUCKETS]> = Global::new([0; MAX_BUCKETS]);
@@ -187,7 +196,8 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             function::POSIX_MEMALIGN => (rdx, rdi),
             _ => (rdi, 0),
         };
-        if sampled() {
+        open.weight = sample_weight(open.size);
+        if open.weight != 0 {
             open.sampled = 1;
             open.stack = capture_stack(ctx, pid_tgid);
         } else {
@@ -203,17 +213,37 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     }
 }
 
-/// Whether this allocation is taken (`--every`), counted exactly across CPUs.
+/// Whether this allocation of `size` bytes is taken, as its weight (0: not taken): `--every`
+/// counts calls exactly across CPUs; `--sample-bytes` draws.
 #[inline(always)]
-fn sampled() -> bool {
+fn sample_weight(size: u64) -> u64 {
+    let bytes = SAMPLE_BYTES.load();
+    if bytes != 0 {
+        if size >= bytes {
+            return WEIGHT_ONE;
+        }
+        let size = if size == 0 { 1 } else { size };
+        // SAFETY: a plain helper call.
+        let draw = u64::from(unsafe { bpf_get_prandom_u32() });
+        // draw / 2^32 < size / B, without division on the hot path (B < 2^31 by user space).
+        return if draw * bytes < size << 32 {
+            bytes * WEIGHT_ONE / size
+        } else {
+            0
+        };
+    }
     let every = EVERY.load();
     if every <= 1 {
-        return true;
+        return WEIGHT_ONE;
     }
     let Some(seq) = SEQUENCE.get_ptr_mut(0) else {
-        return true;
+        return WEIGHT_ONE;
     };
-    (add(seq, 1) - 1) % every == 0
+    if (add(seq, 1) - 1) % every == 0 {
+        WEIGHT_ONE
+    } else {
+        0
+    }
 }
 
 /// A tail jump to a hooked function: its entry at this stack pointer is the open call's.
@@ -330,6 +360,8 @@ fn allocated(o: &Open, result: u64, tid: u32) {
             add(&raw mut (*s).allocs, 1);
             add(&raw mut (*s).bytes, o.size);
             add(&raw mut (*s).usable_bytes, usable);
+            add(&raw mut (*s).est_allocs, o.weight);
+            add(&raw mut (*s).est_bytes, estimated_bytes(o.size, o.weight));
         }
     }
     // SAFETY: a plain read of a map value.
@@ -345,6 +377,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         stack: o.stack,
         tid,
         _pad: 0,
+        weight: o.weight,
     };
     if LIVE.insert(&block, &b, 0).is_err() {
         count(counter::DROPPED);
@@ -385,9 +418,24 @@ fn free_block(ptr: u64, now: u64) {
         add(&raw mut (*s).frees, 1);
         add(&raw mut (*s).freed_bytes, b.size);
         add(&raw mut (*s).freed_usable_bytes, b.usable);
+        add(&raw mut (*s).est_frees, b.weight);
+        add(
+            &raw mut (*s).est_freed_bytes,
+            estimated_bytes(b.size, b.weight),
+        );
         if bucket <= MAX_BUCKETS {
             add((&raw mut (*s).lifetimes).cast::<u64>().add(bucket), 1);
         }
+    }
+}
+
+/// The bytes an allocation of `size` with `weight` stands for: B for a sampled small one.
+#[inline(always)]
+fn estimated_bytes(size: u64, weight: u64) -> u64 {
+    if weight == WEIGHT_ONE {
+        size
+    } else {
+        SAMPLE_BYTES.load()
     }
 }
 

@@ -15,7 +15,9 @@
 //! nothing); `bytes` are requested bytes, usable bytes are glibc's chunk sizes
 //! (`malloc_usable_size`'s rule) when every `malloc` the processes map is glibc's, else the
 //! requested ones (JSON `usable_size`); a free of a block allocated before attaching (or
-//! dropped, or not sampled) is an unknown free; with `--every N` every number is scaled by N.
+//! dropped, or not sampled) is an unknown free; with `--every N` every number is scaled by N;
+//! with `--sample-bytes B` an allocation of n < B bytes is taken with probability n / B and
+//! stands for B / n allocations and B bytes (usable bytes and lifetimes scaled alike).
 //!
 //! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
 //! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
@@ -92,6 +94,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         target_tgid: scope.pid.map(|p| p as u32),
         cgroup: scope.cgroup.as_ref().map(|c| (c.id, c.level)),
         every: args.every.unwrap_or(1),
+        sample_bytes: args.sample_bytes.unwrap_or(0),
         bucket_ns: bucket_s.iter().map(|s| (s * 1e9).round() as u64).collect(),
         max_live: args.max_live,
         max_stacks: args.max_stacks,
@@ -252,6 +255,14 @@ fn validate(args: &AllocsArgs) -> Result<Vec<f64>> {
             "--buckets: {b} is not a positive number of seconds"
         )));
     }
+    if let Some(b) = args.sample_bytes
+        && !(1..1 << 31).contains(&b)
+    {
+        return Err(Error::input(format!(
+            "--sample-bytes must be between 1 and {}, got {b}",
+            (1u64 << 31) - 1
+        )));
+    }
     if args.every == Some(0) {
         return Err(Error::input(
             "--every must be at least 1 (take every Nth allocation), got 0",
@@ -343,6 +354,7 @@ fn build_report(
             pid: scope.pid,
             elapsed_s: elapsed.as_secs_f64(),
             every: args.every.unwrap_or(1),
+            sample_bytes: args.sample_bytes,
             bucket_s,
             glibc,
             unwind: program.unwinder.stats(),

@@ -36,6 +36,8 @@ pub struct Settings {
     pub cgroup: Option<(u64, u32)>,
     /// `--every`.
     pub every: u64,
+    /// `--sample-bytes` (0: off).
+    pub sample_bytes: u64,
     /// Lifetime bounds in ns (at most `MAX_BUCKETS`).
     pub bucket_ns: Vec<u64>,
     pub max_live: u32,
@@ -92,6 +94,7 @@ impl Program {
             .override_global("CGROUP_ID", &cgroup_id, true)
             .override_global("CGROUP_LEVEL", &cgroup_level, true)
             .override_global("EVERY", &settings.every, true)
+            .override_global("SAMPLE_BYTES", &settings.sample_bytes, true)
             .override_global("BUCKET_NS", &bucket_ns, true)
             .override_global("BOUNDS", &bounds, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
@@ -236,6 +239,7 @@ mod tests {
         let settings = Settings {
             target_tgid: Some(1),
             every: 3,
+            sample_bytes: 4096,
             bucket_ns: vec![1_000_000, 1_000_000_000],
             max_live: 1024,
             max_stacks: 1024,

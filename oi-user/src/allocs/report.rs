@@ -14,7 +14,7 @@ use std::{
     sync::Arc,
 };
 
-use oi_common::allocs::{MAX_BUCKETS, SiteStats, counter};
+use oi_common::allocs::{MAX_BUCKETS, SiteStats, WEIGHT_ONE, counter};
 use serde::Serialize;
 
 use super::{names, program::Snapshot};
@@ -114,6 +114,8 @@ pub struct Context<'a> {
     pub pid: Option<i32>,
     pub elapsed_s: f64,
     pub every: u64,
+    /// `--sample-bytes`: numbers are the kernel's weighted estimates.
+    pub sample_bytes: Option<u64>,
     pub bucket_s: &'a [f64],
     pub glibc: bool,
     pub unwind: UnwindStats,
@@ -165,15 +167,20 @@ pub fn build(
         .into_iter()
         .map(|(stack, (s, oldest_ns, type_name))| {
             let classes = classes_of(&stack, &known);
+            let s = if cx.sample_bytes.is_some() {
+                estimates(&s)
+            } else {
+                scaled(&s, scale)
+            };
             SiteView {
                 type_name,
-                allocs: s.allocs * scale,
-                frees: s.frees * scale,
-                bytes: s.bytes * scale,
-                usable_bytes: s.usable_bytes * scale,
-                live_allocs: s.allocs.saturating_sub(s.frees) * scale,
-                live_bytes: s.bytes.saturating_sub(s.freed_bytes) * scale,
-                lifetimes: s.lifetimes[..buckets].iter().map(|n| n * scale).collect(),
+                allocs: s.allocs,
+                frees: s.frees,
+                bytes: s.bytes,
+                usable_bytes: s.usable_bytes,
+                live_allocs: s.allocs.saturating_sub(s.frees),
+                live_bytes: s.bytes.saturating_sub(s.freed_bytes),
+                lifetimes: s.lifetimes[..buckets].to_vec(),
                 oldest_live_s: oldest_ns
                     .filter(|_| s.allocs > s.frees)
                     .map(|t| cx.now_ns.saturating_sub(t) as f64 / 1e9),
@@ -232,7 +239,7 @@ pub fn build(
     Report {
         pid: cx.pid,
         elapsed_s: (cx.elapsed_s * 1000.0).round() / 1000.0,
-        sampled: scale > 1,
+        sampled: scale > 1 || cx.sample_bytes.is_some(),
         totals,
         buckets_s: cx.bucket_s.to_vec(),
         sites,
@@ -255,6 +262,49 @@ pub fn build(
     }
 }
 
+/// `--every N`: every number × N.
+fn scaled(s: &SiteStats, n: u64) -> SiteStats {
+    let mut out = *s;
+    for v in [
+        &mut out.allocs,
+        &mut out.bytes,
+        &mut out.usable_bytes,
+        &mut out.frees,
+        &mut out.freed_bytes,
+        &mut out.freed_usable_bytes,
+    ] {
+        *v *= n;
+    }
+    for l in &mut out.lifetimes {
+        *l *= n;
+    }
+    out
+}
+
+/// `--sample-bytes`: the kernel's weighted estimates; usable bytes and lifetimes scaled by the
+/// same ratios as bytes and frees.
+fn estimates(s: &SiteStats) -> SiteStats {
+    let ratio = |est: u64, raw: u64| {
+        if raw == 0 {
+            0.0
+        } else {
+            est as f64 / raw as f64
+        }
+    };
+    let byte_ratio = ratio(s.est_bytes, s.bytes);
+    let free_ratio = ratio(s.est_frees, s.frees * WEIGHT_ONE);
+    let mut out = *s;
+    out.allocs = (s.est_allocs + WEIGHT_ONE / 2) / WEIGHT_ONE;
+    out.frees = (s.est_frees + WEIGHT_ONE / 2) / WEIGHT_ONE;
+    out.bytes = s.est_bytes;
+    out.freed_bytes = s.est_freed_bytes;
+    out.usable_bytes = (s.usable_bytes as f64 * byte_ratio).round() as u64;
+    for l in &mut out.lifetimes {
+        *l = (*l as f64 * free_ratio).round() as u64;
+    }
+    out
+}
+
 fn add_stats(into: &mut SiteStats, s: &SiteStats) {
     into.allocs += s.allocs;
     into.bytes += s.bytes;
@@ -262,6 +312,10 @@ fn add_stats(into: &mut SiteStats, s: &SiteStats) {
     into.frees += s.frees;
     into.freed_bytes += s.freed_bytes;
     into.freed_usable_bytes += s.freed_usable_bytes;
+    into.est_allocs += s.est_allocs;
+    into.est_bytes += s.est_bytes;
+    into.est_frees += s.est_frees;
+    into.est_freed_bytes += s.est_freed_bytes;
     for (a, b) in into.lifetimes.iter_mut().zip(&s.lifetimes) {
         *a += b;
     }

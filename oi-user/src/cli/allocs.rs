@@ -49,8 +49,15 @@ pub struct AllocsArgs {
 
     /// Take every Nth allocation only (exact, counted in the kernel); the report's numbers are
     /// scaled by N and marked as estimates.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "sample_bytes")]
     pub every: Option<u64>,
+
+    /// Take on average one sample per B bytes allocated, as jemalloc and tcmalloc do: an
+    /// allocation of n bytes is taken with probability n / B (always when n ≥ B) and stands for
+    /// B / n allocations. Counts and bytes are estimates, marked as such; lifetimes count the
+    /// samples.
+    #[arg(long, value_name = "B")]
+    pub sample_bytes: Option<u64>,
 
     /// Most live blocks the kernel keeps; allocations beyond are counted as dropped.
     #[arg(long, value_name = "N", default_value_t = 262_144)]
