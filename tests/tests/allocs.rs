@@ -95,6 +95,12 @@ fn read_printed(fixture: &Fixture) -> Printed {
 /// work, stops oi-trace with Ctrl-C, and returns what both said. The fixture is checked to be
 /// running, untraced, after oi-trace left, and to finish normally.
 fn journey(binary: &Path, extra: &[&str]) -> (Printed, Value) {
+    let (printed, stdout) = journey_raw(binary, extra);
+    (printed, json(stdout.trim()))
+}
+
+/// [`journey`], with oi-trace's stdout as it is.
+fn journey_raw(binary: &Path, extra: &[&str]) -> (Printed, String) {
     let mut fixture = Fixture::start(binary, &[]);
     let pid = fixture.pid.to_string();
     let mut args = vec![
@@ -116,7 +122,7 @@ fn journey(binary: &Path, extra: &[&str]) -> (Printed, Value) {
     fixture.assert_running();
     let printed = read_printed(&fixture);
     assert!(fixture.finish().success());
-    (printed, json(out.stdout.trim()))
+    (printed, out.stdout)
 }
 
 /// Sites summed by their innermost frame: [allocs, frees, bytes, live_allocs, live_bytes,
@@ -393,6 +399,25 @@ fn text_report_folded_stacks_and_flame_graph() {
     );
     let svg = std::fs::read_to_string(&svg).expect("svg file");
     assert!(svg.starts_with("<?xml") && svg.contains("shop::leak"));
+}
+
+/// `--interval`: a JSON report per interval while the fixture works (it holds blocks for
+/// 600 ms, so at least one interval passes), then the final one; each a whole report.
+#[test]
+fn interval_reports_then_the_final_one() {
+    if !privileged() {
+        return;
+    }
+    let (printed, stdout) = journey_raw(&o0(), &["--interval", "0.2"]);
+    let reports: Vec<Value> = stdout.lines().map(json).collect();
+    assert!(reports.len() >= 2, "{stdout}");
+    for r in &reports {
+        assert!(
+            r["totals"]["allocs"].is_u64() && r["sites"].is_array(),
+            "{r}"
+        );
+    }
+    assert_exact(&printed, reports.last().unwrap(), true);
 }
 
 /// `--every 2`: every second call of an allocating function is taken, exactly, and the numbers
