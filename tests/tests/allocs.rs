@@ -420,6 +420,31 @@ fn interval_reports_then_the_final_one() {
     assert_exact(&printed, reports.last().unwrap(), true);
 }
 
+/// `-v`: the kernel side says what it decided (a nested allocator call counted once), through
+/// aya-log.
+#[test]
+fn verbose_logs_the_kernel_decisions() {
+    if !privileged() {
+        return;
+    }
+    let mut fixture = Fixture::start(&o0(), &["10"]);
+    let pid = fixture.pid.to_string();
+    let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "-v", "--format", "json"]);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "{out:#?}");
+    assert!(fixture.finish().success());
+    assert!(
+        out.stderr
+            .iter()
+            .any(|l| l.starts_with("oi-trace: ebpf: debug: nested allocator call")),
+        "{:#?}",
+        out.stderr
+    );
+}
+
 /// `--every 2`: every second call of an allocating function is taken, exactly, and the numbers
 /// are scaled back: a site of an even number of consecutive calls comes out exact.
 #[test]

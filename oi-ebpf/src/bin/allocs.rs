@@ -157,6 +157,12 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         let (open_sp, tail) = unsafe { ((*open).sp, (*open).tail) };
         if open_sp > sp {
             count(counter::NESTED);
+            debug!(
+                ctx,
+                "nested allocator call at sp {:x} inside the one at {:x}: counted once",
+                sp,
+                open_sp
+            );
             return;
         }
         if open_sp == sp && tail != 0 {
@@ -368,6 +374,10 @@ fn allocated(o: &Open, result: u64, tid: u32) {
     if unsafe { LIVE.get(&block) }.is_some() {
         // Its free was missed: count the old block freed now.
         count(counter::REUSED);
+        info!(
+            &(),
+            "block {:x} allocated again before its free was seen", block
+        );
         free_block(block, now);
     }
     let b = Block {
@@ -406,6 +416,10 @@ fn free_block(ptr: u64, now: u64) {
     // SAFETY: a plain read of a map value, copied at once.
     let Some(b) = (unsafe { LIVE.get(&ptr) }).copied() else {
         count(counter::UNKNOWN_FREES);
+        debug!(
+            &(),
+            "free of {:x}: not allocated while attached (unknown free)", ptr
+        );
         return;
     };
     let _ = LIVE.remove(&ptr);
