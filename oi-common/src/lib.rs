@@ -4,7 +4,9 @@
 //! the ring buffer byte for byte. Nothing else is shared between the two address spaces.
 #![no_std]
 
+pub mod allocs;
 pub mod calls;
+pub mod stack;
 
 /// Most probes one tracer may arm; index space of [`ProbeConfig`] and [`ProbeCounters`].
 pub const MAX_PROBES: u32 = 64;

@@ -7,6 +7,8 @@
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
+pub mod stack;
+
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 /// Adds `n` to a counter shared by all CPUs and returns the new value.

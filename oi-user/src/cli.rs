@@ -1,8 +1,9 @@
 //! Command-line arguments. Parsing and validation only; `session` (footprints) and the
 //! profilers do the work. Without a tool name, oi-trace measures footprints (the form of round
-//! one, unchanged); `oi-trace calls …` is the call-tree profiler, whose options live in a file
-//! of their own (as will the allocation profiler's, issue 10, when it lands).
+//! one, unchanged); `oi-trace calls …` is the call-tree profiler and `oi-trace allocs …` the
+//! allocation profiler, whose options live in files of their own.
 
+pub mod allocs;
 pub mod calls;
 pub mod profiler;
 
@@ -17,7 +18,8 @@ use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 /// and on every Nth hit briefly freezes the calling thread and measures the function's
 /// arguments: the object, every container inside it, every heap block it owns.
 ///
-/// `oi-trace calls` times call trees without stopping the target (`oi-trace calls --help`).
+/// `oi-trace calls` times call trees without stopping the target (`oi-trace calls --help`);
+/// `oi-trace allocs` profiles every allocation and free (`oi-trace allocs --help`).
 ///
 /// Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (README: Running without root), and
 /// binaries built with -g.
@@ -37,6 +39,8 @@ pub struct Cli {
 pub enum Tool {
     /// Time every call beneath an entry point, per thread, as a call tree.
     Calls(calls::CallsArgs),
+    /// Every allocation and free, by site, type and class, with lifetimes.
+    Allocs(allocs::AllocsArgs),
 }
 
 /// Footprints: measure a function's arguments at its entry or return.

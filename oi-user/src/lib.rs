@@ -5,6 +5,7 @@
 //! `report`. Stages with side effects: `probe` (eBPF), `target` (ptrace), `interp` (reads
 //! target memory through a `MemoryReader`).
 
+pub mod allocs;
 pub mod audit;
 pub mod calls;
 pub mod cgroup;
@@ -28,3 +29,4 @@ pub mod session;
 pub mod symbolize;
 pub mod target;
 pub mod typegraph;
+pub mod unwind;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser as _, error::ErrorKind};
 use oi_trace::{
-    calls,
+    allocs, calls,
     cli::{Cli, Tool},
     session,
 };
@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     let outcome = match &cli.tool {
         None => session::run(&cli.footprint),
         Some(Tool::Calls(args)) => calls::run(args),
+        Some(Tool::Allocs(args)) => allocs::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

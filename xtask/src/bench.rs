@@ -32,15 +32,17 @@ impl Figure {
     }
 }
 
+mod allocs;
 mod calls;
 
-const FIGURES: [&str; 7] = [
+const FIGURES: [&str; 8] = [
     "pause",
     "first-result",
     "probe-cost",
     "dwarf",
     "throughput",
     "calls",
+    "allocs",
     "oil",
 ];
 
@@ -69,6 +71,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("calls") {
         calls::run(root, quick, &mut figures)?;
+    }
+    if wanted("allocs") {
+        allocs::run(quick, &mut figures)?;
     }
     if wanted("oil") {
         oil(quick, &mut figures)?;

@@ -172,6 +172,23 @@ fn setup() -> Result<()> {
     if !std::path::Path::new("/usr/include/nlohmann/json.hpp").exists() {
         packages.push("nlohmann-json3-dev".into());
     }
+    // The other allocators the allocation profiler's journeys link (tests/tests/allocs.rs), and
+    // bpftrace, the baseline of its benchmark.
+    for (file, package) in [
+        (
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so",
+            "libjemalloc-dev",
+        ),
+        (
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so",
+            "libgoogle-perftools-dev",
+        ),
+        ("/usr/bin/bpftrace", "bpftrace"),
+    ] {
+        if !std::path::Path::new(file).exists() {
+            packages.push(package.into());
+        }
+    }
     // setcap: the least-privilege journeys give a copy of oi-trace file capabilities.
     if !succeeds(Command::new("sh").args(["-c", "command -v setcap"])) {
         packages.push("libcap2-bin".into());

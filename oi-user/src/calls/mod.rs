@@ -65,7 +65,7 @@ const SWEEP: Duration = Duration::from_secs(1);
 
 pub fn run(args: &CallsArgs) -> Result<()> {
     validate(args)?;
-    let scope = Scope::resolve(args)?;
+    let scope = Scope::resolve(&args.scope)?;
     let target = Target::resolve(args, &scope)?;
     let settings = Settings {
         target_tgid: scope.pid.map(|p| p as u32),
@@ -193,19 +193,19 @@ fn validate(args: &CallsArgs) -> Result<()> {
     Ok(())
 }
 
-/// The processes traced.
-struct Scope {
-    pid: Option<i32>,
-    cgroup: Option<Cgroup>,
+/// The processes traced (shared by the profilers).
+pub(crate) struct Scope {
+    pub pid: Option<i32>,
+    pub cgroup: Option<Cgroup>,
     /// The processes whose files are instrumented (the pid, or the cgroup's members now).
-    processes: Vec<i32>,
+    pub processes: Vec<i32>,
     /// `pid 4242 (shopd)` or `cgroup /sys/fs/cgroup/shop.slice`, for messages.
-    place: String,
+    pub place: String,
 }
 
 impl Scope {
-    fn resolve(args: &CallsArgs) -> Result<Self> {
-        match (args.scope.pid, &args.scope.cgroup) {
+    pub(crate) fn resolve(args: &crate::cli::profiler::ScopeArgs) -> Result<Self> {
+        match (args.pid, &args.cgroup) {
             (Some(pid), _) => {
                 let info = ProcessInfo::inspect(pid)?;
                 Ok(Self {
@@ -220,8 +220,8 @@ impl Scope {
                 let processes = cgroup.processes();
                 if processes.is_empty() {
                     return Err(Error::input(format!(
-                        "cgroup {} has no process: the functions to instrument are found in \
-                         the files its processes run",
+                        "cgroup {} has no process: the functions to hook are found in the \
+                         files its processes run",
                         cgroup.path.display()
                     )));
                 }
@@ -412,8 +412,9 @@ impl Target {
     }
 }
 
-/// The distinct files the processes execute code from (each opened once, by device and inode).
-fn files_of(processes: &[i32]) -> Result<Vec<File>> {
+/// The distinct files the processes execute code from (each opened once, by device and inode);
+/// the allocation profiler hooks the same files.
+pub(crate) fn files_of(processes: &[i32]) -> Result<Vec<File>> {
     let mut files = Vec::new();
     let mut seen: HashMap<(u64, u64), ()> = HashMap::new();
     for &pid in processes {

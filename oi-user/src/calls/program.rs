@@ -224,70 +224,21 @@ impl Program {
         pid: Option<u32>,
         progress: &mut dyn FnMut(usize),
     ) -> Result<Attachment> {
-        let mut attachment = Attachment::default();
-        match &self.multi {
-            Some(multi) => {
-                for batch in sites.chunks(MULTI_BATCH) {
-                    let offsets: Vec<u64> = batch.iter().map(|s| s.file_offset).collect();
-                    let cookies: Vec<u64> = batch.iter().map(|s| s.cookie).collect();
-                    let link = multi
-                        .attach(path, &offsets, &cookies, pid)
-                        .map_err(|e| attach_error(&e, path))?;
-                    attachment.probes += link.probes;
-                    attachment.multi.push(link);
-                    progress(attachment.probes);
-                }
-            }
-            None => {
-                let program: &mut UProbe = self
-                    .ebpf
-                    .program_mut(PROGRAM)
-                    .and_then(|p| p.try_into().ok())
-                    .ok_or_else(|| Error::internal(format!("eBPF program {PROGRAM} missing")))?;
-                let scope = match pid.and_then(std::num::NonZeroU32::new) {
-                    Some(pid) => UProbeScope::OneProcess(pid),
-                    None => UProbeScope::AllProcesses,
-                };
-                let mut last = Instant::now();
-                for site in sites {
-                    let link = program
-                        .attach(
-                            UProbeAttachPoint {
-                                location: UProbeAttachLocation::AbsoluteOffset(site.file_offset),
-                                cookie: Some(site.cookie),
-                            },
-                            path,
-                            scope,
-                        )
-                        .map_err(|e| attach_error(&e, path))?;
-                    attachment.perf.push(link);
-                    attachment.probes += 1;
-                    if last.elapsed() > Duration::from_millis(500) {
-                        progress(attachment.probes);
-                        last = Instant::now();
-                    }
-                }
-                progress(attachment.probes);
-            }
-        }
-        Ok(attachment)
+        let pairs: Vec<(u64, u64)> = sites.iter().map(|s| (s.file_offset, s.cookie)).collect();
+        attach_program(
+            &mut self.ebpf,
+            PROGRAM,
+            self.multi.as_ref(),
+            path,
+            &pairs,
+            pid,
+            progress,
+        )
     }
 
     /// Detaches what `attachment` attached.
     pub fn detach(&mut self, attachment: Attachment) {
-        drop(attachment.multi);
-        if attachment.perf.is_empty() {
-            return;
-        }
-        if let Some(program) = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .and_then(|p| <&mut UProbe>::try_from(p).ok())
-        {
-            for link in attachment.perf {
-                let _ = program.detach(link);
-            }
-        }
+        detach_program(&mut self.ebpf, PROGRAM, attachment);
     }
 
     /// Reads every node with its aggregates, the counters and the globals.
@@ -378,6 +329,83 @@ impl Program {
     }
 }
 
+/// Attaches the uprobe program `name` of `ebpf` to `sites` (file offset, cookie) of the file
+/// `path` (only in process `pid`, if given): one multi-uprobe link per batch where the kernel
+/// has them (`multi`), one perf event per site elsewhere; `progress(attached so far)` now and
+/// then. Shared by the profilers.
+pub(crate) fn attach_program(
+    ebpf: &mut Ebpf,
+    name: &str,
+    multi: Option<&MultiProgram>,
+    path: &Path,
+    sites: &[(u64, u64)],
+    pid: Option<u32>,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Attachment> {
+    let mut attachment = Attachment::default();
+    match multi {
+        Some(multi) => {
+            for batch in sites.chunks(MULTI_BATCH) {
+                let offsets: Vec<u64> = batch.iter().map(|s| s.0).collect();
+                let cookies: Vec<u64> = batch.iter().map(|s| s.1).collect();
+                let link = multi
+                    .attach(path, &offsets, &cookies, pid)
+                    .map_err(|e| attach_error(&e, path))?;
+                attachment.probes += link.probes;
+                attachment.multi.push(link);
+                progress(attachment.probes);
+            }
+        }
+        None => {
+            let program: &mut UProbe = ebpf
+                .program_mut(name)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| Error::internal(format!("eBPF program {name} missing")))?;
+            let scope = match pid.and_then(std::num::NonZeroU32::new) {
+                Some(pid) => UProbeScope::OneProcess(pid),
+                None => UProbeScope::AllProcesses,
+            };
+            let mut last = Instant::now();
+            for &(file_offset, cookie) in sites {
+                let link = program
+                    .attach(
+                        UProbeAttachPoint {
+                            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
+                            cookie: Some(cookie),
+                        },
+                        path,
+                        scope,
+                    )
+                    .map_err(|e| attach_error(&e, path))?;
+                attachment.perf.push(link);
+                attachment.probes += 1;
+                if last.elapsed() > Duration::from_millis(500) {
+                    progress(attachment.probes);
+                    last = Instant::now();
+                }
+            }
+            progress(attachment.probes);
+        }
+    }
+    Ok(attachment)
+}
+
+/// Detaches what [`attach_program`] attached.
+pub(crate) fn detach_program(ebpf: &mut Ebpf, name: &str, attachment: Attachment) {
+    drop(attachment.multi);
+    if attachment.perf.is_empty() {
+        return;
+    }
+    if let Some(program) = ebpf
+        .program_mut(name)
+        .and_then(|p| <&mut UProbe>::try_from(p).ok())
+    {
+        for link in attachment.perf {
+            let _ = program.detach(link);
+        }
+    }
+}
+
 fn attach_error(e: &(dyn std::error::Error + 'static), path: &Path) -> Error {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cause {
@@ -396,7 +424,7 @@ fn attach_error(e: &(dyn std::error::Error + 'static), path: &Path) -> Error {
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; one perf event per probe needs a
 /// descriptor each. Raised as far as the hard limits (and `fs.nr_open`) allow.
-fn raise_limits() {
+pub(crate) fn raise_limits() {
     let unlimited = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,

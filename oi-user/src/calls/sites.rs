@@ -177,7 +177,7 @@ fn function_sites(
 
 /// The condition code (0-15, the low nibble of `0x7X` / `0x0F 0x8X`) of a conditional jump,
 /// after any prefixes.
-fn condition_code(bytes: &[u8]) -> Option<u8> {
+pub fn condition_code(bytes: &[u8]) -> Option<u8> {
     let mut i = 0;
     while matches!(
         bytes.get(i),

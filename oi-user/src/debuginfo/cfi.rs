@@ -40,3 +40,21 @@ pub fn cfa_at(binary: &Binary, pc: u64) -> Option<Cfa> {
         CfaRule::Expression(_) => None,
     }
 }
+
+/// The function (its FDE's range: start address and length) that the instruction at ELF
+/// address `pc` belongs to, by `.eh_frame`; what names a local function a stripped library
+/// jumps to (glibc's `memalign` → its static `_mid_memalign`).
+pub fn function_range(binary: &Binary, pc: u64) -> Option<(u64, u64)> {
+    let obj = binary.object().ok()?;
+    let eh_frame = obj.section_by_name(".eh_frame")?;
+    let data = eh_frame.data().ok()?;
+    let section = EhFrame::new(data, gimli::LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(eh_frame.address());
+    if let Some(text) = obj.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    let fde = section
+        .fde_for_address(&bases, pc, EhFrame::cie_from_offset)
+        .ok()?;
+    Some((fde.initial_address(), fde.len()))
+}

@@ -632,3 +632,16 @@ fn hex(raw: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The GOT slot a PLT stub at `address` jumps through (`jmp *slot(%rip)`, after an optional
+/// `endbr64`, with or without the `bnd` prefix), or `None` when the code there is no such stub.
+pub fn plt_slot(bytes: &[u8], address: u64) -> Option<u64> {
+    let (bytes, address) = match bytes {
+        [0xf3, 0x0f, 0x1e, 0xfa, rest @ ..] => (rest, address + 4),
+        _ => (bytes, address),
+    };
+    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    (insn.code() == Code::Jmp_rm64 && insn.is_ip_rel_memory_operand())
+        .then(|| insn.ip_rel_memory_address())
+}

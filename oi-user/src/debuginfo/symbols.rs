@@ -695,6 +695,37 @@ pub fn normalize(name: &str) -> String {
     out
 }
 
+/// The file offset of ELF virtual address `address`, through the section that holds it.
+pub fn file_offset_of(binary: &Binary, address: u64) -> Option<u64> {
+    let obj = binary.object().ok()?;
+    obj.sections().find_map(|s| {
+        let (off, size) = s.file_range()?;
+        let delta = address.checked_sub(s.address())?;
+        (delta < size).then_some(off + delta)
+    })
+}
+
+/// The name of the function a PLT stub at `address` jumps to (the dynamic symbol of its GOT
+/// slot's relocation), or `None` when no stub is there.
+pub fn plt_target(binary: &Binary, address: u64) -> Option<String> {
+    use object::{ObjectSymbolTable as _, RelocationTarget};
+    let offset = usize::try_from(file_offset_of(binary, address)?).ok()?;
+    let bytes = binary.bytes().get(offset..offset.checked_add(16)?)?;
+    let slot = super::code::plt_slot(bytes, address)?;
+    let obj = binary.object().ok()?;
+    let (_, relocation) = obj.dynamic_relocations()?.find(|(at, _)| *at == slot)?;
+    let RelocationTarget::Symbol(index) = relocation.target() else {
+        return None;
+    };
+    let name = obj
+        .dynamic_symbol_table()?
+        .symbol_by_index(index)
+        .ok()?
+        .name()
+        .ok()?;
+    Some(name.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1138,7 +1138,7 @@ impl SignalSet {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let t: TimeSpec = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap_or(TimeSpec::new(0, 0));
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }

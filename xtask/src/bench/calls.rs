@@ -70,11 +70,11 @@ fn install_tools() -> Result<()> {
 }
 
 /// A running bpftrace, stopped with SIGINT when dropped.
-struct Bpftrace(Child);
+pub(super) struct Bpftrace(Child);
 
 impl Bpftrace {
     /// Starts `script` (which must print `armed` from BEGIN) and waits until it has.
-    fn start(script: &str, pid: Option<&str>) -> Result<Self> {
+    pub(super) fn start(script: &str, pid: Option<&str>) -> Result<Self> {
         let mut cmd = Command::new("bpftrace");
         if let Some(pid) = pid {
             cmd.args(["-p", pid]);

@@ -1,0 +1,227 @@
+//! Types the allocation profiler shares with its eBPF program (owner: the allocs work):
+//! `oi-ebpf/src/bin/allocs.rs` writes them, `oi-user/src/allocs` reads them.
+//!
+//! The kernel side keeps, per thread, the one allocator call it is inside ([`Open`]: the
+//! outermost one, by the stack pointer), per live block its [`Block`], per allocating stack a
+//! [`Stack`] (by a hash of its frames) and the [`SiteStats`] of the blocks allocated there.
+
+use crate::stack::MAX_FRAMES;
+
+/// Threads inside an allocator call at once; one more is counted in [`counter::THREADS_FULL`].
+pub const MAX_THREADS: u32 = 16384;
+/// Bounds of a lifetime histogram (`--buckets`); a histogram has one bucket more.
+pub const MAX_BUCKETS: usize = 15;
+
+/// What an allocator function does, in the low byte of its attach cookie: where its size and
+/// pointer arguments are and how its result is read.
+pub mod function {
+    /// `malloc(size)`, `operator new(size, …)`, `valloc(size)`, `pvalloc(size)`,
+    /// `mallocx(size, flags)`, `tc_malloc(size)` …: size in rdi, the block in rax.
+    pub const MALLOC: u64 = 1;
+    /// `calloc(n, size)`: n × size bytes.
+    pub const CALLOC: u64 = 2;
+    /// `realloc(ptr, size)`, `rallocx(ptr, size, flags)`: a free of ptr and an allocation.
+    pub const REALLOC: u64 = 3;
+    /// `reallocarray(ptr, n, size)`.
+    pub const REALLOCARRAY: u64 = 4;
+    /// `memalign(align, size)`, `aligned_alloc(align, size)`: size in rsi.
+    pub const MEMALIGN: u64 = 5;
+    /// `posix_memalign(&ptr, align, size)`: size in rdx, the block written to `*ptr` when it
+    /// returns 0.
+    pub const POSIX_MEMALIGN: u64 = 6;
+    /// `free(ptr)`, every `operator delete`, `dallocx`, `sdallocx`, `tc_free` …: ptr in rdi.
+    pub const FREE: u64 = 7;
+
+    pub const fn is_free(f: u64) -> bool {
+        f == FREE
+    }
+}
+
+/// The attach cookie: the probe's kind (bits 60-63), its x86 condition code for conditional
+/// jumps (bits 56-59), flags (bits 8-15) and the [`function`] (bits 0-7).
+pub mod cookie {
+    /// The first instruction of an allocator function.
+    pub const ENTRY: u64 = 0;
+    /// A `ret`: the result is in rax.
+    pub const RETURN: u64 = 1;
+    /// A `jmp` to another hooked function (directly or through a PLT slot that names one):
+    /// its entry at the same stack pointer is part of this call.
+    pub const TAIL: u64 = 2;
+    /// A `jmp` out to code that is not hooked and returns in this function's place: the call
+    /// ends here, its result unseen (calloc's tail call of `memset` excepted: the block is in
+    /// rdi, see [`RESULT_IN_RDI`]).
+    pub const LEAVE: u64 = 3;
+    /// [`TAIL`] when the condition holds.
+    pub const TAIL_IF: u64 = 4;
+    /// [`LEAVE`] when the condition holds.
+    pub const LEAVE_IF: u64 = 5;
+
+    /// The function's blocks are glibc's: the usable size is read from the chunk header.
+    pub const GLIBC: u64 = 1 << 8;
+    /// At a [`LEAVE`]: the block is in rdi (calloc tail-calling `memset(block, 0, n)`).
+    pub const RESULT_IN_RDI: u64 = 1 << 9;
+    /// At an [`ENTRY`]: the first instruction is itself a [`TAIL`] jump.
+    pub const TAIL_AT_ENTRY: u64 = 1 << 10;
+
+    const KIND_SHIFT: u32 = 60;
+    const CONDITION_SHIFT: u32 = 56;
+
+    pub const fn encode(kind: u64, function: u64, flags: u64) -> u64 {
+        (kind << KIND_SHIFT) | (flags & 0xff00) | (function & 0xff)
+    }
+
+    pub const fn with_condition(cookie: u64, cc: u8) -> u64 {
+        cookie | (((cc & 0xf) as u64) << CONDITION_SHIFT)
+    }
+
+    pub const fn kind(cookie: u64) -> u64 {
+        cookie >> KIND_SHIFT
+    }
+
+    pub const fn function(cookie: u64) -> u64 {
+        cookie & 0xff
+    }
+
+    pub const fn flags(cookie: u64) -> u64 {
+        cookie & 0xff00
+    }
+
+    pub const fn condition(cookie: u64) -> u8 {
+        ((cookie >> CONDITION_SHIFT) & 0xf) as u8
+    }
+}
+
+/// The allocator call a thread is inside (map value keyed by pid_tgid): only the outermost.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Open {
+    /// The stack pointer at the entry: the slot of the return address. Its `ret` (or a tail
+    /// jump out of it) runs with the same stack pointer.
+    pub sp: u64,
+    /// Requested bytes.
+    pub size: u64,
+    /// realloc's old block; posix_memalign's `void **`.
+    pub arg: u64,
+    pub stack: u64,
+    /// The [`function`] and cookie flags of the entry.
+    pub function: u32,
+    pub flags: u32,
+    /// Set by a tail jump to a hooked function: its entry at `sp` belongs to this call.
+    pub tail: u32,
+    /// Non-zero: this allocation is sampled (always, without sampling).
+    pub sampled: u32,
+    /// `--sample-bytes`: the allocations this one stands for, × [`WEIGHT_ONE`].
+    pub weight: u64,
+}
+
+/// The weight of an allocation that stands for itself alone (fixed point: 1.0).
+pub const WEIGHT_ONE: u64 = 1024;
+
+/// One live block (map value keyed by its address).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Block {
+    pub size: u64,
+    pub usable: u64,
+    /// `bpf_ktime_get_ns()` when the allocation returned.
+    pub time_ns: u64,
+    /// The allocating stack's id (key of the stack and site maps).
+    pub stack: u64,
+    pub tid: u32,
+    pub _pad: u32,
+    /// The allocations it stands for, × [`WEIGHT_ONE`] (`--sample-bytes`).
+    pub weight: u64,
+}
+
+/// One allocating stack (map value keyed by its id, a hash of the process and the frames).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Stack {
+    pub tgid: u32,
+    /// Frames used.
+    pub len: u32,
+    /// Innermost first: the allocator's entry, then return addresses.
+    pub frames: [u64; MAX_FRAMES],
+}
+
+/// What one site (allocating stack) has seen, updated atomically by every thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteStats {
+    pub allocs: u64,
+    /// Requested bytes.
+    pub bytes: u64,
+    /// Usable bytes (the requested size where the allocator does not say).
+    pub usable_bytes: u64,
+    /// Frees of this site's blocks.
+    pub frees: u64,
+    pub freed_bytes: u64,
+    pub freed_usable_bytes: u64,
+    /// Freed blocks by lifetime: < bound 0, < bound 1, …, ≥ the last bound.
+    pub lifetimes: [u64; MAX_BUCKETS + 1],
+    /// `--sample-bytes` estimates: allocations and frees × [`WEIGHT_ONE`], and bytes.
+    pub est_allocs: u64,
+    pub est_bytes: u64,
+    pub est_frees: u64,
+    pub est_freed_bytes: u64,
+}
+
+/// Indices of the per-CPU counter array (user space sums the CPUs).
+pub mod counter {
+    /// Probe hits of threads in scope.
+    pub const HITS: u32 = 0;
+    /// Entries of a hooked function inside another hooked call (counted once, outside).
+    pub const NESTED: u32 = 1;
+    /// Frees of blocks not allocated while attached (or dropped).
+    pub const UNKNOWN_FREES: u32 = 2;
+    /// Allocations whose block did not fit the live table (`--max-live`).
+    pub const DROPPED: u32 = 3;
+    /// Allocations whose stack did not fit the stack table.
+    pub const STACKS_FULL: u32 = 4;
+    /// Allocations whose site did not fit the site table.
+    pub const SITES_FULL: u32 = 5;
+    /// Allocator calls not tracked because the thread table was full.
+    pub const THREADS_FULL: u32 = 6;
+    /// Allocator calls left without their `ret` (an exception, a longjmp).
+    pub const ABANDONED: u32 = 7;
+    /// Allocations whose result no probe could see (a tail call out of the allocator).
+    pub const UNSEEN: u32 = 8;
+    /// Allocations that failed (NULL, or posix_memalign's error).
+    pub const FAILED: u32 = 9;
+    /// An allocation returned an address still live in the table: its free was missed; the old
+    /// block is counted freed now.
+    pub const REUSED: u32 = 10;
+    /// Allocations not sampled (`--every`, `--sample-bytes`).
+    pub const SKIPPED: u32 = 11;
+    pub const COUNT: u32 = 12;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: every type is #[repr(C)] of integers with explicit padding fields, so every bit
+    // pattern is a valid value.
+    unsafe impl aya::Pod for super::Open {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Block {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Stack {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SiteStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cookie, function};
+
+    #[test]
+    fn cookies_round_trip() {
+        let c = cookie::with_condition(
+            cookie::encode(cookie::LEAVE_IF, function::CALLOC, cookie::GLIBC),
+            0xc,
+        );
+        assert_eq!(cookie::kind(c), cookie::LEAVE_IF);
+        assert_eq!(cookie::function(c), function::CALLOC);
+        assert_eq!(cookie::flags(c), cookie::GLIBC);
+        assert_eq!(cookie::condition(c), 0xc);
+    }
+}

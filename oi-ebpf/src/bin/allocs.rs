@@ -1,0 +1,552 @@
+//! The allocation profiler's kernel side: one uprobe program on the entry and on every return
+//! instruction of every allocator function a process maps (the malloc family, every `operator
+//! new`/`delete`, jemalloc's and tcmalloc's own names), keeping the live blocks, the
+//! allocating stacks and per-stack counts and lifetime histograms in maps.
+//!
+//! One call per user request, counted at the outermost allocator call by the stack pointer: at
+//! an allocator's first instruction `rsp` points at its return slot, and at its `ret` (or a
+//! tail jump out of it) at the same slot. A thread keeps only its outermost open call
+//! ([`Open`]); an entry at a lower stack pointer is nested (`operator new` → `malloc`,
+//! `realloc` → `malloc`) and ignored; an entry at the same stack pointer belongs to the open
+//! call only when that call tail-jumped to a hooked function (`operator delete` → `jmp free`),
+//! otherwise the open call was left without its `ret` (an exception, a longjmp) and is
+//! replaced. A `ret` at the open slot closes the call with its result in rax; a `ret` above it
+//! shows the call was left. Frees are counted at the entry; allocations at the return, where
+//! the block's address is known (posix_memalign's from `*memptr`).
+//!
+//! Blocks live in a bounded hash map (address → size, usable size, time, stack, thread): a free
+//! finds its block there, adds its lifetime to its site's histogram and removes it; a free of a
+//! block the map does not hold is an unknown free; a block that does not fit is dropped and
+//! counted. Never writes user memory, never stops a thread; every table is bounded and what does
+//! not fit is counted.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    EbpfContext, Global,
+    bindings::BPF_NOEXIST,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        generated::{
+            bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_prandom_u32,
+        },
+    },
+    macros::{map, uprobe},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::ProbeContext,
+};
+use aya_log_ebpf::{debug, info, warn};
+use oi_common::{
+    allocs::{
+        Block, MAX_BUCKETS, MAX_THREADS, Open, SiteStats, Stack, WEIGHT_ONE, cookie, counter,
+        function,
+    },
+    calls::cookie::condition_holds,
+    stack::MAX_FRAMES,
+};
+use oi_ebpf::stack::user_stack;
+
+// Set by the loader (`EbpfLoader::override_global`) before the program is verified.
+/// The traced process (pid mode), 0 in cgroup mode.
+#[unsafe(no_mangle)]
+static TARGET_TGID: Global<u32> = Global::new(0);
+/// cgroup mode: the cgroup's id and its depth below the root.
+#[unsafe(no_mangle)]
+static CGROUP_ID: Global<u64> = Global::new(0);
+#[unsafe(no_mangle)]
+static CGROUP_LEVEL: Global<u32> = Global::new(0);
+/// `--every N`: sample every Nth allocation (0 or 1: all of them).
+#[unsafe(no_mangle)]
+static EVERY: Global<u64> = Global::new(0);
+/// `--sample-bytes B`: take an allocation of n bytes with probability min(1, n / B), so that
+/// on average one sample is taken per B bytes; each stands for B / n allocations (0: off).
+#[unsafe(no_mangle)]
+static SAMPLE_BYTES: Global<u64> = Global::new(0);
+/// Lifetime bucket bounds in ns, ascending; `BOUNDS` of them are used.
+#[unsafe(no_mangle)]
+static BUCKET_NS: Global<[u64; MAX_BUCKETS]> = Global::new([0; MAX_BUCKETS]);
+#[unsafe(no_mangle)]
+static BOUNDS: Global<u32> = Global::new(0);
+
+/// pid_tgid → the outermost allocator call the thread is inside.
+#[map]
+static THREADS: HashMap<u64, Open> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// Block address → the live block. Sized by the loader (`--max-live`).
+#[map]
+static LIVE: HashMap<u64, Block> = HashMap::with_max_entries(1, 0);
+
+/// Stack id → the stack. Sized by the loader.
+#[map]
+static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(1, 0);
+
+/// Stack id → what its allocations did. Same size as `STACKS`.
+#[map]
+static SITES: HashMap<u64, SiteStats> = HashMap::with_max_entries(1, 0);
+
+/// Where a stack is captured (too large for the BPF stack).
+#[map]
+static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Slot 0: allocations seen (the `--every` sequence).
+#[map]
+static SEQUENCE: Array<u64> = Array::with_max_entries(1, 0);
+
+#[uprobe]
+pub fn oi_allocs(ctx: ProbeContext) -> u32 {
+    on_hit(&ctx);
+    0
+}
+
+#[inline(always)]
+fn on_hit(ctx: &ProbeContext) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !in_scope((pid_tgid >> 32) as u32) {
+        return;
+    }
+    count(counter::HITS);
+    // SAFETY: the context pointer is the one the kernel passed to this program.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // SAFETY: `regs` is the pt_regs the kernel passed to this program, readable for its run.
+    let (sp, rax, rdi, eflags) = unsafe {
+        let r = &*ctx.regs;
+        (r.rsp, r.rax, r.rdi, r.eflags)
+    };
+    match cookie::kind(cookie) {
+        cookie::ENTRY => on_entry(ctx, pid_tgid, cookie, sp),
+        cookie::RETURN => on_leave(pid_tgid, sp, Some(rax)),
+        cookie::TAIL => on_tail(pid_tgid, sp),
+        cookie::TAIL_IF => {
+            if condition_holds(cookie::condition(cookie), eflags) {
+                on_tail(pid_tgid, sp);
+            }
+        }
+        cookie::LEAVE => on_leave(pid_tgid, sp, leave_result(cookie, rdi)),
+        _ => {
+            if condition_holds(cookie::condition(cookie), eflags) {
+                on_leave(pid_tgid, sp, leave_result(cookie, rdi));
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn leave_result(cookie: u64, rdi: u64) -> Option<u64> {
+    (cookie::flags(cookie) & cookie::RESULT_IN_RDI != 0).then_some(rdi)
+}
+
+#[inline(always)]
+fn in_scope(tgid: u32) -> bool {
+    let target = TARGET_TGID.load();
+    if target != 0 {
+        return tgid == target;
+    }
+    // SAFETY: a plain helper call without pointers.
+    let ancestor = unsafe { bpf_get_current_ancestor_cgroup_id(CGROUP_LEVEL.load() as i32) };
+    ancestor == CGROUP_ID.load()
+}
+
+/// The first instruction of a hooked function.
+#[inline(always)]
+fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
+    if let Some(open) = THREADS.get_ptr_mut(pid_tgid) {
+        // SAFETY: `open` points at this thread's map value, which only this thread touches.
+        let (open_sp, tail) = unsafe { ((*open).sp, (*open).tail) };
+        if open_sp > sp {
+            count(counter::NESTED);
+            debug!(
+                ctx,
+                "nested allocator call at sp {:x} inside the one at {:x}: counted once",
+                sp,
+                open_sp
+            );
+            return;
+        }
+        if open_sp == sp && tail != 0 {
+            // The callee of the open call's tail jump.
+            // SAFETY: as above.
+            unsafe { (*open).tail = 0 };
+            count(counter::NESTED);
+            return;
+        }
+        count(counter::ABANDONED);
+        debug!(
+            ctx,
+            "allocator call at sp {:x} was left without its return", open_sp
+        );
+    }
+    let function = cookie::function(cookie);
+    // SAFETY: as in `on_hit`.
+    let (rdi, rsi, rdx) = unsafe {
+        let r = &*ctx.regs;
+        (r.rdi, r.rsi, r.rdx)
+    };
+    let mut open = Open {
+        sp,
+        function: function as u32,
+        flags: cookie::flags(cookie) as u32,
+        tail: u32::from(cookie::flags(cookie) & cookie::TAIL_AT_ENTRY != 0),
+        ..Open::default()
+    };
+    if function::is_free(function) {
+        free_block(rdi, clock());
+    } else {
+        (open.size, open.arg) = match function {
+            function::CALLOC => (times(rdi, rsi), 0),
+            function::REALLOC => (rsi, rdi),
+            function::REALLOCARRAY => (times(rsi, rdx), rdi),
+            function::MEMALIGN => (rsi, 0),
+            function::POSIX_MEMALIGN => (rdx, rdi),
+            _ => (rdi, 0),
+        };
+        open.weight = sample_weight(open.size);
+        if open.weight != 0 {
+            open.sampled = 1;
+            open.stack = capture_stack(ctx, pid_tgid);
+        } else {
+            count(counter::SKIPPED);
+        }
+    }
+    if THREADS.insert(&pid_tgid, &open, 0).is_err() {
+        count(counter::THREADS_FULL);
+        warn!(
+            ctx,
+            "thread table full: a call of pid_tgid {} not tracked", pid_tgid
+        );
+    }
+}
+
+/// Whether this allocation of `size` bytes is taken, as its weight (0: not taken): `--every`
+/// counts calls exactly across CPUs; `--sample-bytes` draws.
+#[inline(always)]
+fn sample_weight(size: u64) -> u64 {
+    let bytes = SAMPLE_BYTES.load();
+    if bytes != 0 {
+        if size >= bytes {
+            return WEIGHT_ONE;
+        }
+        let size = if size == 0 { 1 } else { size };
+        // SAFETY: a plain helper call.
+        let draw = u64::from(unsafe { bpf_get_prandom_u32() });
+        // draw / 2^32 < size / B, without division on the hot path (B < 2^31 by user space).
+        return if draw * bytes < size << 32 {
+            bytes * WEIGHT_ONE / size
+        } else {
+            0
+        };
+    }
+    let every = EVERY.load();
+    if every <= 1 {
+        return WEIGHT_ONE;
+    }
+    let Some(seq) = SEQUENCE.get_ptr_mut(0) else {
+        return WEIGHT_ONE;
+    };
+    if (add(seq, 1) - 1) % every == 0 {
+        WEIGHT_ONE
+    } else {
+        0
+    }
+}
+
+/// A tail jump to a hooked function: its entry at this stack pointer is the open call's.
+#[inline(always)]
+fn on_tail(pid_tgid: u64, sp: u64) {
+    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+        return;
+    };
+    // SAFETY: as in `on_entry`.
+    let open_sp = unsafe { (*open).sp };
+    if open_sp == sp {
+        // SAFETY: as in `on_entry`.
+        unsafe { (*open).tail = 1 };
+    } else if open_sp < sp {
+        abandon(pid_tgid);
+    }
+}
+
+/// A `ret` (result in rax) or a jump out to code that returns in the function's place (result
+/// unseen, or in rdi).
+#[inline(always)]
+fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
+    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+        return;
+    };
+    // SAFETY: as in `on_entry`; copied before the value is removed.
+    let o = unsafe { *open };
+    if o.sp > sp {
+        // A return of a nested call.
+        return;
+    }
+    let _ = THREADS.remove(&pid_tgid);
+    if o.sp < sp {
+        count(counter::ABANDONED);
+        return;
+    }
+    if function::is_free(o.function as u64) {
+        return;
+    }
+    let Some(result) = result else {
+        count(counter::UNSEEN);
+        return;
+    };
+    allocated(&o, result, pid_tgid as u32);
+}
+
+#[inline(always)]
+fn abandon(pid_tgid: u64) {
+    let _ = THREADS.remove(&pid_tgid);
+    count(counter::ABANDONED);
+}
+
+/// An outermost allocator call returned `result`.
+#[inline(always)]
+fn allocated(o: &Open, result: u64, tid: u32) {
+    let now = clock();
+    let block = match o.function as u64 {
+        function::POSIX_MEMALIGN => {
+            if result != 0 {
+                count(counter::FAILED);
+                return;
+            }
+            // SAFETY: a user-memory read through the helper, which fails cleanly.
+            match unsafe { bpf_probe_read_user(o.arg as *const u64) } {
+                Ok(p) => p,
+                Err(_) => {
+                    count(counter::UNSEEN);
+                    return;
+                }
+            }
+        }
+        function::REALLOC | function::REALLOCARRAY => {
+            if result == 0 {
+                if o.size == 0 {
+                    // realloc(p, 0) frees p and returns NULL (glibc).
+                    free_block(o.arg, now);
+                } else {
+                    // Failed: the old block is untouched.
+                    count(counter::FAILED);
+                }
+                return;
+            }
+            free_block(o.arg, now);
+            result
+        }
+        _ => result,
+    };
+    if block == 0 {
+        count(counter::FAILED);
+        return;
+    }
+    if o.sampled == 0 {
+        return;
+    }
+    let usable = if o.flags as u64 & cookie::GLIBC != 0 {
+        glibc_usable(block).unwrap_or(o.size)
+    } else {
+        o.size
+    };
+    let site = match SITES.get_ptr_mut(o.stack) {
+        Some(s) => Some(s),
+        None => {
+            let _ = SITES.insert(&o.stack, &SiteStats::default(), BPF_NOEXIST as u64);
+            let s = SITES.get_ptr_mut(o.stack);
+            if s.is_none() {
+                count(counter::SITES_FULL);
+            }
+            s
+        }
+    };
+    if let Some(s) = site {
+        // SAFETY: `s` points into a map value shared by every CPU: added atomically.
+        unsafe {
+            add(&raw mut (*s).allocs, 1);
+            add(&raw mut (*s).bytes, o.size);
+            add(&raw mut (*s).usable_bytes, usable);
+            add(&raw mut (*s).est_allocs, o.weight);
+            add(&raw mut (*s).est_bytes, estimated_bytes(o.size, o.weight));
+        }
+    }
+    // SAFETY: a plain read of a map value.
+    if unsafe { LIVE.get(&block) }.is_some() {
+        // Its free was missed: count the old block freed now.
+        count(counter::REUSED);
+        info!(
+            &(),
+            "block {:x} allocated again before its free was seen", block
+        );
+        free_block(block, now);
+    }
+    let b = Block {
+        size: o.size,
+        usable,
+        time_ns: now,
+        stack: o.stack,
+        tid,
+        _pad: 0,
+        weight: o.weight,
+    };
+    if LIVE.insert(&block, &b, 0).is_err() {
+        count(counter::DROPPED);
+        info!(&(), "live table full: block {:x} not tracked", block);
+    }
+}
+
+/// glibc 2.36's `malloc_usable_size` (`musable`): the chunk's size from its header word (the
+/// 8 bytes before the block, low three bits flags), minus the header for an mmapped chunk
+/// (`IS_MMAPPED`, bit 1), minus the size field alone for an ordinary one.
+#[inline(always)]
+fn glibc_usable(block: u64) -> Option<u64> {
+    // SAFETY: a user-memory read through the helper, which fails cleanly.
+    let header = unsafe { bpf_probe_read_user((block - 8) as *const u64) }.ok()?;
+    let size = header & !7;
+    let overhead = if header & 2 != 0 { 16 } else { 8 };
+    size.checked_sub(overhead)
+}
+
+/// A free of `ptr`: its block's site gets the free and the lifetime.
+#[inline(always)]
+fn free_block(ptr: u64, now: u64) {
+    if ptr == 0 {
+        return;
+    }
+    // SAFETY: a plain read of a map value, copied at once.
+    let Some(b) = (unsafe { LIVE.get(&ptr) }).copied() else {
+        count(counter::UNKNOWN_FREES);
+        debug!(
+            &(),
+            "free of {:x}: not allocated while attached (unknown free)", ptr
+        );
+        return;
+    };
+    let _ = LIVE.remove(&ptr);
+    let Some(s) = SITES.get_ptr_mut(b.stack) else {
+        return;
+    };
+    let bucket = bucket(now.saturating_sub(b.time_ns));
+    // SAFETY: as in `allocated`.
+    unsafe {
+        add(&raw mut (*s).frees, 1);
+        add(&raw mut (*s).freed_bytes, b.size);
+        add(&raw mut (*s).freed_usable_bytes, b.usable);
+        add(&raw mut (*s).est_frees, b.weight);
+        add(
+            &raw mut (*s).est_freed_bytes,
+            estimated_bytes(b.size, b.weight),
+        );
+        if bucket <= MAX_BUCKETS {
+            add((&raw mut (*s).lifetimes).cast::<u64>().add(bucket), 1);
+        }
+    }
+}
+
+/// The bytes an allocation of `size` with `weight` stands for: B for a sampled small one.
+#[inline(always)]
+fn estimated_bytes(size: u64, weight: u64) -> u64 {
+    if weight == WEIGHT_ONE {
+        size
+    } else {
+        SAMPLE_BYTES.load()
+    }
+}
+
+/// Bucket of a lifetime: how many bounds it reaches.
+#[inline(always)]
+fn bucket(ns: u64) -> usize {
+    let bounds = BUCKET_NS.load();
+    let n = BOUNDS.load() as usize;
+    let mut b = 0;
+    for (i, bound) in bounds.iter().enumerate() {
+        if i < n && ns >= *bound {
+            b = i + 1;
+        }
+    }
+    b
+}
+
+/// Captures the user stack, stores it under its id (a hash of the process and the frames)
+/// and returns the id (never 0; 0 when it could not be stored).
+#[inline(always)]
+fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's value of a per-CPU array; nothing else runs on this CPU meanwhile.
+    let stack = unsafe { &mut *scratch };
+    let len = user_stack(ctx, &mut stack.frames);
+    stack.len = len as u32;
+    stack.tgid = (pid_tgid >> 32) as u32;
+    // FNV-1a over the process and the frames.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ u64::from(stack.tgid);
+    for (i, frame) in stack.frames.iter().enumerate() {
+        if i >= len || i >= MAX_FRAMES {
+            break;
+        }
+        h = (h ^ *frame).wrapping_mul(0x0100_0000_01b3);
+    }
+    if h == 0 {
+        h = 1;
+    }
+    match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
+        Ok(()) => h,
+        // EEXIST: seen before.
+        Err(-17) => h,
+        Err(_) => {
+            count(counter::STACKS_FULL);
+            0
+        }
+    }
+}
+
+/// `a × b`, saturated (the allocator fails such a request). Done in 32-bit halves: LLVM turns
+/// an overflow test of a 64-bit product into a 128-bit multiplication, which BPF lacks.
+#[inline(always)]
+fn times(a: u64, b: u64) -> u64 {
+    let (ah, al, bh, bl) = (a >> 32, a & 0xffff_ffff, b >> 32, b & 0xffff_ffff);
+    if ah != 0 && bh != 0 {
+        return u64::MAX;
+    }
+    let cross = ah * bl + al * bh;
+    if cross >> 32 != 0 {
+        return u64::MAX;
+    }
+    let low = al * bl;
+    let product = low.wrapping_add(cross << 32);
+    if product < low { u64::MAX } else { product }
+}
+
+#[inline(always)]
+fn clock() -> u64 {
+    // SAFETY: a plain helper call.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Adds to a per-CPU counter (no atomics: one CPU runs one program at a time).
+#[inline(always)]
+fn count(index: u32) {
+    if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: this CPU's slot of a per-CPU array.
+        unsafe { *c += 1 };
+    }
+}
+
+/// Adds `n` to a counter shared by all CPUs and returns the new value.
+#[inline(always)]
+fn add(counter: *mut u64, n: u64) -> u64 {
+    // SAFETY: every caller passes a pointer into a map value (which lives as long as the map
+    // and is 8-byte aligned), and every concurrent access to it is atomic.
+    unsafe { oi_ebpf::add(counter, n) }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,403 @@
+//! Which functions of a process's files are allocator entry points, and where their probes go.
+//!
+//! By symbol (static and dynamic tables of every mapped ELF: the executable, libc, libstdc++,
+//! libjemalloc, libtcmalloc, a statically linked allocator): the malloc family, every
+//! `operator new`/`delete` variant by its mangled name, jemalloc's `*allocx` and `je_` names,
+//! tcmalloc's `tc_` names ([`classify`]). Aliases (one address, several names) are hooked once.
+//!
+//! Each function gets a probe on its entry and on every instruction that leaves it (from
+//! `debuginfo::code`): a `ret` closes the call with rax; a tail jump to another hooked function
+//! (directly, or through a PLT stub whose GOT slot names one: `operator delete` → `free@plt`)
+//! marks the call so that the callee's entry is part of it; a tail jump to another function of
+//! the same file (a static one found by its call frame information: glibc's `memalign` → its
+//! `_mid_memalign`; or an exported one through the file's own PLT: tcmalloc's slow paths)
+//! hooks that function's returns too (two levels deep), so the call closes there with its
+//! result; any other jump out (to `memset` from calloc, through a register) ends the call at
+//! the jump, its result unseen except calloc's, which is memset's first argument (rdi).
+//!
+//! Pure: reads the files, never touches a process. A function one of whose exits cannot carry
+//! a uprobe is not hooked (its calls could not all be closed) and said so.
+
+use std::collections::{HashMap, HashSet};
+
+use object::{Object as _, ObjectSymbol as _, SymbolKind};
+use oi_common::allocs::{cookie, function};
+
+use crate::{
+    calls::{select::File, sites::condition_code},
+    debuginfo::{
+        Binary,
+        cfi::function_range,
+        code::{self, Part, ReturnKind},
+        symbols::{file_offset_of, plt_target},
+    },
+};
+
+/// One probe: an offset in a file and its cookie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    pub file_offset: u64,
+    pub cookie: u64,
+}
+
+/// A hooked function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hooked {
+    pub name: String,
+    pub address: u64,
+    pub function: u64,
+}
+
+/// The hooks of one file.
+#[derive(Debug, Default, Clone)]
+pub struct FileHooks {
+    pub functions: Vec<Hooked>,
+    pub sites: Vec<Site>,
+    /// Functions left out, with why.
+    pub skipped: Vec<String>,
+}
+
+/// What an allocator function of this name does (`oi_common::allocs::function`), or `None`
+/// for any other name. `je_` and `tc_` prefixes are jemalloc's and tcmalloc's own names.
+pub fn classify(name: &str) -> Option<u64> {
+    // Versioned dynamic names (`malloc@@GLIBC_2.2.5`) never reach here: object strips them.
+    // Placement new and delete (`operator new(size_t, void*)`) allocate nothing.
+    if matches!(name, "_ZnwmPv" | "_ZnamPv" | "_ZdlPvS_" | "_ZdaPvS_") {
+        return None;
+    }
+    if name.starts_with("_Znw") || name.starts_with("_Zna") {
+        return Some(function::MALLOC);
+    }
+    if name.starts_with("_ZdlPv") || name.starts_with("_ZdaPv") {
+        return Some(function::FREE);
+    }
+    let base = name
+        .strip_prefix("je_")
+        .or_else(|| name.strip_prefix("tc_"))
+        .unwrap_or(name);
+    let tc = name.starts_with("tc_");
+    Some(match base {
+        "malloc" | "valloc" | "pvalloc" | "mallocx" => function::MALLOC,
+        "calloc" => function::CALLOC,
+        "realloc" | "rallocx" => function::REALLOC,
+        "reallocarray" => function::REALLOCARRAY,
+        "memalign" | "aligned_alloc" => function::MEMALIGN,
+        "posix_memalign" => function::POSIX_MEMALIGN,
+        "free" | "cfree" | "dallocx" | "sdallocx" | "free_sized" | "free_aligned_sized" => {
+            function::FREE
+        }
+        // tcmalloc: tc_new, tc_newarray, tc_new_nothrow, tc_new_aligned …
+        b if tc && (b.starts_with("new") || b.starts_with("malloc_skip_new_handler")) => {
+            function::MALLOC
+        }
+        b if tc && b.starts_with("delete") => function::FREE,
+        b if tc && b.starts_with("free") => function::FREE,
+        _ => return None,
+    })
+}
+
+/// Whether `binary` is glibc's libc, or a program linked statically with it: it defines
+/// `__libc_start_main` (tcmalloc defines `__libc_malloc` too, to replace glibc's).
+pub fn is_glibc(binary: &Binary) -> bool {
+    let Ok(obj) = binary.object() else {
+        return false;
+    };
+    obj.symbols()
+        .chain(obj.dynamic_symbols())
+        .any(|s| s.name() == Ok("__libc_start_main") && !s.is_undefined() && s.address() != 0)
+}
+
+/// The hooks of every file. `glibc_blocks`: the blocks of the processes are glibc's (no other
+/// file defines `malloc`), so every allocation reads its usable size from the chunk header.
+pub fn hooks_of(files: &[File]) -> (Vec<FileHooks>, bool) {
+    let defines_malloc = |b: &Binary| {
+        b.object().is_ok_and(|o| {
+            o.symbols()
+                .chain(o.dynamic_symbols())
+                .any(|s| s.name() == Ok("malloc") && !s.is_undefined() && s.address() != 0)
+        })
+    };
+    let glibc_blocks = files
+        .iter()
+        .filter(|f| defines_malloc(&f.binary))
+        .all(|f| is_glibc(&f.binary));
+    let hooks = files
+        .iter()
+        .map(|f| file_hooks(&f.binary, glibc_blocks))
+        .collect();
+    (hooks, glibc_blocks)
+}
+
+fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
+    let mut out = FileHooks::default();
+    let Ok(obj) = binary.object() else {
+        return out;
+    };
+    let mut by_address: HashMap<u64, Hooked> = HashMap::new();
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        let Some(function) = classify(name) else {
+            continue;
+        };
+        sizes.entry(sym.address()).or_insert(sym.size());
+        by_address.entry(sym.address()).or_insert(Hooked {
+            name: name.to_string(),
+            address: sym.address(),
+            function,
+        });
+    }
+    let mut functions: Vec<Hooked> = by_address.values().cloned().collect();
+    functions.sort_by_key(|h| h.address);
+    let flags = if glibc_blocks { cookie::GLIBC } else { 0 };
+    let mut helpers_done: HashSet<u64> = HashSet::new();
+    let mut sites: Vec<Site> = Vec::new();
+    for h in &functions {
+        let size = sizes[&h.address];
+        let Some(offset) = file_offset_of(binary, h.address) else {
+            out.skipped
+                .push(format!("{} (no code in the file)", h.name));
+            continue;
+        };
+        let Some(bytes) = code_at(binary, offset, size) else {
+            out.skipped
+                .push(format!("{} (no code in the file)", h.name));
+            continue;
+        };
+        let entry = match code::entry_probe(bytes, h.address) {
+            Ok(e) => e,
+            Err(e) => {
+                out.skipped.push(format!("{} ({e})", h.name));
+                continue;
+            }
+        };
+        let mut mine = vec![Site {
+            file_offset: offset + (entry.address - h.address),
+            cookie: cookie::encode(cookie::ENTRY, h.function, flags),
+        }];
+        let exits = part_exits(
+            binary,
+            h,
+            h.address,
+            bytes,
+            offset,
+            &by_address,
+            &mut helpers_done,
+            0,
+        );
+        match exits {
+            Ok(e) => mine.extend(e),
+            Err(why) => {
+                out.skipped.push(format!("{} ({why})", h.name));
+                continue;
+            }
+        }
+        // A first instruction that already jumps to a hooked function (`_Znam: jmp _Znwm`)
+        // carries one probe: an entry that marks its own tail.
+        let entry_offset = mine[0].file_offset;
+        if mine[1..]
+            .iter()
+            .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
+        {
+            mine[0].cookie |= cookie::TAIL_AT_ENTRY;
+        }
+        mine.retain(|s| s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY);
+        sites.extend(mine);
+        out.functions.push(h.clone());
+    }
+    sites.sort_by_key(|s| s.file_offset);
+    sites.dedup_by_key(|s| s.file_offset);
+    out.sites = sites;
+    out
+}
+
+/// The probes on the exits of `h`'s code (`bytes` at ELF address `start`, file offset
+/// `offset`), those of the local functions it tail-jumps to included.
+#[allow(clippy::too_many_arguments)]
+fn part_exits(
+    binary: &Binary,
+    h: &Hooked,
+    start: u64,
+    bytes: &[u8],
+    offset: u64,
+    hooked: &HashMap<u64, Hooked>,
+    helpers_done: &mut HashSet<u64>,
+    depth: u32,
+) -> Result<Vec<Site>, String> {
+    let mut out = Vec::new();
+    for site in code::return_sites_of(&[Part {
+        address: start,
+        bytes,
+    }]) {
+        if let Some(refusal) = site.refusal {
+            return Err(format!(
+                "its exit at {:#x} cannot carry a uprobe: {refusal}",
+                site.address
+            ));
+        }
+        let at = offset + (site.address - start);
+        let (kind, target) = match site.kind {
+            ReturnKind::Ret => {
+                out.push(Site {
+                    file_offset: at,
+                    cookie: cookie::encode(cookie::RETURN, h.function, 0),
+                });
+                continue;
+            }
+            ReturnKind::IndirectTailCall => (false, None),
+            ReturnKind::TailCall { target } => (false, Some(target)),
+            ReturnKind::ConditionalTailCall { target } => (true, Some(target)),
+        };
+        let condition = if kind {
+            let Some(cc) = usize::try_from(at)
+                .ok()
+                .and_then(|o| binary.bytes().get(o..o + usize::from(site.len)))
+                .and_then(condition_code)
+            else {
+                return Err(format!("cannot read the jump at {:#x}", site.address));
+            };
+            Some(cc)
+        } else {
+            None
+        };
+        let plt_name = target.and_then(|t| plt_target(binary, t));
+        let leads_to_hook = target.is_some_and(|t| hooked.contains_key(&t))
+            || plt_name.as_deref().is_some_and(|n| classify(n).is_some());
+        let mut cookie_kind = if leads_to_hook {
+            cookie::TAIL
+        } else {
+            cookie::LEAVE
+        };
+        // A function of this file returns in our place (a static helper jumped to directly,
+        // or an exported one through this file's own PLT: tcmalloc's slow paths): its
+        // returns close the call.
+        let helper = match (target, &plt_name) {
+            _ if leads_to_hook || depth >= 2 => None,
+            (Some(t), None) => function_range(binary, t).filter(|(start, _)| *start == t),
+            (Some(_), Some(name)) => defined(binary, name),
+            (None, _) => None,
+        };
+        if let Some((start, len)) = helper {
+            if helpers_done.insert(start) {
+                let code = file_offset_of(binary, start)
+                    .and_then(|off| code_at(binary, off, len).map(|bytes| (off, bytes)));
+                let Some((hoff, hbytes)) = code else {
+                    return Err(format!("no code for its tail callee at {start:#x}"));
+                };
+                out.extend(part_exits(
+                    binary,
+                    h,
+                    start,
+                    hbytes,
+                    hoff,
+                    hooked,
+                    helpers_done,
+                    depth + 1,
+                )?);
+            }
+            cookie_kind = cookie::TAIL;
+        }
+        let mut flags = 0;
+        if cookie_kind == cookie::LEAVE && h.function == function::CALLOC {
+            flags |= cookie::RESULT_IN_RDI;
+        }
+        let c = match (condition, cookie_kind) {
+            (Some(cc), cookie::TAIL) => {
+                cookie::with_condition(cookie::encode(cookie::TAIL_IF, h.function, flags), cc)
+            }
+            (Some(cc), _) => {
+                cookie::with_condition(cookie::encode(cookie::LEAVE_IF, h.function, flags), cc)
+            }
+            (None, k) => cookie::encode(k, h.function, flags),
+        };
+        out.push(Site {
+            file_offset: at,
+            cookie: c,
+        });
+    }
+    Ok(out)
+}
+
+/// The address and size of the function `name` defines in `binary`, if it does. An IFUNC
+/// (`memset`) is no function: its symbol is the resolver that picks one at load time.
+fn defined(binary: &Binary, name: &str) -> Option<(u64, u64)> {
+    const STT_GNU_IFUNC: u8 = 10;
+    let obj = binary.object().ok()?;
+    obj.symbols()
+        .chain(obj.dynamic_symbols())
+        .find(|s| {
+            let ifunc = matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == STT_GNU_IFUNC);
+            s.kind() == SymbolKind::Text
+                && !ifunc
+                && !s.is_undefined()
+                && s.address() != 0
+                && s.size() != 0
+                && s.name() == Ok(name)
+        })
+        .map(|s| (s.address(), s.size()))
+}
+
+fn code_at(binary: &Binary, offset: u64, size: u64) -> Option<&[u8]> {
+    if size == 0 {
+        return None;
+    }
+    let start = usize::try_from(offset).ok()?;
+    binary
+        .bytes()
+        .get(start..start.checked_add(usize::try_from(size).ok()?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocator_names() {
+        assert_eq!(classify("malloc"), Some(function::MALLOC));
+        assert_eq!(classify("_Znwm"), Some(function::MALLOC));
+        assert_eq!(classify("_ZnamSt11align_val_t"), Some(function::MALLOC));
+        assert_eq!(classify("_ZdlPvm"), Some(function::FREE));
+        assert_eq!(classify("_ZdaPvSt11align_val_t"), Some(function::FREE));
+        assert_eq!(classify("je_rallocx"), Some(function::REALLOC));
+        assert_eq!(classify("tc_newarray_nothrow"), Some(function::MALLOC));
+        assert_eq!(classify("tc_deletearray_sized"), Some(function::FREE));
+        assert_eq!(classify("posix_memalign"), Some(function::POSIX_MEMALIGN));
+        assert_eq!(classify("aligned_alloc"), Some(function::MEMALIGN));
+        assert_eq!(classify("mallinfo"), None);
+        assert_eq!(classify("_ZnwmPv"), None);
+        assert_eq!(classify("_ZdlPvS_"), None);
+        assert_eq!(classify("_ZN4shop3newEv"), None);
+    }
+
+    /// Debian's glibc: every allocator function is hooked, memalign's tail jump into its
+    /// static helper closes at the helper's returns, calloc's jump to memset leaves with rdi.
+    #[test]
+    fn glibc_hooks() {
+        let libc = Binary::open("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
+        let hooks = file_hooks(&libc, true);
+        let names: HashSet<&str> = hooks.functions.iter().map(|h| h.name.as_str()).collect();
+        for want in [
+            "malloc",
+            "free",
+            "calloc",
+            "realloc",
+            "posix_memalign",
+            "valloc",
+        ] {
+            assert!(
+                names.contains(want),
+                "{want} not hooked: {:?}",
+                hooks.skipped
+            );
+        }
+        assert!(hooks.skipped.is_empty(), "{:?}", hooks.skipped);
+        let leaves_rdi = hooks.sites.iter().any(|s| {
+            cookie::function(s.cookie) == function::CALLOC
+                && cookie::flags(s.cookie) & cookie::RESULT_IN_RDI != 0
+        });
+        assert!(leaves_rdi);
+    }
+}

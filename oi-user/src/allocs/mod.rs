@@ -1,0 +1,480 @@
+//! `oi-trace allocs`: every allocation and free of a live process (or of every process of a
+//! cgroup), by site, by C++ type and by class, with lifetimes and what is still live; no
+//! LD_PRELOAD, no restart, nothing stopped.
+//!
+//! How: `hooks` finds every allocator entry point in every file the processes map and where
+//! its probes go (entry, every `ret`, tail jumps); one eBPF program
+//! (`oi-ebpf/src/bin/allocs.rs`) counts each request once, at the outermost allocator call (by
+//! the stack pointer), keeps live blocks, stacks and per-stack counts and lifetime histograms
+//! in bounded maps; user space attaches (multi-uprobe links where the kernel has them), waits
+//! in the core's event loop, and at each report reads the maps, symbolizes the stacks with
+//! inlined frames (`symbolize`), and names types and classes (`names`, `report`).
+//!
+//! Choices: `realloc` is a free of the old block and an allocation of the new one
+//! (`realloc(NULL, n)` an allocation only, `realloc(p, 0)` a free only, a failed realloc
+//! nothing); `bytes` are requested bytes, usable bytes are glibc's chunk sizes
+//! (`malloc_usable_size`'s rule) when every `malloc` the processes map is glibc's, else the
+//! requested ones (JSON `usable_size`); a free of a block allocated before attaching (or
+//! dropped, or not sampled) is an unknown free; with `--every N` every number is scaled by N;
+//! with `--sample-bytes B` an allocation of n < B bytes is taken with probability n / B and
+//! stands for B / n allocations and B bytes (usable bytes and lifetimes scaled alike).
+//!
+//! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
+//! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
+
+pub mod hooks;
+pub mod names;
+pub mod program;
+pub mod report;
+
+use std::{
+    collections::{HashMap, HashSet},
+    io::Write as _,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use oi_common::allocs::MAX_BUCKETS;
+
+use crate::{
+    calls::{Scope, files_of, program::Attachment, select::File},
+    cli::allocs::{AllocsArgs, AllocsFormat},
+    debuginfo::{Binary, dwarf::with_debug_info},
+    error::{Error, Result},
+    event_loop::{End, EventLoop, Profiler},
+    report::{
+        flame::{Folded, Picture},
+        tree::thousands,
+    },
+    session::monotonic_ns,
+    symbolize::Symbolizer,
+};
+use program::{Program, Settings};
+use report::{Classes, Context, Report};
+
+/// The default lifetime bounds: a log scale from 1 ms to 1 min.
+const DEFAULT_BUCKETS_S: [f64; 6] = [0.001, 0.01, 0.1, 1.0, 10.0, 60.0];
+/// How often dead threads' open calls are removed and processes' mappings re-read.
+const SWEEP: Duration = Duration::from_secs(1);
+
+pub fn run(args: &AllocsArgs) -> Result<()> {
+    let bucket_s = validate(args)?;
+    let scope = Scope::resolve(&args.scope)?;
+    let files = files_of(&scope.processes)?;
+    let (hooks, glibc) = hooks::hooks_of(&files);
+    let functions: usize = hooks.iter().map(|h| h.functions.len()).sum();
+    if functions == 0 {
+        return Err(Error::input(format!(
+            "{} maps no allocator function (malloc, operator new, …) that can be hooked",
+            scope.place
+        )));
+    }
+    if args.scope.verbose {
+        for (file, h) in files.iter().zip(&hooks) {
+            if !h.functions.is_empty() {
+                let names: Vec<&str> = h.functions.iter().map(|f| f.name.as_str()).collect();
+                eprintln!(
+                    "oi-trace: hooking {} in {}",
+                    names.join(", "),
+                    file.target_path.display()
+                );
+            }
+        }
+    }
+    for (file, h) in files.iter().zip(&hooks) {
+        if !h.skipped.is_empty() {
+            eprintln!(
+                "oi-trace: not hooked in {}: {}",
+                file.target_path.display(),
+                h.skipped.join(", ")
+            );
+        }
+    }
+    let settings = Settings {
+        target_tgid: scope.pid.map(|p| p as u32),
+        cgroup: scope.cgroup.as_ref().map(|c| (c.id, c.level)),
+        every: args.every.unwrap_or(1),
+        sample_bytes: args.sample_bytes.unwrap_or(0),
+        bucket_ns: bucket_s.iter().map(|s| (s * 1e9).round() as u64).collect(),
+        max_live: args.max_live,
+        max_stacks: args.max_stacks,
+        verbose: args.scope.verbose,
+    };
+    let mut program = Program::load(&settings)?;
+    let logger = program.take_logger();
+    for &pid in &scope.processes {
+        program.unwinder.track(pid)?;
+    }
+    let attach_start = Instant::now();
+    let mut attachments: Vec<Attachment> = Vec::new();
+    let mut probes = 0;
+    for (file, h) in files.iter().zip(&hooks) {
+        if h.sites.is_empty() {
+            continue;
+        }
+        match program.attach(
+            &file.host_path,
+            &h.sites,
+            scope.pid.map(|p| p as u32),
+            &mut |_| {},
+        ) {
+            Ok(a) => {
+                probes += a.probes;
+                attachments.push(a);
+            }
+            Err(e) => {
+                for a in attachments {
+                    program.detach(a);
+                }
+                return Err(Error::input(format!(
+                    "{e} (in {})",
+                    file.target_path.display()
+                )));
+            }
+        }
+    }
+    if scope.pid.is_some() {
+        // One process, attached: reading its maps and files to name stacks needs no eBPF or
+        // admin capability. A cgroup's new processes would.
+        crate::privileges::keep_only(crate::privileges::AFTER_ARMING);
+    }
+    let armed = format!(
+        "oi-trace: attached {} probe(s) to {} allocator function(s) in {} in {} ms ({})",
+        thousands(probes as u64),
+        thousands(functions as u64),
+        scope.place,
+        attach_start.elapsed().as_millis(),
+        program.mechanism(),
+    );
+    let started = Instant::now();
+    let mut state = Run {
+        program: &mut program,
+        args,
+        scope: &scope,
+        files: &files,
+        bucket_s: &bucket_s,
+        glibc,
+        started,
+        symbolizer: Symbolizer::new(),
+        classes: DwarfClasses::new(&files),
+        last_sweep: Instant::now(),
+        tracked: scope.processes.iter().copied().collect(),
+        armed,
+    };
+    let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
+    if let Some(logger) = logger {
+        event_loop = event_loop.logger(logger);
+    }
+    if let Some(pid) = scope.pid {
+        event_loop = event_loop.watch_process(pid);
+    }
+    let end = event_loop.run(&mut state);
+    let elapsed = started.elapsed();
+    let mut symbolizer = std::mem::take(&mut state.symbolizer);
+    let mut classes = std::mem::replace(&mut state.classes, DwarfClasses::new(&[]));
+    drop(state);
+    // Symbolize while the processes still map their files, but after the probes are gone:
+    // the target runs at full speed again first.
+    for a in attachments {
+        program.detach(a);
+    }
+    let end = end?;
+    if end == End::TargetExited {
+        eprintln!("oi-trace: the target exited; the report holds the allocations made until then");
+    }
+    let report = build_report(
+        &program,
+        &scope,
+        &bucket_s,
+        glibc,
+        args,
+        elapsed,
+        &mut symbolizer,
+        &mut classes,
+    );
+    print_report(&report, args, &scope)?;
+    if args.folded.is_some() || args.flamegraph.is_some() {
+        let mut folded = Folded::new();
+        for site in &report.sites {
+            let root_first: Vec<&str> = site.stack.iter().rev().map(String::as_str).collect();
+            folded.add(&root_first, site.bytes);
+        }
+        let write_error = |what: &str, path: &std::path::Path, e: std::io::Error| {
+            Error::internal(format!("writing {what} {}: {e}", path.display()))
+        };
+        if let Some(path) = &args.folded {
+            folded
+                .write(path)
+                .map_err(|e| write_error("folded stacks to", path, e))?;
+        }
+        if let Some(path) = &args.flamegraph {
+            let subtitle = format!(
+                "{} allocations, {} bytes",
+                thousands(report.totals.allocs),
+                thousands(report.totals.bytes)
+            );
+            folded
+                .write_svg(
+                    path,
+                    &Picture {
+                        title: &format!("allocated bytes in {}", scope.place),
+                        subtitle: Some(&subtitle),
+                        unit: "bytes",
+                        icicle: false,
+                    },
+                )
+                .map_err(|e| write_error("a flame graph to", path, e))?;
+        }
+    }
+    summary(&report, args);
+    Ok(())
+}
+
+/// The lifetime bounds in seconds, checked.
+fn validate(args: &AllocsArgs) -> Result<Vec<f64>> {
+    let buckets = args
+        .buckets
+        .clone()
+        .unwrap_or_else(|| DEFAULT_BUCKETS_S.to_vec());
+    if buckets.is_empty() || buckets.len() > MAX_BUCKETS {
+        return Err(Error::input(format!(
+            "--buckets takes 1 to {MAX_BUCKETS} bounds, got {}",
+            buckets.len()
+        )));
+    }
+    for pair in buckets.windows(2) {
+        if pair[1] <= pair[0] {
+            return Err(Error::input(format!(
+                "--buckets must ascend: {} then {}",
+                pair[0], pair[1]
+            )));
+        }
+    }
+    if let Some(b) = buckets.iter().find(|b| !(b.is_finite() && **b > 0.0)) {
+        return Err(Error::input(format!(
+            "--buckets: {b} is not a positive number of seconds"
+        )));
+    }
+    if let Some(b) = args.sample_bytes
+        && !(1..1 << 31).contains(&b)
+    {
+        return Err(Error::input(format!(
+            "--sample-bytes must be between 1 and {}, got {b}",
+            (1u64 << 31) - 1
+        )));
+    }
+    if args.every == Some(0) {
+        return Err(Error::input(
+            "--every must be at least 1 (take every Nth allocation), got 0",
+        ));
+    }
+    for (name, n) in [
+        ("--max-live", args.max_live),
+        ("--max-stacks", args.max_stacks),
+    ] {
+        if n == 0 || n > 1 << 24 {
+            return Err(Error::input(format!(
+                "{name} must be between 1 and {}, got {n}",
+                1 << 24
+            )));
+        }
+    }
+    Ok(buckets)
+}
+
+/// Classes by DWARF: a qualifier is a class when some file's DWARF defines a class of that
+/// name. Answers are cached; each report loads each file's DWARF once at most.
+struct DwarfClasses {
+    binaries: Vec<Arc<Binary>>,
+    known: HashMap<String, bool>,
+}
+
+impl DwarfClasses {
+    fn new(files: &[File]) -> Self {
+        Self {
+            binaries: files.iter().map(|f| f.binary.clone()).collect(),
+            known: HashMap::new(),
+        }
+    }
+}
+
+impl Classes for DwarfClasses {
+    fn classes(&mut self, qualifiers: &[String]) -> HashSet<String> {
+        let missing: Vec<&String> = qualifiers
+            .iter()
+            .filter(|q| !self.known.contains_key(*q))
+            .collect();
+        if !missing.is_empty() {
+            let mut found: HashSet<String> = HashSet::new();
+            for binary in &self.binaries {
+                let _ = with_debug_info(binary, |di| {
+                    for q in &missing {
+                        if !found.contains(*q) && matches!(di.find_definition(q), Ok(Some(_))) {
+                            found.insert((*q).clone());
+                        }
+                    }
+                });
+            }
+            for q in missing {
+                self.known.insert(q.clone(), found.contains(q));
+            }
+        }
+        qualifiers
+            .iter()
+            .filter(|q| self.known.get(*q) == Some(&true))
+            .cloned()
+            .collect()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_report(
+    program: &Program,
+    scope: &Scope,
+    bucket_s: &[f64],
+    glibc: bool,
+    args: &AllocsArgs,
+    elapsed: Duration,
+    symbolizer: &mut Symbolizer,
+    classes: &mut DwarfClasses,
+) -> Report {
+    let snapshot = program.snapshot();
+    let stack_of = |id: u64| {
+        program.stack(id).map(|s| {
+            let len = (s.len as usize).min(s.frames.len());
+            (s.tgid, s.frames[..len].to_vec())
+        })
+    };
+    report::build(
+        &snapshot,
+        &stack_of,
+        symbolizer,
+        classes,
+        &Context {
+            pid: scope.pid,
+            elapsed_s: elapsed.as_secs_f64(),
+            every: args.every.unwrap_or(1),
+            sample_bytes: args.sample_bytes,
+            bucket_s,
+            glibc,
+            unwind: program.unwinder.stats(),
+            now_ns: monotonic_ns(),
+        },
+    )
+}
+
+fn print_report(report: &Report, args: &AllocsArgs, scope: &Scope) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let written = match args.format {
+        AllocsFormat::Text => {
+            out.write_all(report::text(report, &scope.place, args.top).as_bytes())
+        }
+        AllocsFormat::Json => serde_json::to_writer(&mut out, report)
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out)),
+    };
+    // A closed stdout (a pager that quit) is no failure of the profiler.
+    let _ = written.and_then(|()| out.flush());
+    Ok(())
+}
+
+/// What did not fit or could not be seen, on stderr.
+fn summary(report: &Report, args: &AllocsArgs) {
+    let c = &report.counters;
+    let warn = |n: u64, what: &str| {
+        if n > 0 {
+            eprintln!("oi-trace: {} {what}", thousands(n));
+        }
+    };
+    warn(
+        report.totals.dropped,
+        &format!(
+            "allocation(s) not tracked: the live table was full (--max-live {}); their frees \
+             count as unknown",
+            args.max_live
+        ),
+    );
+    warn(
+        c.stacks_full + c.sites_full,
+        &format!(
+            "allocation(s) without a site: the stack table was full (--max-stacks {})",
+            args.max_stacks
+        ),
+    );
+    warn(
+        c.threads_full,
+        "allocator call(s) not tracked: too many threads inside allocators at once",
+    );
+    warn(
+        c.unseen,
+        "allocation(s) whose result no probe could see (a tail call out of the allocator)",
+    );
+    warn(
+        c.abandoned,
+        "allocator call(s) left without a return (an exception or longjmp)",
+    );
+    warn(
+        c.reused,
+        "block(s) whose free was missed (their address was allocated again); counted freed then",
+    );
+}
+
+/// The event loop's view of the run.
+struct Run<'a> {
+    program: &'a mut Program,
+    args: &'a AllocsArgs,
+    scope: &'a Scope,
+    #[allow(dead_code)]
+    files: &'a [File],
+    bucket_s: &'a [f64],
+    glibc: bool,
+    started: Instant,
+    symbolizer: Symbolizer,
+    classes: DwarfClasses,
+    last_sweep: Instant,
+    /// Processes the unwinder tracks.
+    tracked: HashSet<i32>,
+    /// The line that says the probes are armed, printed once the loop handles signals.
+    armed: String,
+}
+
+impl Profiler for Run<'_> {
+    fn armed(&mut self) {
+        eprintln!("{}", self.armed);
+    }
+
+    fn housekeeping(&mut self) -> Option<End> {
+        if self.last_sweep.elapsed() < SWEEP {
+            return None;
+        }
+        self.last_sweep = Instant::now();
+        self.program.sweep_threads();
+        let now: HashSet<i32> = match &self.scope.cgroup {
+            Some(cgroup) => cgroup.processes().into_iter().collect(),
+            None => self.scope.processes.iter().copied().collect(),
+        };
+        for pid in &now {
+            // New processes, and new mappings (dlopen) of known ones.
+            let _ = self.program.unwinder.track(*pid);
+        }
+        for gone in self.tracked.difference(&now).copied().collect::<Vec<_>>() {
+            self.program.unwinder.forget(gone);
+        }
+        self.tracked = now;
+        None
+    }
+
+    fn interval(&mut self) {
+        let report = build_report(
+            self.program,
+            self.scope,
+            self.bucket_s,
+            self.glibc,
+            self.args,
+            self.started.elapsed(),
+            &mut self.symbolizer,
+            &mut self.classes,
+        );
+        let _ = print_report(&report, self.args, self.scope);
+    }
+}

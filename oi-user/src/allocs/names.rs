@@ -1,0 +1,219 @@
+//! What an allocating stack's names say: which frames are the allocator's own (left out of a
+//! site's stack), which C++ type is allocated (from the allocator frames the standard library
+//! inlines or calls: `std::__new_allocator<T>::allocate`, `allocator_traits<allocator<T>>`,
+//! `_Rb_tree<K, V, …>::_M_get_node`, `make_shared<T>`, `_Sp_counted_ptr_inplace<T, …>`), and
+//! which class a method belongs to.
+//!
+//! Pure: demangled names in, names out. The type is the innermost such frame's template
+//! argument, unwrapped from the node types of the standard containers (`_Rb_tree_node<V>`,
+//! `_Hash_node<V, …>`, `_List_node<V>`), so a map's nodes are its value type; `None` where no
+//! frame says it (a plain `new T` calls `operator new` from the caller's own code).
+
+/// Whether `function` (demangled, without parameters) is an allocator's own frame: the entry
+/// points themselves and what glibc, libstdc++, jemalloc or tcmalloc call them through.
+pub fn is_allocator_frame(function: &str) -> bool {
+    let f = function.trim();
+    f.starts_with("operator new")
+        || f.starts_with("operator delete")
+        || matches!(
+            f,
+            "malloc"
+                | "calloc"
+                | "realloc"
+                | "reallocarray"
+                | "free"
+                | "posix_memalign"
+                | "aligned_alloc"
+                | "memalign"
+                | "valloc"
+                | "pvalloc"
+                | "__libc_malloc"
+                | "__libc_calloc"
+                | "__libc_realloc"
+                | "__libc_memalign"
+                | "__libc_free"
+                | "_mid_memalign"
+                | "mallocx"
+                | "rallocx"
+                | "sdallocx"
+                | "dallocx"
+        )
+        || f.starts_with("je_")
+        || f.starts_with("tc_")
+        || f.starts_with("tcmalloc::")
+}
+
+/// The type an allocator frame allocates, if `function` is one.
+pub fn allocated_type(function: &str) -> Option<String> {
+    const FIRST_ARGUMENT: [&str; 6] = [
+        "__new_allocator<",
+        "new_allocator<",
+        "allocator_traits<std::allocator<",
+        "make_shared<",
+        "__allocate_shared<",
+        "_Sp_counted_ptr_inplace<",
+    ];
+    for marker in FIRST_ARGUMENT {
+        if let Some(at) = function.find(marker) {
+            // `std::__new_allocator<T>::allocate`, never the allocator's other methods.
+            if marker.contains("allocator<") && !function.ends_with("::allocate") {
+                continue;
+            }
+            let args = template_arguments(&function[at + marker.len() - 1..])?;
+            return Some(unwrap_node(args.first()?));
+        }
+    }
+    if let Some(at) = function.find("_Rb_tree<")
+        && function.ends_with("::_M_get_node")
+    {
+        let args = template_arguments(&function[at + "_Rb_tree".len()..])?;
+        return Some(args.get(1)?.clone());
+    }
+    None
+}
+
+/// The container node types wrap the value type: `_Rb_tree_node<V>` → V.
+fn unwrap_node(ty: &str) -> String {
+    for node in [
+        "_Rb_tree_node<",
+        "_Hash_node<",
+        "_List_node<",
+        "_Fwd_list_node<",
+    ] {
+        if let Some(at) = ty.find(node)
+            && let Some(args) = template_arguments(&ty[at + node.len() - 1..])
+            && let Some(first) = args.first()
+        {
+            return first.clone();
+        }
+    }
+    // make_shared's control block: `_Sp_counted_ptr_inplace<T, …>`.
+    if let Some(at) = ty.find("_Sp_counted_ptr_inplace<")
+        && let Some(args) = template_arguments(&ty[at + "_Sp_counted_ptr_inplace".len()..])
+        && let Some(first) = args.first()
+    {
+        return first.clone();
+    }
+    ty.to_string()
+}
+
+/// The top-level template arguments of `s`, which starts with `<`.
+fn template_arguments(s: &str) -> Option<Vec<String>> {
+    let mut depth = 0usize;
+    let mut args = Vec::new();
+    let mut current = String::new();
+    for c in s.chars() {
+        match c {
+            '<' | '(' => {
+                depth += 1;
+                if depth == 1 && c == '<' {
+                    continue;
+                }
+            }
+            '>' | ')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    args.push(current.trim().to_string());
+                    return Some(args);
+                }
+            }
+            ',' if depth == 1 => {
+                args.push(current.trim().to_string());
+                current.clear();
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    None
+}
+
+/// `ns::Class::method` → `ns::Class` (the qualifier at top level: `::` inside template
+/// arguments does not count); `None` for an unqualified name.
+pub fn qualifier(function: &str) -> Option<&str> {
+    let bytes = function.as_bytes();
+    let mut depth = 0i32;
+    let mut last = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' => depth += 1,
+            b'>' | b')' => depth -= 1,
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                last = Some(i);
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let at = last?;
+    let q = &function[..at];
+    // `(anonymous namespace)::f` and lambdas' `{lambda()#1}` have no class to name.
+    (!q.is_empty() && !q.ends_with(')')).then_some(q)
+}
+
+/// Whether a qualifier is certainly a class by its spelling: its last component has template
+/// arguments (a namespace cannot).
+pub fn is_template_class(qualifier: &str) -> bool {
+    qualifier.ends_with('>')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_of_allocator_frames() {
+        assert_eq!(
+            allocated_type("std::__new_allocator<shop::Item>::allocate").as_deref(),
+            Some("shop::Item")
+        );
+        assert_eq!(
+            allocated_type(
+                "std::__new_allocator<std::_Rb_tree_node<std::pair<int const, shop::Item> > >::allocate"
+            )
+            .as_deref(),
+            Some("std::pair<int const, shop::Item>")
+        );
+        assert_eq!(
+            allocated_type(
+                "std::allocator_traits<std::allocator<std::pair<int, long> > >::allocate"
+            )
+            .as_deref(),
+            Some("std::pair<int, long>")
+        );
+        assert_eq!(
+            allocated_type(
+                "std::_Rb_tree<int, std::pair<int const, shop::Item>, std::_Select1st<std::pair<int const, shop::Item> >, std::less<int>, std::allocator<std::pair<int const, shop::Item> > >::_M_get_node"
+            )
+            .as_deref(),
+            Some("std::pair<int const, shop::Item>")
+        );
+        assert_eq!(
+            allocated_type("std::make_shared<shop::Widget, int&>").as_deref(),
+            Some("shop::Widget")
+        );
+        assert_eq!(
+            allocated_type("std::__new_allocator<shop::Item>::deallocate"),
+            None
+        );
+        assert_eq!(allocated_type("shop::Factory::make"), None);
+    }
+
+    #[test]
+    fn qualifiers() {
+        assert_eq!(qualifier("shop::Factory::make"), Some("shop::Factory"));
+        assert_eq!(
+            qualifier("std::vector<shop::Item, std::allocator<shop::Item> >::push_back"),
+            Some("std::vector<shop::Item, std::allocator<shop::Item> >")
+        );
+        assert_eq!(qualifier("main"), None);
+        assert!(is_template_class("std::vector<int>"));
+        assert!(!is_template_class("shop"));
+        assert!(is_allocator_frame("operator new"));
+        assert!(is_allocator_frame("malloc"));
+        assert!(!is_allocator_frame("shop::make"));
+    }
+}

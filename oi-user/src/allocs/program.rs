@@ -1,0 +1,254 @@
+//! The allocation program from user space: load `oi-ebpf/src/bin/allocs.rs` with this run's
+//! settings, attach it to the hooks of each file (through the call-tree profiler's attach
+//! code: multi-uprobe links where the kernel has them), and read what its maps hold.
+//!
+//! What the maps mean is `oi_common::allocs`. Never writes a map the program relies on while
+//! probes fire, except the removal of a thread's open call once the thread is gone.
+
+use std::path::Path;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, PerCpuArray},
+    programs::UProbe,
+};
+use oi_common::allocs::{Block, MAX_BUCKETS, Open, SiteStats, Stack, counter};
+
+use super::hooks::Site;
+use crate::{
+    calls::program::{Attachment, Mechanism, attach_program, detach_program, raise_limits},
+    error::{Error, Result},
+    event_loop::StderrLog,
+    kernel_features::KernelFeatures,
+    probe::multi::MultiProgram,
+    unwind::Unwinder,
+};
+
+const PROGRAM: &str = "oi_allocs";
+const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/allocs"));
+
+/// What the program is told at load time.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The traced process (pid mode); `None` in cgroup mode.
+    pub target_tgid: Option<u32>,
+    /// cgroup mode: (id, level).
+    pub cgroup: Option<(u64, u32)>,
+    /// `--every`.
+    pub every: u64,
+    /// `--sample-bytes` (0: off).
+    pub sample_bytes: u64,
+    /// Lifetime bounds in ns (at most `MAX_BUCKETS`).
+    pub bucket_ns: Vec<u64>,
+    pub max_live: u32,
+    pub max_stacks: u32,
+    /// Log the program's decisions (aya-log) (`-v`).
+    pub verbose: bool,
+}
+
+/// One read of the program's maps.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Stack id → its site's aggregates.
+    pub sites: Vec<(u64, SiteStats)>,
+    /// Live blocks: (address, block).
+    pub live: Vec<(u64, Block)>,
+    /// Sums over the CPUs, indexed by `counter::*`.
+    pub counters: [u64; counter::COUNT as usize],
+}
+
+pub struct Program {
+    ebpf: Ebpf,
+    mechanism: Mechanism,
+    multi: Option<MultiProgram>,
+    sites: HashMap<MapData, u64, SiteStats>,
+    stacks: HashMap<MapData, u64, Stack>,
+    live: HashMap<MapData, u64, Block>,
+    threads: HashMap<MapData, u64, Open>,
+    counters: PerCpuArray<MapData, u64>,
+    logger: Option<aya_log::EbpfLogger<StderrLog>>,
+    pub unwinder: Unwinder,
+}
+
+fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |e| Error::internal(format!("eBPF map {what}: {e}"))
+}
+
+impl Program {
+    /// Loads the program and its maps; nothing is attached yet.
+    pub fn load(settings: &Settings) -> Result<Self> {
+        raise_limits();
+        let target = settings.target_tgid.unwrap_or(0);
+        let (cgroup_id, cgroup_level) = settings.cgroup.unwrap_or((0, 0));
+        let mut bucket_ns = [0u64; MAX_BUCKETS];
+        for (slot, ns) in bucket_ns.iter_mut().zip(&settings.bucket_ns) {
+            *slot = *ns;
+        }
+        let bounds = settings.bucket_ns.len().min(MAX_BUCKETS) as u32;
+        let log_level: u8 = if settings.verbose { 0xff } else { 0 };
+        let mut loader = EbpfLoader::new();
+        // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
+        loader
+            .btf(None)
+            .override_global("TARGET_TGID", &target, true)
+            .override_global("CGROUP_ID", &cgroup_id, true)
+            .override_global("CGROUP_LEVEL", &cgroup_level, true)
+            .override_global("EVERY", &settings.every, true)
+            .override_global("SAMPLE_BYTES", &settings.sample_bytes, true)
+            .override_global("BUCKET_NS", &bucket_ns, true)
+            .override_global("BOUNDS", &bounds, true)
+            .override_global("AYA_LOG_LEVEL", &log_level, true)
+            .map_max_entries("LIVE", settings.max_live.max(1))
+            .map_max_entries("STACKS", settings.max_stacks.max(1))
+            .map_max_entries("SITES", settings.max_stacks.max(1));
+        let mut ebpf = loader.load(OBJECT).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+                Error::input(crate::privileges::refusal(
+                    "loading eBPF programs",
+                    crate::privileges::TO_LOAD,
+                ))
+            } else {
+                Error::internal(format!("loading the allocation eBPF program: {e}"))
+            }
+        })?;
+        let (mechanism, multi) = if KernelFeatures::get().uprobe_multi_link {
+            let multi = MultiProgram::load(OBJECT, &ebpf, PROGRAM)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            (Mechanism::MultiLink, Some(multi))
+        } else {
+            let program: &mut UProbe = ebpf
+                .program_mut(PROGRAM)
+                .ok_or_else(|| Error::internal(format!("eBPF program {PROGRAM} missing")))?
+                .try_into()
+                .map_err(|e| Error::internal(format!("eBPF program {PROGRAM}: {e}")))?;
+            program.load().map_err(|e| {
+                Error::internal(format!("the kernel refused eBPF program {PROGRAM}: {e}"))
+            })?;
+            (Mechanism::PerfEvents, None)
+        };
+        let logger = if settings.verbose {
+            Some(
+                aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog)
+                    .map_err(|e| Error::internal(format!("reading the eBPF log: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let unwinder = Unwinder::new(&mut ebpf)?;
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
+        };
+        Ok(Self {
+            sites: HashMap::try_from(take("SITES")?).map_err(map_err("SITES"))?,
+            stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
+            live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
+            threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
+            counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
+            logger,
+            unwinder,
+            ebpf,
+            mechanism,
+            multi,
+        })
+    }
+
+    /// The reader of the program's log (`-v`), for the event loop.
+    pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<StderrLog>> {
+        self.logger.take()
+    }
+
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
+    /// Attaches the program to `sites` of the file `path` (only in process `pid`, if given).
+    pub fn attach(
+        &mut self,
+        path: &Path,
+        sites: &[Site],
+        pid: Option<u32>,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Attachment> {
+        let pairs: Vec<(u64, u64)> = sites.iter().map(|s| (s.file_offset, s.cookie)).collect();
+        attach_program(
+            &mut self.ebpf,
+            PROGRAM,
+            self.multi.as_ref(),
+            path,
+            &pairs,
+            pid,
+            progress,
+        )
+    }
+
+    pub fn detach(&mut self, attachment: Attachment) {
+        detach_program(&mut self.ebpf, PROGRAM, attachment);
+    }
+
+    /// Reads every site, every live block and the counters.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        for (i, slot) in snapshot.counters.iter_mut().enumerate() {
+            *slot = self
+                .counters
+                .get(&(i as u32), 0)
+                .map(|per_cpu| per_cpu.iter().sum())
+                .unwrap_or(0);
+        }
+        snapshot.sites = self.sites.iter().flatten().collect();
+        snapshot.live = self.live.iter().flatten().collect();
+        snapshot
+    }
+
+    /// The stack of id `id`, if stored.
+    pub fn stack(&self, id: u64) -> Option<Stack> {
+        self.stacks.get(&id, 0).ok()
+    }
+
+    /// Forgets the open calls of threads that no longer exist.
+    pub fn sweep_threads(&mut self) {
+        let gone: Vec<u64> = self
+            .threads
+            .keys()
+            .flatten()
+            .filter(|pid_tgid| {
+                let (tgid, tid) = (pid_tgid >> 32, pid_tgid & 0xffff_ffff);
+                !Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
+            })
+            .collect();
+        for key in gone {
+            let _ = self.threads.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verifier accepts the program with every option on.
+    #[test]
+    fn the_kernel_accepts_the_program() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root");
+            return;
+        }
+        let settings = Settings {
+            target_tgid: Some(1),
+            every: 3,
+            sample_bytes: 4096,
+            bucket_ns: vec![1_000_000, 1_000_000_000],
+            max_live: 1024,
+            max_stacks: 1024,
+            verbose: true,
+            ..Settings::default()
+        };
+        let program = Program::load(&settings).expect("load");
+        let snapshot = program.snapshot();
+        assert!(snapshot.sites.is_empty());
+        assert_eq!(snapshot.counters, [0; counter::COUNT as usize]);
+    }
+}

@@ -1,0 +1,553 @@
+//! `oi-trace allocs` on live processes: the `allocs` fixture makes known allocations in named
+//! functions (new/delete of a class, new[]/delete[], malloc/free, calloc, realloc three ways,
+//! aligned new, posix_memalign, valloc/aligned_alloc/memalign, an mmapped block, vector and map
+//! growth, blocks held for a known time, blocks never freed) and prints its own counts; the
+//! report must hold exactly those numbers, per innermost frame, at -O0 and at -O2 without frame
+//! pointers, with glibc's usable sizes as the fixture's own `malloc_usable_size` gives them.
+//! Every run leaves the fixture running, untraced, and able to finish.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use oi_e2e::{
+    Fixture, FixtureBuild, OiTrace, SIGINT, SIGUSR1, TempDir, TestCgroup, json, privileged,
+    run_oi_trace,
+};
+use serde_json::Value;
+
+const SECOND: Duration = Duration::from_secs(1);
+/// The lifetime bound of the journeys: the held blocks live longer (the fixture holds them
+/// 600 ms), so they land in the second bucket whatever the machine's load.
+const BUCKET: &str = "0.25";
+
+fn fixture(variant: &str, flags: &[&str]) -> PathBuf {
+    FixtureBuild::new("allocs").variant(variant, flags).build()
+}
+
+fn o0() -> PathBuf {
+    fixture("allocs_o0", &["-O0"])
+}
+
+fn o2() -> PathBuf {
+    fixture("allocs_o2", &["-O2", "-fomit-frame-pointer"])
+}
+
+/// What the fixture printed.
+#[derive(Default, Debug)]
+struct Printed {
+    /// name → [allocs, frees, bytes, live_allocs, live_bytes]
+    sites: BTreeMap<String, [u64; 5]>,
+    usable: BTreeMap<String, u64>,
+    /// type → [allocs, frees, bytes]
+    types: BTreeMap<String, [u64; 3]>,
+    /// class → [allocs, bytes]
+    classes: BTreeMap<String, [u64; 2]>,
+    held: u64,
+    alloc_calls: u64,
+}
+
+/// The numbers at the end of `line` after `skip` leading words, the name between.
+fn name_and_numbers<const N: usize>(line: &str) -> (String, [u64; N]) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let numbers: Vec<u64> = words[words.len() - N..]
+        .iter()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    (
+        words[1..words.len() - N].join(" "),
+        numbers.try_into().unwrap(),
+    )
+}
+
+fn read_printed(fixture: &Fixture) -> Printed {
+    let mut printed = Printed::default();
+    for line in fixture.stdout.seen() {
+        match line.split_whitespace().next() {
+            Some("site") => {
+                let (name, n) = name_and_numbers::<5>(line);
+                printed.sites.insert(name, n);
+            }
+            Some("usable") => {
+                let (name, [n]) = name_and_numbers::<1>(line);
+                printed.usable.insert(name, n);
+            }
+            Some("type") => {
+                let (name, n) = name_and_numbers::<3>(line);
+                printed.types.insert(name, n);
+            }
+            Some("class") => {
+                let (name, n) = name_and_numbers::<2>(line);
+                printed.classes.insert(name, n);
+            }
+            Some("held") => printed.held = line[5..].trim().parse().unwrap(),
+            Some("alloc_calls") => printed.alloc_calls = line[12..].trim().parse().unwrap(),
+            _ => {}
+        }
+    }
+    assert!(!printed.sites.is_empty(), "the fixture printed no counts");
+    printed
+}
+
+/// Starts the fixture, attaches `oi-trace allocs --format json` with `extra`, lets the fixture
+/// work, stops oi-trace with Ctrl-C, and returns what both said. The fixture is checked to be
+/// running, untraced, after oi-trace left, and to finish normally.
+fn journey(binary: &Path, extra: &[&str]) -> (Printed, Value) {
+    let (printed, stdout) = journey_raw(binary, extra);
+    (printed, json(stdout.trim()))
+}
+
+/// [`journey`], with oi-trace's stdout as it is.
+fn journey_raw(binary: &Path, extra: &[&str]) -> (Printed, String) {
+    let mut fixture = Fixture::start(binary, &[]);
+    let pid = fixture.pid.to_string();
+    let mut args = vec![
+        "allocs",
+        "--pid",
+        &pid,
+        "--format",
+        "json",
+        "--buckets",
+        BUCKET,
+    ];
+    args.extend_from_slice(extra);
+    let tracer = OiTrace::attached(&args);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "oi-trace failed: {out:#?}");
+    fixture.assert_running();
+    let printed = read_printed(&fixture);
+    assert!(fixture.finish().success());
+    (printed, out.stdout)
+}
+
+/// Sites summed by their innermost frame: [allocs, frees, bytes, live_allocs, live_bytes,
+/// usable_bytes].
+fn by_innermost(report: &Value) -> BTreeMap<String, [u64; 6]> {
+    let mut out: BTreeMap<String, [u64; 6]> = BTreeMap::new();
+    for site in report["sites"].as_array().expect("sites") {
+        let name = site["stack"][0].as_str().expect("a frame").to_string();
+        let n = |k: &str| site[k].as_u64().unwrap_or_else(|| panic!("{k} in {site}"));
+        let e = out.entry(name).or_default();
+        for (slot, key) in [
+            "allocs",
+            "frees",
+            "bytes",
+            "live_allocs",
+            "live_bytes",
+            "usable_bytes",
+        ]
+        .iter()
+        .enumerate()
+        {
+            e[slot] += n(key);
+        }
+    }
+    out
+}
+
+/// Sites of type `t`: [allocs, frees, bytes].
+fn of_type(report: &Value, t: &str) -> [u64; 3] {
+    let mut n = [0; 3];
+    for site in report["sites"].as_array().unwrap() {
+        if site["type"].as_str() == Some(t) {
+            n[0] += site["allocs"].as_u64().unwrap();
+            n[1] += site["frees"].as_u64().unwrap();
+            n[2] += site["bytes"].as_u64().unwrap();
+        }
+    }
+    n
+}
+
+/// Every count the fixture printed, found exactly in the report; with `glibc`, the usable sizes
+/// too (the other allocators' are the requested ones).
+fn assert_exact(printed: &Printed, report: &Value, glibc: bool) {
+    let sites = by_innermost(report);
+    for (name, want) in &printed.sites {
+        let got = sites
+            .get(name)
+            .unwrap_or_else(|| panic!("no site for {name} in {report:#}"));
+        assert_eq!(
+            got[..5],
+            want[..],
+            "{name}: [allocs, frees, bytes, live_allocs, live_bytes]"
+        );
+    }
+    for (name, want) in &printed.usable {
+        let usable = if glibc { *want } else { sites[name][2] };
+        assert_eq!(sites[name][5], usable, "{name}: usable bytes");
+    }
+    for (t, want) in &printed.types {
+        assert_eq!(
+            of_type(report, t),
+            *want,
+            "type {t}: [allocs, frees, bytes]"
+        );
+        let listed = report["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["type"].as_str() == Some(t))
+            .unwrap_or_else(|| panic!("type {t} not listed"));
+        assert_eq!(listed["allocs"].as_u64(), Some(want[0]));
+        assert_eq!(listed["bytes"].as_u64(), Some(want[2]));
+        assert!(t.contains("shop::Item"));
+    }
+    // Nothing else allocated in the fixture while it worked.
+    let totals = &report["totals"];
+    let sum = |i: usize| -> u64 {
+        printed.sites.values().map(|s| s[i]).sum::<u64>()
+            + printed
+                .types
+                .values()
+                .map(|t| t[[0, 1, 2][i.min(2)]])
+                .sum::<u64>()
+    };
+    assert_eq!(totals["allocs"].as_u64(), Some(sum(0)), "{totals}");
+    assert_eq!(totals["frees"].as_u64(), Some(sum(1)), "{totals}");
+    assert_eq!(totals["bytes"].as_u64(), Some(sum(2)), "{totals}");
+    let leak = printed.sites["shop::leak"];
+    assert_eq!(totals["live_allocs"].as_u64(), Some(leak[3]));
+    assert_eq!(totals["live_bytes"].as_u64(), Some(leak[4]));
+    assert_eq!(totals["unknown_frees"].as_u64(), Some(0));
+    assert_eq!(totals["dropped"].as_u64(), Some(0));
+    // Lifetimes: one more bucket than bounds; every freed block in one; the held ones past the
+    // bound.
+    assert_eq!(report["buckets_s"], serde_json::json!([0.25]));
+    for site in report["sites"].as_array().unwrap() {
+        let lifetimes: Vec<u64> = site["lifetimes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(lifetimes.len(), 2);
+        assert_eq!(
+            lifetimes.iter().sum::<u64>(),
+            site["frees"].as_u64().unwrap()
+        );
+        if site["stack"][0] == "shop::hold" {
+            assert_eq!(
+                lifetimes[0], 0,
+                "a held block freed before the bound: {site}"
+            );
+        }
+    }
+    let held: u64 = report["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stack"][0] == "shop::hold")
+        .map(|s| s["lifetimes"][1].as_u64().unwrap())
+        .sum();
+    assert_eq!(held, printed.held);
+    // Blocks never freed: live, with an age.
+    let leak_site = report["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stack"][0] == "shop::leak")
+        .unwrap();
+    assert!(leak_site["oldest_live_s"].as_f64().is_some());
+    assert_eq!(
+        report["usable_size"],
+        if glibc { "glibc" } else { "requested" }
+    );
+    assert_eq!(report["sampled"], false);
+}
+
+/// The class whose methods allocate gets every allocation made beneath them.
+fn assert_classes(printed: &Printed, report: &Value) {
+    for (class, want) in &printed.classes {
+        let got = report["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["class"].as_str() == Some(class))
+            .unwrap_or_else(|| panic!("class {class} not listed: {report:#}"));
+        assert_eq!(
+            [
+                got["allocs"].as_u64().unwrap(),
+                got["bytes"].as_u64().unwrap()
+            ],
+            *want,
+            "class {class}"
+        );
+    }
+}
+
+/// Whole stacks: every site of the fixture's own functions reads `shop::F`, then `main`, and
+/// ends there.
+fn assert_whole_stacks(report: &Value) {
+    for site in report["sites"].as_array().unwrap() {
+        let stack: Vec<&str> = site["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        if stack[0].starts_with("shop::") && !stack[0].starts_with("shop::Inventory") {
+            assert_eq!(stack, [stack[0], "main"], "{site}");
+        }
+        assert_eq!(stack.last(), Some(&"main"), "{site}");
+    }
+}
+
+#[test]
+fn exact_counts_sizes_types_classes_and_lifetimes_at_o0() {
+    if !privileged() {
+        return;
+    }
+    let (printed, report) = journey(&o0(), &[]);
+    assert_exact(&printed, &report, true);
+    assert_classes(&printed, &report);
+    assert_whole_stacks(&report);
+    // The map's nodes: their type is the map's value type, and std::map is a class too.
+    assert!(report["classes"].as_array().unwrap().iter().any(|c| {
+        c["class"]
+            .as_str()
+            .unwrap()
+            .starts_with("std::map<int, shop::Item")
+    }));
+}
+
+#[test]
+fn exact_counts_at_o2_without_frame_pointers() {
+    if !privileged() {
+        return;
+    }
+    let (printed, report) = journey(&o2(), &[]);
+    assert_exact(&printed, &report, true);
+}
+
+#[test]
+#[ignore = "needs the CFI unwinder (branch unwind)"]
+fn whole_stacks_and_classes_at_o2_without_frame_pointers() {
+    if !privileged() {
+        return;
+    }
+    let (printed, report) = journey(&o2(), &[]);
+    assert_whole_stacks(&report);
+    assert_classes(&printed, &report);
+}
+
+/// Debian's jemalloc and tcmalloc (minimal), linked in: their own entry points (malloc,
+/// operator new, … defined in their libraries, with their slow paths reached by tail calls
+/// through the library's PLT) are counted exactly too.
+#[test]
+fn jemalloc_and_tcmalloc_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    for lib in ["jemalloc", "tcmalloc_minimal"] {
+        let link = format!("-l{lib}");
+        let binary = fixture(
+            &format!("allocs_{lib}"),
+            &["-O2", "-Wl,--no-as-needed", &link],
+        );
+        let (printed, report) = journey(&binary, &[]);
+        assert_exact(&printed, &report, false);
+        assert_eq!(report["counters"]["unseen"], 0, "{lib}");
+    }
+}
+
+/// The readable report, folded stacks weighted by bytes and a flame graph, from one run.
+#[test]
+fn text_report_folded_stacks_and_flame_graph() {
+    if !privileged() {
+        return;
+    }
+    let dir = TempDir::new("allocs-out");
+    let folded = dir.file("allocs.folded");
+    let svg = dir.file("allocs.svg");
+    let mut fixture = Fixture::start(&o0(), &["10"]);
+    let pid = fixture.pid.to_string();
+    let tracer = OiTrace::attached(&[
+        "allocs",
+        "--pid",
+        &pid,
+        "--folded",
+        folded.to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "{out:#?}");
+    let printed = read_printed(&fixture);
+    assert!(fixture.finish().success());
+    let leak = printed.sites["shop::leak"];
+    assert!(out.stdout.contains("top sites by bytes:"), "{}", out.stdout);
+    assert!(out.stdout.contains("top types by bytes:"));
+    assert!(out.stdout.contains("shop::Inventory"));
+    assert!(
+        out.stdout
+            .contains("live bytes by site (oldest live block):")
+    );
+    let folded = std::fs::read_to_string(&folded).expect("folded file");
+    assert!(
+        folded
+            .lines()
+            .any(|l| l == format!("main;shop::leak {}", leak[2])),
+        "{folded}"
+    );
+    let svg = std::fs::read_to_string(&svg).expect("svg file");
+    assert!(svg.starts_with("<?xml") && svg.contains("shop::leak"));
+}
+
+/// `--interval`: a JSON report per interval while the fixture works (it holds blocks for
+/// 600 ms, so at least one interval passes), then the final one; each a whole report.
+#[test]
+fn interval_reports_then_the_final_one() {
+    if !privileged() {
+        return;
+    }
+    let (printed, stdout) = journey_raw(&o0(), &["--interval", "0.2"]);
+    let reports: Vec<Value> = stdout.lines().map(json).collect();
+    assert!(reports.len() >= 2, "{stdout}");
+    for r in &reports {
+        assert!(
+            r["totals"]["allocs"].is_u64() && r["sites"].is_array(),
+            "{r}"
+        );
+    }
+    assert_exact(&printed, reports.last().unwrap(), true);
+}
+
+/// `-v`: the kernel side says what it decided (a nested allocator call counted once), through
+/// aya-log.
+#[test]
+fn verbose_logs_the_kernel_decisions() {
+    if !privileged() {
+        return;
+    }
+    let mut fixture = Fixture::start(&o0(), &["10"]);
+    let pid = fixture.pid.to_string();
+    let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "-v", "--format", "json"]);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "{out:#?}");
+    assert!(fixture.finish().success());
+    assert!(
+        out.stderr
+            .iter()
+            .any(|l| l.starts_with("oi-trace: ebpf: debug: nested allocator call")),
+        "{:#?}",
+        out.stderr
+    );
+}
+
+/// `--every 2`: every second call of an allocating function is taken, exactly, and the numbers
+/// are scaled back: a site of an even number of consecutive calls comes out exact.
+#[test]
+fn every_nth_allocation_scaled() {
+    if !privileged() {
+        return;
+    }
+    let (printed, report) = journey(&o0(), &["--every", "2"]);
+    assert_eq!(report["sampled"], true);
+    let skipped = report["counters"]["skipped_by_sampling"].as_u64().unwrap();
+    assert_eq!(skipped, printed.alloc_calls / 2);
+    let sites = by_innermost(&report);
+    for name in [
+        "shop::make_widgets",
+        "shop::c_blocks",
+        "shop::Inventory::restock",
+    ] {
+        let want = printed.sites[name];
+        assert_eq!(sites[name][0], want[0], "{name}: allocs");
+        assert_eq!(sites[name][2], want[2], "{name}: bytes");
+    }
+}
+
+/// `--sample-bytes 4096`: blocks of 4096 bytes and more are always taken, each standing for
+/// itself (the mmapped ones exactly); the report says its numbers are estimates.
+#[test]
+fn sampling_by_bytes_keeps_large_blocks_exact() {
+    if !privileged() {
+        return;
+    }
+    let (printed, report) = journey(&o0(), &["--sample-bytes", "4096"]);
+    assert_eq!(report["sampled"], true);
+    let big = printed.sites["shop::big"];
+    assert_eq!(by_innermost(&report)["shop::big"][..3], big[..3]);
+}
+
+/// cgroup mode: a process present at attach time and one started after are both counted.
+#[test]
+fn cgroup_covers_a_process_started_after_attaching() {
+    if !privileged() {
+        return;
+    }
+    let binary = o0();
+    let cgroup = TestCgroup::new("allocs");
+    let mut first = Fixture::start(&binary, &["10"]);
+    cgroup.add(first.pid);
+    let path = cgroup.path().to_str().unwrap().to_string();
+    let tracer = OiTrace::attached(&[
+        "allocs",
+        "--cgroup",
+        &path,
+        "--format",
+        "json",
+        "--buckets",
+        BUCKET,
+    ]);
+    // The second one joins the cgroup before it allocates (it waits for SIGUSR1).
+    let mut second = Fixture::start(&binary, &["10"]);
+    cgroup.add(second.pid);
+    first.signal(SIGUSR1);
+    second.signal(SIGUSR1);
+    first.stdout.expect("done", 120 * SECOND);
+    second.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "{out:#?}");
+    let a = read_printed(&first);
+    let b = read_printed(&second);
+    assert!(first.finish().success());
+    assert!(second.finish().success());
+    let report = json(out.stdout.trim());
+    let sites = by_innermost(&report);
+    for (name, want) in &a.sites {
+        let other = b.sites[name];
+        let both: Vec<u64> = want.iter().zip(other).map(|(x, y)| x + y).collect();
+        assert_eq!(sites[name][..5], both[..], "{name} in both processes");
+    }
+    drop(cgroup);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for args in [
+        vec!["allocs", "--pid", "1", "--buckets", "5,1"],
+        vec!["allocs", "--pid", "1", "--buckets", "0"],
+        vec!["allocs", "--pid", "1", "--every", "0"],
+        vec!["allocs", "--pid", "1", "--sample-bytes", "0"],
+        vec![
+            "allocs",
+            "--pid",
+            "1",
+            "--every",
+            "2",
+            "--sample-bytes",
+            "64",
+        ],
+        vec!["allocs", "--pid", "1", "--max-live", "0"],
+        vec!["allocs", "--pid", "999999999"],
+        vec!["allocs"],
+    ] {
+        let out = run_oi_trace(&args, 30 * SECOND);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:#?}");
+        assert_eq!(out.stderr.len(), 1, "{args:?}: {out:#?}");
+        assert!(out.stderr[0].starts_with("oi-trace: error: "), "{out:#?}");
+    }
+}

@@ -1,0 +1,142 @@
+//! The `allocs` figures of `cargo xtask bench`: what `oi-trace allocs` costs a malloc + free
+//! pair, against the same run without probes, against bare counting uprobes on the same
+//! functions (bpftrace: malloc's entry and return, free's entry, each `count()`), and against
+//! bpftrace running the equivalent per-call accounting (live blocks with size and time, bytes
+//! per stack); and the allocations per second sustained with 4 threads allocating at once, with
+//! the dropped count.
+//!
+//! bpftrace comes from Debian's package (`cargo xtask setup`). Every time is measured by the
+//! target itself (`allocs_bench` prints the wall time of each run), as the median of several
+//! runs; per-pair costs are the difference to the same run without probes.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use oi_e2e::{Fixture, FixtureBuild, OiTrace, SIGINT, SIGUSR1};
+
+use super::{Figure, calls::Bpftrace, median, value_of};
+
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+
+pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    // A probed pair costs tens of µs on a VM (traps): enough pairs for a stable median, few
+    // enough that the 4-thread run takes seconds.
+    let pairs: u64 = if quick { 5_000 } else { 50_000 };
+    let runs = if quick { 3 } else { 5 };
+    let binary = FixtureBuild::new("allocs_bench")
+        .variant("allocs_bench_o2", &["-O2"])
+        .build();
+    let bare = format!(
+        "uprobe:{LIBC}:malloc {{ @m = count(); }} uretprobe:{LIBC}:malloc {{ @r = count(); }} \
+         uprobe:{LIBC}:free {{ @f = count(); }} BEGIN {{ printf(\"armed\\n\"); }}"
+    );
+    // What `oi-trace allocs` keeps, per call: the request, the live block (size, time), bytes
+    // per allocating stack, the lifetime of freed blocks.
+    let script = format!(
+        "uprobe:{LIBC}:malloc {{ @size[tid] = arg0; }} \
+         uretprobe:{LIBC}:malloc /@size[tid]/ {{ @live[retval] = (@size[tid], nsecs); \
+           @bytes[ustack] = sum(@size[tid]); delete(@size[tid]); }} \
+         uprobe:{LIBC}:free /@live[arg0].0/ {{ @life = hist(nsecs - @live[arg0].1); \
+           delete(@live[arg0]); }} \
+         BEGIN {{ printf(\"armed\\n\"); }}"
+    );
+    let mut fixture = Fixture::start(&binary, &["1", &pairs.to_string()]);
+    let pid = fixture.pid.to_string();
+    let none = per_pair_ns(&mut fixture, pairs, runs)?;
+    let bare_ns = {
+        let _bare = Bpftrace::start(&bare, Some(&pid))?;
+        per_pair_ns(&mut fixture, pairs, runs)?
+    };
+    let oi_ns = {
+        let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "--format", "json"]);
+        let ns = per_pair_ns(&mut fixture, pairs, runs)?;
+        tracer.signal(SIGINT);
+        let out = tracer.finish(Duration::from_secs(120));
+        if !out.status.success() {
+            bail!("oi-trace allocs failed: {:?}", out.stderr);
+        }
+        ns
+    };
+    let bpftrace_ns = {
+        let _script = Bpftrace::start(&script, Some(&pid))?;
+        per_pair_ns(&mut fixture, pairs, runs)?
+    };
+    drop(fixture);
+    let (oi, bare, bpf) = (oi_ns - none, bare_ns - none, bpftrace_ns - none);
+    figures.push(Figure {
+        name: "allocs: cost per malloc+free pair attached (baseline: bare counting uprobes on the same functions)".into(),
+        value: oi / 1e3,
+        baseline: bare / 1e3,
+        unit: "µs",
+        goal: "≤ 1.5×".into(),
+        pass: Some(oi <= 1.5 * bare),
+    });
+    figures.push(Figure {
+        name: "allocs: cost per malloc+free pair attached (baseline: bpftrace per-call accounting script)".into(),
+        value: oi / 1e3,
+        baseline: bpf / 1e3,
+        unit: "µs",
+        goal: "< 1×".into(),
+        pass: Some(oi < bpf),
+    });
+    figures.push(Figure {
+        name: "allocs: a malloc+free pair without probes (for scale)".into(),
+        value: none,
+        baseline: none,
+        unit: "ns",
+        goal: "report".into(),
+        pass: None,
+    });
+    threads(&binary, pairs, runs, figures)
+}
+
+/// Figure: allocations per second with 4 threads allocating, attached, and the dropped count.
+fn threads(
+    binary: &std::path::Path,
+    pairs: u64,
+    runs: usize,
+    figures: &mut Vec<Figure>,
+) -> Result<()> {
+    let mut fixture = Fixture::start(binary, &["4", &pairs.to_string()]);
+    let pid = fixture.pid.to_string();
+    let none = per_pair_ns(&mut fixture, pairs, runs)?;
+    let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "--format", "json"]);
+    let attached = per_pair_ns(&mut fixture, pairs, runs)?;
+    tracer.signal(SIGINT);
+    let out = tracer.finish(Duration::from_secs(120));
+    if !out.status.success() {
+        bail!("oi-trace allocs failed: {:?}", out.stderr);
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(out.stdout.trim()).context("oi-trace allocs JSON")?;
+    let dropped = report["totals"]["dropped"].as_u64().unwrap_or(u64::MAX);
+    let allocs = report["totals"]["allocs"].as_u64().unwrap_or(0);
+    // 4 threads × pairs allocations per run; per_pair_ns is the run's wall time / pairs.
+    let per_second = |ns_per_pair: f64| 4.0 * 1e9 / ns_per_pair;
+    figures.push(Figure {
+        name: format!(
+            "allocs: allocations per second, 4 threads, attached ({allocs} counted, {dropped} dropped) (baseline: no probes)"
+        ),
+        value: per_second(attached) / 1e6,
+        baseline: per_second(none) / 1e6,
+        unit: "M/s",
+        goal: "report".into(),
+        pass: None,
+    });
+    if dropped != 0 {
+        bail!("oi-trace allocs dropped {dropped} allocations with 4 threads");
+    }
+    Ok(())
+}
+
+/// Median wall time of `runs` runs of the fixture's work, per pair (per thread), in ns.
+fn per_pair_ns(fixture: &mut Fixture, pairs: u64, runs: usize) -> Result<f64> {
+    fixture.stdout.take();
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        fixture.signal(SIGUSR1);
+        let line = fixture.stdout.expect("ns ", Duration::from_secs(300));
+        times.push(value_of(&line, "ns ").context("ns")? / pairs as f64);
+    }
+    Ok(median(times))
+}
