@@ -246,3 +246,252 @@ fn plt_threshold(expr: &[u8]) -> Option<u8> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use gimli::{EhFrameHdr, Encoding, EvaluationResult, Format, Location, Value};
+    use object::SectionFlags;
+
+    use super::*;
+
+    /// What one unwind step finds at a pc, for given rsp and rbp.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Step {
+        /// No call frame information covers the pc.
+        NoCfi,
+        /// The outermost frame.
+        End,
+        /// A rule the kernel does not follow.
+        Unsupported,
+        Frame {
+            cfa: u64,
+            ra_at: u64,
+            rbp_at: Option<u64>,
+        },
+    }
+
+    const SP: u64 = 0x7ffd_0000_1000;
+    const BP: u64 = 0x7ffd_0000_8000;
+
+    /// The kernel's algorithm (`oi-ebpf/src/stack.rs`: find the row, step) over the rows.
+    fn by_rows(t: &UnwindRows, pc: u64) -> Step {
+        let Some(offset) = pc.checked_sub(t.base).and_then(|o| u32::try_from(o).ok()) else {
+            return Step::NoCfi;
+        };
+        let at = t.rows.partition_point(|r| r.pc <= offset);
+        let Some(row) = at.checked_sub(1).map(|i| t.rows[i]) else {
+            return Step::NoCfi;
+        };
+        let cfa = match row.rule {
+            rule::NONE => return Step::NoCfi,
+            rule::END => return Step::End,
+            rule::CFA_RSP => SP + u64::from(row.cfa_offset),
+            rule::CFA_RBP => BP + u64::from(row.cfa_offset),
+            rule::CFA_PLT => {
+                SP + 8
+                    + if pc & 15 >= u64::from(row.cfa_offset) {
+                        8
+                    } else {
+                        0
+                    }
+            }
+            _ => return Step::Unsupported,
+        };
+        Step::Frame {
+            cfa,
+            ra_at: cfa - 8,
+            rbp_at: (row.rbp_slot != 0)
+                .then(|| cfa.wrapping_add((i64::from(row.rbp_slot) * 8) as u64)),
+        }
+    }
+
+    /// The same step from gimli's own evaluation: its FDE lookup through `.eh_frame_hdr`, its
+    /// CFI interpreter, its DWARF expression evaluator. Limited to what the kernel follows:
+    /// the return address at CFA − 8, rbp saved in a slot, a CFA offset of 16 bits.
+    fn by_gimli(
+        table: &gimli::EhHdrTable<'_, EndianSlice<'_, LittleEndian>>,
+        section: &Section<'_>,
+        bases: &BaseAddresses,
+        ctx: &mut UnwindContext<usize>,
+        pc: u64,
+    ) -> Step {
+        let Ok(row) =
+            table.unwind_info_for_address(section, bases, ctx, pc, EhFrame::cie_from_offset)
+        else {
+            return Step::NoCfi;
+        };
+        match row.register(RA) {
+            None | Some(RegisterRule::Undefined) => return Step::End,
+            Some(RegisterRule::Offset(-8)) => {}
+            Some(_) => return Step::Unsupported,
+        }
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => {
+                if !(0..=i64::from(u16::MAX)).contains(offset) {
+                    return Step::Unsupported;
+                }
+                match *register {
+                    RSP => SP.wrapping_add(*offset as u64),
+                    RBP => BP.wrapping_add(*offset as u64),
+                    _ => return Step::Unsupported,
+                }
+            }
+            CfaRule::Expression(e) => {
+                let expr = e.get(section).expect("expression");
+                let encoding = Encoding {
+                    format: Format::Dwarf32,
+                    version: 1,
+                    address_size: 8,
+                };
+                let mut eval = expr.evaluation(encoding);
+                let mut result = eval.evaluate();
+                loop {
+                    match result {
+                        Ok(EvaluationResult::Complete) => break,
+                        Ok(EvaluationResult::RequiresRegister { register, .. }) => {
+                            let value = match register.0 {
+                                7 => SP,
+                                6 => BP,
+                                16 => pc,
+                                _ => return Step::Unsupported,
+                            };
+                            result = eval.resume_with_register(Value::Generic(value));
+                        }
+                        _ => return Step::Unsupported,
+                    }
+                }
+                match eval.result().first().map(|p| &p.location) {
+                    Some(Location::Address { address }) => *address,
+                    _ => return Step::Unsupported,
+                }
+            }
+        };
+        let rbp_at = match row.register(RBP) {
+            None | Some(RegisterRule::SameValue) | Some(RegisterRule::Undefined) => None,
+            Some(RegisterRule::Offset(off)) if off % 8 == 0 && (-1024..1024).contains(&off) => {
+                Some(cfa.wrapping_add(off as u64))
+            }
+            Some(_) => return Step::Unsupported,
+        };
+        Step::Frame {
+            cfa,
+            ra_at: cfa - 8,
+            rbp_at,
+        }
+    }
+
+    /// Compares the two at every `stride`th byte of every executable section of `path`;
+    /// returns what the pcs found.
+    struct Seen {
+        frames: u64,
+        pcs: u64,
+        end: u64,
+    }
+
+    fn agrees_with_gimli(path: &std::path::Path, stride: u64) -> Seen {
+        let binary = Binary::open(path).expect("open");
+        let compiled = unwind_rows(&binary).expect("rows");
+        assert!(!compiled.rows.is_empty(), "{}: no rows", path.display());
+        let obj = binary.object().expect("elf");
+        let (section, bases) = eh_frame(&binary).expect(".eh_frame");
+        let hdr = obj.section_by_name(".eh_frame_hdr").expect(".eh_frame_hdr");
+        let bases = bases.set_eh_frame_hdr(hdr.address());
+        let parsed = EhFrameHdr::new(hdr.data().expect("hdr"), LittleEndian)
+            .parse(&bases, 8)
+            .expect("parse hdr");
+        let table = parsed.table().expect("hdr table");
+        let mut ctx = Box::new(UnwindContext::new());
+        let (mut frames, mut pcs) = (0, 0);
+        let mut ends = 0;
+        for s in obj.sections() {
+            let SectionFlags::Elf { sh_flags } = s.flags() else {
+                continue;
+            };
+            if sh_flags & u64::from(object::elf::SHF_EXECINSTR) == 0 {
+                continue;
+            }
+            let mut pc = s.address();
+            while pc < s.address() + s.size() {
+                let want = by_gimli(&table, &section, &bases, &mut ctx, pc);
+                let got = by_rows(&compiled, pc);
+                assert_eq!(got, want, "{} at pc {pc:#x}", path.display());
+                if matches!(want, Step::Frame { .. }) {
+                    frames += 1;
+                }
+                ends += u64::from(want == Step::End);
+                pcs += 1;
+                pc += stride;
+            }
+        }
+        // Not a vacuous comparison: frames and gaps both occur.
+        assert!(
+            frames > 0 && frames < pcs,
+            "{}: {frames} of {pcs}",
+            path.display()
+        );
+        Seen {
+            frames,
+            pcs,
+            end: ends,
+        }
+    }
+
+    fn system_library(name: &str) -> std::path::PathBuf {
+        ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(name))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{name} not found"))
+    }
+
+    #[test]
+    fn rows_agree_with_gimli_on_an_o2_fixture() {
+        let exe = crate::unwind::live_tests::build(&["-O2", "-fomit-frame-pointer"]);
+        // `_start` marks its return address undefined: the end of every stack.
+        assert!(agrees_with_gimli(&exe, 1).end > 0);
+        agrees_with_gimli(&exe.with_file_name("libunwind_hop.so"), 1);
+    }
+
+    #[test]
+    fn rows_agree_with_gimli_on_libc() {
+        let seen = agrees_with_gimli(&system_library("libc.so.6"), 3);
+        assert!(
+            seen.frames * 2 > seen.pcs,
+            "{} of {}",
+            seen.frames,
+            seen.pcs
+        );
+    }
+
+    #[test]
+    fn rows_agree_with_gimli_on_libstdcxx() {
+        let seen = agrees_with_gimli(&system_library("libstdc++.so.6"), 3);
+        assert!(
+            seen.frames * 2 > seen.pcs,
+            "{} of {}",
+            seen.frames,
+            seen.pcs
+        );
+    }
+
+    /// The PLT's CFI is the one expression the kernel follows; gcc and ld write it so.
+    #[test]
+    fn recognises_the_plt_expression() {
+        let lit = |n: u8| 0x30 + n;
+        let plt = [
+            0x77,
+            0x08,
+            0x80,
+            0x00,
+            lit(15),
+            0x1a,
+            lit(11),
+            0x2a,
+            lit(3),
+            0x24,
+            0x22,
+        ];
+        assert_eq!(plt_threshold(&plt), Some(11));
+        assert_eq!(plt_threshold(&plt[..10]), None);
+    }
+}

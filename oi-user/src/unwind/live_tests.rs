@@ -44,7 +44,7 @@ const CHAIN: &[&str] = &[
 ];
 
 /// The fixture and its library, built with `flags` into `target/fixtures/`.
-fn build(flags: &[&str]) -> PathBuf {
+pub(crate) fn build(flags: &[&str]) -> PathBuf {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -319,4 +319,4 @@ impl Unwinder {
 }
 
 #[cfg(test)]
-mod live_tests;
+pub(crate) mod live_tests;
