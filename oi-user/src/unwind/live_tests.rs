@@ -51,6 +51,16 @@ pub(crate) fn build(flags: &[&str]) -> PathBuf {
     let tag = flags.join("").replace(['-', '='], "");
     let dir = root.join("target/fixtures").join(format!("unwind{tag}"));
     std::fs::create_dir_all(&dir).expect("create fixture dir");
+    let exe = dir.join("unwind_chain");
+    // Rebuilt only when a source is newer: a running fixture of another test must keep
+    // mapping the file its probe is attached to.
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let sources = ["unwind_chain.cpp", "unwind_hop.cpp"]
+        .map(|name| modified(&root.join("tests/fixtures").join(name)));
+    let built = modified(&exe).min(modified(&dir.join("libunwind_hop.so")));
+    if built.is_some() && sources.iter().all(|s| *s <= built) {
+        return exe;
+    }
     let g = |args: &[&str]| {
         let out = Command::new("g++")
             .args(["-g", "-std=c++17"])
@@ -87,7 +97,7 @@ pub(crate) fn build(flags: &[&str]) -> PathBuf {
         "-o",
         "unwind_chain",
     ]);
-    dir.join("unwind_chain")
+    exe
 }
 
 /// A running fixture; killed (by pid) when dropped.
@@ -117,12 +127,20 @@ fn start(exe: &Path) -> Fixture {
 
 /// Loads the test program for process `pid` with `mode`, its maps sized for the unwinder.
 fn load(pid: u32, mode: u32) -> Ebpf {
+    load_with_rows(pid, mode, None)
+}
+
+/// As [`load`], with a row array of `rows` rows rather than the unwinder's size.
+fn load_with_rows(pid: u32, mode: u32, rows: Option<u32>) -> Ebpf {
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
         .override_global("TARGET_TGID", &pid, true)
         .override_global("MODE", &mode, true);
     size_maps(&mut loader);
+    if let Some(rows) = rows {
+        loader.map_max_entries("UNWIND_ROWS", rows);
+    }
     let mut ebpf = loader.load(OBJECT).expect("load stack_check");
     let program: &mut UProbe = ebpf
         .program_mut(PROGRAM)
@@ -254,6 +272,69 @@ fn kernel_unwinder_walks_an_o0_chain() {
     walks_the_known_chain(&["-O0"], false);
 }
 
+/// Two processes of one executable (cgroup mode) share every file's rows; the rows go back
+/// when the last of them is forgotten, and are reused for the next process.
+#[test]
+fn processes_share_the_rows_of_their_files() {
+    let exe = build(&["-O2", "-fomit-frame-pointer"]);
+    let (first, second) = (start(&exe), start(&exe));
+    let mut ebpf = load(first.0.id(), 0);
+    let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
+    unwinder.track(first.0.id() as i32).expect("track");
+    let one = unwinder.stats();
+    unwinder.track(second.0.id() as i32).expect("track");
+    let two = unwinder.stats();
+    assert_eq!((two.files, two.rows), (one.files, one.rows));
+    unwinder.forget(first.0.id() as i32);
+    let left = unwinder.stats();
+    assert_eq!((left.files, left.rows), (one.files, one.rows));
+    unwinder.forget(second.0.id() as i32);
+    assert_eq!((unwinder.stats().files, unwinder.stats().rows), (0, 0));
+    let third = start(&exe);
+    unwinder.track(third.0.id() as i32).expect("track");
+    let again = unwinder.stats();
+    assert_eq!(
+        (again.files, again.rows, again.rows_dropped),
+        (one.files, one.rows, 0)
+    );
+    // Reused: the released ranges held them, no fresh row was taken.
+    assert_eq!(unwinder.next_row, one.rows as u32);
+}
+
+/// A row array too small for every file: what does not fit is counted, exactly, and the
+/// files that fit are loaded whole.
+#[test]
+fn rows_that_do_not_fit_are_counted() {
+    let exe = build(&["-O2", "-fomit-frame-pointer"]);
+    let fixture = start(&exe);
+    let pid = fixture.0.id();
+    let files = crate::target::procfs::executable_files(pid as i32).expect("files");
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|f| {
+            let binary = crate::debuginfo::Binary::open(&f.host).expect("open");
+            crate::debuginfo::cfi::unwind_rows(&binary)
+                .expect("rows")
+                .rows
+                .len() as u64
+        })
+        .collect();
+    let total: u64 = sizes.iter().sum();
+    // Room for the largest file only.
+    let capacity = *sizes.iter().max().expect("files") as u32;
+    let mut ebpf = load_with_rows(pid, 0, Some(capacity));
+    let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
+    unwinder.track(pid as i32).expect("track");
+    let stats = unwinder.stats();
+    assert!(stats.rows_dropped > 0, "{stats:?}");
+    assert_eq!(
+        stats.rows + stats.rows_dropped,
+        total,
+        "{stats:?} {sizes:?}"
+    );
+    assert!(stats.rows <= u64::from(capacity));
+}
+
 /// Cost per hit of a uprobe on the fixture's innermost function, by what the program does:
 /// nothing (a bare uprobe), a frame-pointer walk (`bpf_get_stack`), the CFI walk
 /// (`user_stack`). Not a test: `cargo test --release -p oi-user unwind_cost -- --ignored
@@ -265,14 +346,25 @@ fn unwind_cost() {
     let bench = exe.with_file_name("unwind_chain_bench");
     let _ = std::fs::remove_file(&bench);
     std::fs::copy(&exe, &bench).expect("copy");
-    for (label, mode) in [
+    let modes = [
         ("no probe", None),
         ("bare uprobe", Some(0)),
         ("bpf_get_stack", Some(check_mode::FRAME_POINTERS)),
         ("user_stack", Some(check_mode::CFI)),
-    ] {
-        let ns = cost_per_call(&bench, mode);
-        println!("unwind cost: {label:>14}: {ns:8.0} ns per call of the probed function");
+    ];
+    // Rounds interleave the modes, and the best round counts, so that load from elsewhere on
+    // the machine does not favour one mode.
+    let mut best = [f64::MAX; 4];
+    for _round in 0..3 {
+        for (i, (_, mode)) in modes.iter().enumerate() {
+            best[i] = best[i].min(cost_per_call(&bench, *mode));
+        }
+    }
+    for ((label, _), ns) in modes.iter().zip(best) {
+        println!(
+            "unwind cost: {label:>14}: {ns:8.0} ns per call ({:+.0} ns over the bare uprobe)",
+            ns - best[1]
+        );
     }
 }
 

@@ -22,7 +22,7 @@
 //! Never touches the target beyond reading `/proc`; never writes a row a tracked process's
 //! mappings point at (a file's range is reused only once no tracked process maps it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -102,9 +102,10 @@ pub struct Unwinder {
     mappings: BpfHashMap<MapData, u32, ProcessMappings>,
     counters: PerCpuArray<MapData, u64>,
     capacity: u32,
-    /// Rows `next_row..capacity` were never used; `free` holds released ranges (first, len).
+    /// Rows `next_row..capacity` are unused; `free` holds released ranges below it (first →
+    /// length), never adjacent to each other.
     next_row: u32,
-    free: Vec<(u32, u32)>,
+    free: BTreeMap<u32, u32>,
     files: HashMap<FileKey, FileTable>,
     processes: HashMap<i32, Tracked>,
     rows_dropped: u64,
@@ -133,7 +134,7 @@ impl Unwinder {
             mappings,
             counters,
             next_row: 0,
-            free: Vec::new(),
+            free: BTreeMap::new(),
             files: HashMap::new(),
             processes: HashMap::new(),
             rows_dropped: 0,
@@ -254,7 +255,7 @@ impl Unwinder {
         let placed = match (n > 0).then(|| self.allocate(n)).flatten() {
             Some(first) if self.write_rows(first, &compiled.rows) => Some(first),
             Some(first) => {
-                self.free.push((first, n));
+                self.free_range(first, n);
                 None
             }
             None => None,
@@ -282,14 +283,19 @@ impl Unwinder {
             .all(|(row, index)| self.rows.set(index, row, 0).is_ok())
     }
 
-    /// A free range of `n` rows: the first released range that fits, else fresh rows.
+    /// A free range of `n` rows: the smallest released range that fits (so the same files,
+    /// mapped again, find their old ranges), else rows never used.
     fn allocate(&mut self, n: u32) -> Option<u32> {
-        if let Some(i) = self.free.iter().position(|&(_, len)| len >= n) {
-            let (first, len) = self.free[i];
-            if len == n {
-                self.free.swap_remove(i);
-            } else {
-                self.free[i] = (first + n, len - n);
+        let best = self
+            .free
+            .iter()
+            .filter(|&(_, &len)| len >= n)
+            .min_by_key(|&(_, &len)| len)
+            .map(|(&first, &len)| (first, len));
+        if let Some((first, len)) = best {
+            self.free.remove(&first);
+            if len > n {
+                self.free.insert(first + n, len - n);
             }
             return Some(first);
         }
@@ -302,6 +308,26 @@ impl Unwinder {
         Some(first)
     }
 
+    /// Gives rows back, merged with free neighbours; free rows at the end shrink the used
+    /// part.
+    fn free_range(&mut self, mut first: u32, mut len: u32) {
+        if let Some((&before, &before_len)) = self.free.range(..first).next_back()
+            && before + before_len == first
+        {
+            self.free.remove(&before);
+            first = before;
+            len += before_len;
+        }
+        if let Some(after_len) = self.free.remove(&(first + len)) {
+            len += after_len;
+        }
+        if first + len == self.next_row {
+            self.next_row = first;
+        } else {
+            self.free.insert(first, len);
+        }
+    }
+
     fn release(&mut self, files: &[FileKey]) {
         for key in files {
             let Some(t) = self.files.get_mut(key) else {
@@ -311,7 +337,7 @@ impl Unwinder {
             if t.users == 0 {
                 let t = self.files.remove(key).expect("present");
                 if t.rows > 0 {
-                    self.free.push((t.first_row, t.rows));
+                    self.free_range(t.first_row, t.rows);
                 }
             }
         }
