@@ -33,8 +33,9 @@ impl Figure {
 }
 
 mod calls;
+mod unwind;
 
-const FIGURES: [&str; 7] = [
+const FIGURES: [&str; 8] = [
     "pause",
     "first-result",
     "probe-cost",
@@ -42,6 +43,7 @@ const FIGURES: [&str; 7] = [
     "throughput",
     "calls",
     "oil",
+    "unwind",
 ];
 
 pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
@@ -72,6 +74,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("oil") {
         oil(quick, &mut figures)?;
+    }
+    if wanted("unwind") {
+        unwind::run(root, &mut figures)?;
     }
     report(root, &figures)
 }
