@@ -10,7 +10,7 @@
 //! stack), and the eBPF side only searches and steps.
 //!
 //! One row array serves every process: a file mapped by several processes (cgroup mode, a
-//! shared library) is loaded once, found by (device, inode), and its rows are released when
+//! shared library) is loaded once, found by its device and inode, and its rows are released when
 //! no tracked process maps it any more. Each process gets a sorted list of its executable
 //! mappings (at most `MAX_MAPPINGS`) pointing into the array. [`Unwinder::track`] re-reads
 //! `/proc/PID/maps` and does nothing else when the executable mappings did not change, so it
@@ -29,7 +29,9 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray},
 };
 use object::{Object as _, ObjectSegment as _};
-use oi_common::stack::{MAX_MAPPINGS, MAX_ROWS, Mapping, ProcessMappings, Row, counter};
+use oi_common::stack::{
+    MAX_MAPPINGS, MAX_ROWS, Mapping, ProcessMappings, ROW_SEARCH_STEPS, Row, counter,
+};
 
 use crate::{
     debuginfo::{Binary, cfi},
@@ -87,8 +89,16 @@ impl FileTable {
     }
 }
 
-/// (device, inode) of a mapped file.
-type FileKey = (u64, u64);
+/// (device, inode, size, modification time in ns) of a mapped file: the inode alone could be
+/// a new file's after the old one was deleted.
+type FileKey = (u64, u64, u64, i64);
+
+fn file_key(path: &std::path::Path) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path).ok()?;
+    let mtime = meta.mtime().saturating_mul(1_000_000_000) + meta.mtime_nsec();
+    Some((meta.dev(), meta.ino(), meta.size(), mtime))
+}
 
 struct Tracked {
     /// The executable mappings last seen: (start, end, offset, path).
@@ -129,7 +139,8 @@ impl Unwinder {
         let mappings = BpfHashMap::try_from(take(MAPPINGS_MAP)?).map_err(map_err(MAPPINGS_MAP))?;
         let counters = PerCpuArray::try_from(take(COUNTERS_MAP)?).map_err(map_err(COUNTERS_MAP))?;
         Ok(Self {
-            capacity: rows.len(),
+            // The kernel's search finds a row among at most 2^ROW_SEARCH_STEPS.
+            capacity: rows.len().min(1 << ROW_SEARCH_STEPS),
             rows,
             mappings,
             counters,
@@ -235,7 +246,7 @@ impl Unwinder {
     /// cannot be reached or read (its frames are then stepped by the frame pointer).
     fn load_file(&mut self, pid: i32, m: &procfs::Mapping) -> Option<FileKey> {
         let host = procfs::reachable_path(pid, &m.path, Some((m.start, m.end))).ok()?;
-        let key = procfs::file_id(&host)?;
+        let key = file_key(&host)?;
         if self.files.contains_key(&key) {
             return Some(key);
         }
