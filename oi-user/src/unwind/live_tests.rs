@@ -57,7 +57,11 @@ pub(crate) fn build(flags: &[&str]) -> PathBuf {
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let sources = ["unwind_chain.cpp", "unwind_hop.cpp"]
         .map(|name| modified(&root.join("tests/fixtures").join(name)));
-    let built = modified(&exe).min(modified(&dir.join("libunwind_hop.so")));
+    let built = ["unwind_chain", "libunwind_hop.so", "libunwind_hop_dl.so"]
+        .map(|name| modified(&dir.join(name)))
+        .into_iter()
+        .min()
+        .flatten();
     if built.is_some() && sources.iter().all(|s| *s <= built) {
         return exe;
     }
@@ -88,6 +92,13 @@ pub(crate) fn build(flags: &[&str]) -> PathBuf {
         "-o",
         "libunwind_hop.so",
     ]);
+    // The same library under another name (another file): what the fixture loads with
+    // dlopen when asked.
+    std::fs::copy(
+        dir.join("libunwind_hop.so"),
+        dir.join("libunwind_hop_dl.so"),
+    )
+    .expect("copy the library");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     g(&[
         &src("unwind_chain.cpp"),
@@ -270,6 +281,62 @@ fn kernel_unwinder_walks_an_o2_chain_without_frame_pointers() {
 #[test]
 fn kernel_unwinder_walks_an_o0_chain() {
     walks_the_known_chain(&["-O0"], false);
+}
+
+/// A library loaded with dlopen after tracking started: the next `track` loads exactly its
+/// rows, and the kernel walks through it.
+#[test]
+fn track_picks_up_a_dlopen() {
+    let exe = build(&["-O2", "-fomit-frame-pointer"]);
+    let lib = exe.with_file_name("libunwind_hop_dl.so");
+    let mut child = Command::new(&exe)
+        .env("UNWIND_DLOPEN", &lib)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start fixture");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let fixture = Fixture(child);
+    let pid = fixture.0.id();
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("READY");
+    assert_eq!(line.trim(), "READY");
+    let mut ebpf = load(pid, check_mode::CFI | check_mode::SEND);
+    let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
+    unwinder.track(pid as i32).expect("track");
+    let before = unwinder.stats();
+    std::io::Write::write_all(&mut stdin, b"go\n").expect("write");
+    line.clear();
+    stdout.read_line(&mut line).expect("LOADED");
+    assert_eq!(line.trim(), "LOADED");
+    unwinder.track(pid as i32).expect("track again");
+    let after = unwinder.stats();
+    let binary = crate::debuginfo::Binary::open(&lib).expect("open");
+    let lib_rows = crate::debuginfo::cfi::unwind_rows(&binary)
+        .expect("rows")
+        .rows
+        .len() as u64;
+    assert_eq!(
+        (after.files, after.rows),
+        (before.files + 1, before.rows + lib_rows)
+    );
+    let mut ring = RingBuf::try_from(ebpf.take_map("SAMPLES").expect("SAMPLES")).expect("ring");
+    attach(&mut ebpf, &exe, "chain_leaf", pid);
+    let sample = next_sample(&mut ring);
+    let frames = &sample.cfi[..sample.cfi_frames as usize];
+    let names = names(&mut Symbolizer::new(), pid, frames);
+    assert_eq!(names[..CHAIN.len()], *CHAIN, "{frames:x?}");
+    // The hop's frame is the dlopen'ed copy's.
+    let hop = frames[CHAIN.iter().position(|f| *f == "chain_a").expect("chain_a") - 1];
+    let mapped = crate::target::procfs::mappings(pid as i32).expect("maps");
+    let in_lib = mapped
+        .iter()
+        .find(|m| m.start <= hop && hop < m.end)
+        .expect("mapped");
+    assert_eq!(in_lib.path.file_name(), lib.file_name());
+    assert_eq!(unwinder.stats().frames_without_cfi, 0);
+    drop(stdin);
 }
 
 /// Two processes of one executable (cgroup mode) share every file's rows; the rows go back
