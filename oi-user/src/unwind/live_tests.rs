@@ -427,6 +427,27 @@ fn unwind_cost() {
             best[i] = best[i].min(cost_per_call(&bench, *mode));
         }
     }
+    // What tracking costs user space: a fresh process (every file compiled and loaded), then
+    // the once-a-second call that finds nothing changed.
+    let fixture = start(&exe);
+    let pid = fixture.0.id();
+    let mut ebpf = load(pid, 0);
+    let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
+    let t = Instant::now();
+    unwinder.track(pid as i32).expect("track");
+    let fresh = t.elapsed();
+    let t = Instant::now();
+    unwinder.track(pid as i32).expect("track");
+    let unchanged = t.elapsed();
+    let stats = unwinder.stats();
+    println!(
+        "unwind track: {} files, {} rows loaded in {:.1} ms; unchanged again in {:.0} us",
+        stats.files,
+        stats.rows,
+        fresh.as_secs_f64() * 1e3,
+        unchanged.as_secs_f64() * 1e6
+    );
+    drop(fixture);
     // Read by `cargo xtask bench --only unwind` (xtask/src/bench/unwind.rs).
     for ((label, _), ns) in modes.iter().zip(best) {
         println!("unwind cost: {label}: {ns:.0} ns per call");
