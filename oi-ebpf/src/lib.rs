@@ -1,6 +1,8 @@
 //! What the eBPF programs of every tool share: the footprint trigger (`src/main.rs`) and the
 //! profilers (`src/bin/*.rs`, each built as an object of its own so a tool loads only its own
-//! programs and maps). Kernel side only; types that cross to user space live in `oi-common`.
+//! programs and maps), and what they share: the CFI user-stack unwinder ([`stack`], whose maps
+//! every object carries; only loaders that walk stacks size them). Kernel side only; types that
+//! cross to user space live in `oi-common`.
 #![no_std]
 // The BPF target has no `AtomicU64::fetch_add` (no CAS), but LLVM lowers the xadd intrinsic
 // to BPF's atomic fetch-and-add, which exact counters need.

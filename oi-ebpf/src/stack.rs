@@ -1,57 +1,264 @@
-//! User stacks in the kernel (owner: the unwind work).
+//! Whole user stacks in the kernel, for code built without frame pointers: a DWARF-CFI
+//! unwinder that walks the stack of the thread that hit a uprobe, with tables that user space
+//! (`oi-user/src/unwind`) compiled from each mapped file's `.eh_frame`.
 //!
-//! Placeholder until the CFI unwinder lands: frame pointers, through `bpf_get_stack` with
-//! `BPF_F_USER_STACK`. It is exact at a function's first instruction, which is where the
-//! profilers call it: there `[rsp]` is the caller's return address and `rbp` still the
-//! caller's frame, so the caller comes from `[rsp]` and the frames above it from the
-//! frame-pointer chain (which `bpf_get_stack` alone would start one frame too high). Code
-//! built without frame pointers gives the probed pc and its direct caller only, plus whatever
-//! the chain of a stray `rbp` holds; the CFI unwinder replaces this file.
+//! Why this design: the allocation profiler needs the stack of every allocation *in the
+//! kernel*, to key its per-site maps by stack, at millions of calls a second. `bpf_get_stack`
+//! follows frame pointers, which Debian's -O2 code (libc, libstdc++, most programs) does not
+//! keep; copying the top of the stack to user space and unwinding there cannot keep up and
+//! gives the kernel no key. So, as production profilers do, user space turns `.eh_frame` into
+//! compact rows ([`oi_common::stack::Row`]: CFA = rsp+off or rbp+off, where rbp was saved),
+//! and this module steps frame by frame: find the process's mapping of the pc (binary search
+//! over at most 256), find the row of the pc (binary search over the file's rows), CFA from
+//! the row, return address at CFA − 8, rbp from CFA + 8·slot when saved. A pc no table covers
+//! (JIT code, a file without CFI, a process not tracked) is stepped by the frame pointer. The
+//! walk ends at an undefined return address (`_start`), a zero return address or frame
+//! pointer; it stops early (counted as truncated) on a rule it cannot follow, an unreadable
+//! or non-advancing stack, or after [`MAX_FRAMES`] frames.
+//!
+//! Every loop is bounded: the frame loop runs under `bpf_loop` (the verifier checks one step,
+//! not 48), the searches have fixed iteration counts. No large stack buffers: the frames go
+//! straight into the caller's map value. Never writes user memory; reads it only with
+//! `bpf_probe_read_user`, which fails cleanly on a bad address.
+
+use core::ffi::c_void;
 
 use aya_ebpf::{
-    EbpfContext as _,
-    bindings::BPF_F_USER_STACK,
-    helpers::{bpf_probe_read_user, generated::bpf_get_stack},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated::bpf_loop},
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
     programs::ProbeContext,
 };
-use oi_common::stack::MAX_FRAMES;
+use oi_common::stack::{
+    MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, MAX_UNWIND_PROCESSES, ProcessMappings,
+    ROW_SEARCH_STEPS, Row, counter, rule,
+};
 
-/// Writes `frames[0]` = the probed instruction's address, then each caller's return address,
-/// innermost first; returns how many were written (≥ 1).
+/// The rows of every file of every tracked process (written by user space only). One entry
+/// here: every object of this crate carries the map, so only the loaders of programs that
+/// walk stacks size it (`oi_user::unwind::size_maps`, `MAX_ROWS` rows); the others keep it
+/// tiny.
+#[map]
+static UNWIND_ROWS: Array<Row> = Array::with_max_entries(1, 0);
+
+/// tgid → its executable mappings, sorted by start (written by user space only).
+#[map]
+static UNWIND_MAPPINGS: HashMap<u32, ProcessMappings> =
+    HashMap::with_max_entries(MAX_UNWIND_PROCESSES, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Per-CPU counters, indexed by `oi_common::stack::counter`.
+#[map]
+static UNWIND_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// The state of one walk, passed to each step of `bpf_loop`.
+#[repr(C)]
+struct Walk {
+    frames: *mut [u64; MAX_FRAMES],
+    /// The process's mappings, null when the process is not tracked.
+    mappings: *const ProcessMappings,
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    /// Frames written.
+    n: u64,
+    /// 1 once the walk met the stack's end.
+    ended: u64,
+}
+
+/// Writes the user stack of the thread that hit the probe into `frames`: `frames[0]` is the
+/// probed instruction's address, then each caller's return address, innermost first. Returns
+/// how many frames were written (≥ 1).
 #[inline(always)]
 pub fn user_stack(ctx: &ProbeContext, frames: &mut [u64; MAX_FRAMES]) -> usize {
     // SAFETY: `regs` is the pt_regs the kernel passed to this program, readable for its run.
-    let (ip, sp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp) };
-    frames[0] = ip;
-    // SAFETY: a user-memory read through the helper, which fails cleanly on a bad address.
-    let Ok(caller) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else {
-        return 1;
+    let (pc, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let mappings = UNWIND_MAPPINGS.get_ptr(tgid).unwrap_or(core::ptr::null());
+    let mut walk = Walk {
+        frames: frames as *mut _,
+        mappings,
+        pc,
+        sp,
+        bp,
+        n: 0,
+        ended: 0,
     };
-    if caller == 0 {
+    // SAFETY: the callback is a BPF function of this program and `walk` lives on this stack
+    // for the whole call.
+    unsafe {
+        bpf_loop(
+            MAX_FRAMES as u32,
+            step as *mut c_void,
+            (&raw mut walk).cast::<c_void>(),
+            0,
+        );
+    }
+    count(counter::STACKS);
+    if walk.ended == 0 {
+        count(counter::TRUNCATED_STACKS);
+    }
+    if walk.n == 0 {
+        // Never expected (the first step always writes); the contract is at least one frame.
+        frames[0] = pc;
         return 1;
     }
-    frames[1] = caller;
-    // `bpf_get_stack` writes [ip, [rbp + 8], …]: its first entry is ours already, so it writes
-    // from frames[1] on and frames[1] is put back afterwards.
-    let room = ((MAX_FRAMES - 1) * 8) as u32;
-    // SAFETY: the helper writes at most `room` bytes into `frames[1..]`, which holds exactly
-    // that many; the context is the one the kernel passed.
-    let written = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            frames.as_mut_ptr().add(1).cast(),
-            room,
-            BPF_F_USER_STACK as u64,
-        )
-    };
-    frames[1] = caller;
-    if written <= 8 {
-        return 2;
+    walk.n as usize
+}
+
+/// One frame: record the pc, then find the caller's pc, sp and bp. 0 to go on, 1 to stop.
+#[inline(never)]
+extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the `Walk` that `user_stack` passed, on its caller's stack.
+    let w = unsafe { &mut *ctx.cast::<Walk>() };
+    let n = w.n as usize;
+    if n >= MAX_FRAMES {
+        return 1;
     }
-    let n = (written as usize) / 8;
-    if n + 1 > MAX_FRAMES {
-        MAX_FRAMES
+    // SAFETY: `frames` points at the caller's map value of MAX_FRAMES slots; `n` is in bounds.
+    unsafe { (*w.frames)[n] = w.pc };
+    w.n += 1;
+    // A return address is the instruction after the call: the call itself (pc − 1) is in the
+    // caller's frame even when the call is the last instruction of its function.
+    let lookup = if n == 0 { w.pc } else { w.pc.wrapping_sub(1) };
+    let found = if w.mappings.is_null() {
+        None
     } else {
-        n + 1
+        // SAFETY: a non-null `mappings` is a value of UNWIND_MAPPINGS, read-only here.
+        find_row(unsafe { &*w.mappings }, lookup)
+    };
+    let (cfa, rbp_slot) = match found {
+        Some(row) => match row.rule {
+            rule::CFA_RSP => (w.sp.wrapping_add(row.cfa_offset as u64), row.rbp_slot),
+            rule::CFA_RBP => (w.bp.wrapping_add(row.cfa_offset as u64), row.rbp_slot),
+            rule::CFA_PLT => {
+                let pushed = if (w.pc & 15) >= row.cfa_offset as u64 {
+                    8
+                } else {
+                    0
+                };
+                (w.sp.wrapping_add(8 + pushed), row.rbp_slot)
+            }
+            rule::END => {
+                w.ended = 1;
+                return 1;
+            }
+            rule::NONE => return frame_pointer_step(w),
+            _ => return 1,
+        },
+        None => return frame_pointer_step(w),
+    };
+    // SAFETY: reads of user memory through the helper, which fails on a bad address.
+    let Ok(ra) = (unsafe { bpf_probe_read_user((cfa.wrapping_sub(8)) as *const u64) }) else {
+        return 1;
+    };
+    if rbp_slot != 0 {
+        let at = cfa.wrapping_add((rbp_slot as i64 * 8) as u64);
+        // SAFETY: as above.
+        let Ok(bp) = (unsafe { bpf_probe_read_user(at as *const u64) }) else {
+            return 1;
+        };
+        w.bp = bp;
+    }
+    advance(w, ra, cfa)
+}
+
+/// The caller by the frame pointer: saved rbp at [rbp], return address at [rbp + 8].
+#[inline(always)]
+fn frame_pointer_step(w: &mut Walk) -> i64 {
+    count(counter::FRAMES_WITHOUT_CFI);
+    if w.bp == 0 {
+        w.ended = 1;
+        return 1;
+    }
+    // SAFETY: reads of user memory through the helper, which fails on a bad address.
+    let Ok(next_bp) = (unsafe { bpf_probe_read_user(w.bp as *const u64) }) else {
+        return 1;
+    };
+    // SAFETY: as above.
+    let Ok(ra) = (unsafe { bpf_probe_read_user(w.bp.wrapping_add(8) as *const u64) }) else {
+        return 1;
+    };
+    let cfa = w.bp.wrapping_add(16);
+    w.bp = next_bp;
+    advance(w, ra, cfa)
+}
+
+/// Moves to the caller whose return address is `ra` and whose stack starts at `cfa`.
+#[inline(always)]
+fn advance(w: &mut Walk, ra: u64, cfa: u64) -> i64 {
+    if ra == 0 {
+        w.ended = 1;
+        return 1;
+    }
+    // The stack grows down: a caller's frame is above its callee's. Anything else is a
+    // damaged stack or a wrong table, and would loop.
+    if cfa <= w.sp {
+        return 1;
+    }
+    w.pc = ra;
+    w.sp = cfa;
+    0
+}
+
+/// The row covering `pc` in the process's tables; `None` where nothing covers it.
+#[inline(always)]
+fn find_row(mappings: &ProcessMappings, pc: u64) -> Option<Row> {
+    // Last mapping starting at or below pc.
+    let count = mappings.count as u64;
+    if count == 0 || count > MAX_MAPPINGS as u64 {
+        return None;
+    }
+    let mut lo: u64 = 0;
+    let mut len = count;
+    for _ in 0..MAPPING_SEARCH_STEPS {
+        if len <= 1 {
+            break;
+        }
+        let half = len / 2;
+        let mid = lo + half;
+        if mid >= MAX_MAPPINGS as u64 {
+            return None;
+        }
+        if mappings.entries[mid as usize].start <= pc {
+            lo = mid;
+        }
+        len -= half;
+    }
+    if lo >= MAX_MAPPINGS as u64 {
+        return None;
+    }
+    let m = &mappings.entries[lo as usize];
+    if pc < m.start || pc >= m.end || m.rows == 0 {
+        return None;
+    }
+    let offset = pc.wrapping_sub(m.bias);
+    if offset > u32::MAX as u64 {
+        return None;
+    }
+    let offset = offset as u32;
+    // Last row of the file starting at or below the offset.
+    let mut lo = m.first_row;
+    let mut len = m.rows;
+    for _ in 0..ROW_SEARCH_STEPS {
+        if len <= 1 {
+            break;
+        }
+        let half = len / 2;
+        let mid = lo.wrapping_add(half);
+        let row = UNWIND_ROWS.get(mid)?;
+        if row.pc <= offset {
+            lo = mid;
+        }
+        len -= half;
+    }
+    let row = *UNWIND_ROWS.get(lo)?;
+    (row.pc <= offset).then_some(row)
+}
+
+#[inline(always)]
+fn count(index: u32) {
+    if let Some(c) = UNWIND_COUNTERS.get_ptr_mut(index) {
+        // SAFETY: this CPU's slot of a per-CPU array; one program runs per CPU at a time.
+        unsafe { *c += 1 };
     }
 }

@@ -325,7 +325,6 @@ fn exact_counts_at_o2_without_frame_pointers() {
 }
 
 #[test]
-#[ignore = "needs the CFI unwinder (branch unwind)"]
 fn whole_stacks_and_classes_at_o2_without_frame_pointers() {
     if !privileged() {
         return;

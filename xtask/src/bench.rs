@@ -34,6 +34,7 @@ impl Figure {
 
 mod allocs;
 mod calls;
+mod unwind;
 
 const FIGURES: [&str; 8] = [
     "pause",
@@ -44,6 +45,7 @@ const FIGURES: [&str; 8] = [
     "calls",
     "allocs",
     "oil",
+    "unwind",
 ];
 
 pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
@@ -77,6 +79,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("oil") {
         oil(quick, &mut figures)?;
+    }
+    if wanted("unwind") {
+        unwind::run(root, &mut figures)?;
     }
     report(root, &figures)
 }

@@ -101,6 +101,8 @@ impl Program {
             .map_max_entries("LIVE", settings.max_live.max(1))
             .map_max_entries("STACKS", settings.max_stacks.max(1))
             .map_max_entries("SITES", settings.max_stacks.max(1));
+        // The unwinder's row array is declared with one entry (every object carries it).
+        crate::unwind::size_maps(&mut loader);
         let mut ebpf = loader.load(OBJECT).map_err(|e| {
             let msg = e.to_string();
             if msg.contains("Operation not permitted") || msg.contains("EPERM") {
