@@ -731,7 +731,9 @@ impl Gen<'_, '_> {
                 Ok(())
             }
             Op::Bitfield => Ok(()),
-            Op::Struct { members, padding, .. } => {
+            Op::Struct {
+                members, padding, ..
+            } => {
                 let ids: Vec<NodeId> = members.iter().map(|m| m.1).collect();
                 let part = padding.wrapping_add(self.static_children(&ids));
                 self.tally_const(part);
