@@ -36,7 +36,7 @@ mod allocs;
 mod calls;
 mod unwind;
 
-const FIGURES: [&str; 8] = [
+const FIGURES: [&str; 9] = [
     "pause",
     "first-result",
     "probe-cost",

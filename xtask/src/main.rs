@@ -44,7 +44,7 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
-        /// calls, oil.
+        /// calls, allocs, oil, unwind.
         #[arg(long, value_name = "FIGURE")]
         only: Vec<String>,
     },
