@@ -94,7 +94,7 @@ fn measure(binary: &Binary, function: &FunctionSymbol, arg: &str, features: &[&s
 
 /// Decodes a well-formed stream for each root of `m`'s plan in every format.
 fn decode_synthetic(m: &Measurer) {
-    let streams: Option<Vec<Vec<u64>>> = m
+    let streams: Option<Vec<Vec<u8>>> = m
         .roots()
         .into_iter()
         .map(|root| synth::stream(m.plan(), root, 1))

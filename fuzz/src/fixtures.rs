@@ -153,8 +153,8 @@ pub fn decode(data: &[u8]) {
     };
     let measurer = usize::from(*which) % MEASURERS.len();
     let roots = MEASURERS[measurer].roots().len();
-    let streams = oi_trace::jit::split_streams(rest, roots)
-        .unwrap_or_else(|_| vec![rest.to_vec(); roots]);
+    let streams =
+        oi_trace::jit::split_streams(rest, roots).unwrap_or_else(|_| vec![rest.to_vec(); roots]);
     let job = Job {
         measurer,
         format: FORMATS[usize::from(*format) % FORMATS.len()],

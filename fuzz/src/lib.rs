@@ -53,6 +53,6 @@ pub const FORMATS: [OutputFormat; 4] = [
 ];
 
 /// Decodes `streams` with `m`'s plan into `format`, as the report thread does.
-pub fn report(m: &Measurer, streams: &[Vec<u64>], format: OutputFormat) {
+pub fn report(m: &Measurer, streams: &[Vec<u8>], format: OutputFormat) {
     let _ = m.write_report(streams, format, &mut CappedSink::default());
 }

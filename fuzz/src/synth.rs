@@ -33,8 +33,7 @@ pub fn stream(plan: &Plan, root: NodeId, seed: u64) -> Option<Vec<u8>> {
         pointer_depth: 0,
         depth: 0,
     };
-    s.node(root)
-        .then(|| oi_trace::plan::stream::encode(&s.out))
+    s.node(root).then(|| oi_trace::plan::stream::encode(&s.out))
 }
 
 impl Synth<'_> {
