@@ -849,7 +849,7 @@ mod tests {
         let (plan, mem) = fixture();
         let good = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
         // A string capacity beyond any address space: the decoder refuses it.
-        let forged = vec![0x1000, 3, 10, 35, u64::MAX];
+        let forged = words::encode(&[0x1000, 3, 10, 35, u64::MAX]);
         let root = |label, stream| Root {
             label,
             node: 0,
