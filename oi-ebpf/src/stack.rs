@@ -11,7 +11,10 @@
 //! and this module steps frame by frame: find the process's mapping of the pc (binary search
 //! over at most 256), find the row of the pc (binary search over the file's rows), CFA from
 //! the row, return address at CFA − 8, rbp from CFA + 8·slot when saved. A pc no table covers
-//! (JIT code, a file without CFI, a process not tracked) is stepped by the frame pointer. The
+//! (JIT code, a file without CFI, a process not tracked) is stepped by the frame pointer,
+//! except the probed instruction itself, which callers place at a function's first
+//! instruction: its return address is at [rsp] (a process that started a moment ago, before
+//! user space tracked it, still gets its allocator's exact caller). The
 //! walk ends at an undefined return address (`_start`), a zero return address or frame
 //! pointer; it stops early (counted as truncated) on a rule it cannot follow, an unreadable
 //! or non-advancing stack, or after [`MAX_FRAMES`] frames.
@@ -67,7 +70,8 @@ struct Walk {
 
 /// Writes the user stack of the thread that hit the probe into `frames`: `frames[0]` is the
 /// probed instruction's address, then each caller's return address, innermost first. Returns
-/// how many frames were written (≥ 1).
+/// how many frames were written (≥ 1). Probe a function's first instruction: where no table
+/// covers it, the return address is taken from [rsp].
 #[inline(always)]
 pub fn user_stack(ctx: &ProbeContext, frames: &mut [u64; MAX_FRAMES]) -> usize {
     // SAFETY: `regs` is the pt_regs the kernel passed to this program, readable for its run.
@@ -142,9 +146,11 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
                 w.ended = 1;
                 return 1;
             }
+            rule::NONE if n == 0 => entry_frame(w),
             rule::NONE => return frame_pointer_step(w),
             _ => return 1,
         },
+        None if n == 0 => entry_frame(w),
         None => return frame_pointer_step(w),
     };
     // SAFETY: reads of user memory through the helper, which fails on a bad address.
@@ -160,6 +166,15 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
         w.bp = bp;
     }
     advance(w, ra, cfa)
+}
+
+/// The probed instruction with no table (a process not tracked yet, a file without CFI):
+/// callers probe a function's first instruction, where the return address is at [rsp] and
+/// rbp is still the caller's, so the caller is exact and frame pointers take over above it.
+#[inline(always)]
+fn entry_frame(w: &Walk) -> (u64, i8) {
+    count(counter::FRAMES_WITHOUT_CFI);
+    (w.sp.wrapping_add(8), 0)
 }
 
 /// The caller by the frame pointer: saved rbp at [rbp], return address at [rbp + 8].

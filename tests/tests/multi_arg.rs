@@ -84,7 +84,7 @@ fn one_bad_argument_is_empty_and_the_others_are_measured() {
                 Value::Array(vec![alone[0].clone(), json("{}")]),
                 "{mode}"
             );
-            let warning = warning_about(&out, "arg1");
+            let warning = warning_about(&out, "arg1 bad");
             // jit: the walker faulted at the hole; remote: reading the hole failed.
             assert!(warning.contains(&t.hole), "{mode}: {warning}");
 
@@ -97,7 +97,7 @@ fn one_bad_argument_is_empty_and_the_others_are_measured() {
                 Value::Array(vec![json("{}"), alone[0].clone()]),
                 "{mode}"
             );
-            warning_about(&out, "arg0");
+            warning_about(&out, "arg0 bad");
         }
         t.fixture.assert_running();
         t.fixture.stdout.expect("tick", 20 * SECOND);
@@ -132,7 +132,9 @@ fn every_argument_bad_prints_nothing_and_exits_6() {
                 .find(|l| l.contains("error: sample 1"))
                 .unwrap_or_else(|| panic!("{mode}: no error line: {out:#?}"));
             assert!(
-                error.contains("arg0: ") && error.contains("; arg1: ") && error.contains(&t.hole),
+                error.contains("arg0 bad: ")
+                    && error.contains("; arg1 worse: ")
+                    && error.contains(&t.hole),
                 "{mode}: {error}"
             );
             assert!(
@@ -180,7 +182,7 @@ fn tree_csv_and_summary_say_which_argument_failed() {
             .collect();
         assert_eq!(failed.len(), 1, "{mode}: {}", out.stdout);
         assert!(
-            failed[0].starts_with("arg1: std::vector<std::string>  not measured: ")
+            failed[0].starts_with("arg1 bad: std::vector<std::string>  not measured: ")
                 && failed[0].contains(&t.hole),
             "{mode}: {}",
             failed[0]
@@ -188,7 +190,7 @@ fn tree_csv_and_summary_say_which_argument_failed() {
         assert!(
             out.stdout
                 .lines()
-                .any(|l| l.starts_with("arg0: shop::Ledger  ")),
+                .any(|l| l.starts_with("arg0 good: shop::Ledger  ")),
             "{mode}: {}",
             out.stdout
         );
@@ -209,9 +211,9 @@ fn tree_csv_and_summary_say_which_argument_failed() {
         // name).
         assert_eq!(rows.len(), 1 + 1 + 1 + 1 + 37 + 1, "{mode}: {}", out.stdout);
         assert!(
-            rows[1].starts_with("1,\"arg0 not measured: ")
+            rows[1].starts_with("1,\"arg0 bad not measured: ")
                 && rows[1].contains(&t.hole)
-                && rows[1].contains(",\"arg0\",\"std::vector<")
+                && rows[1].contains(",\"arg0 bad\",\"std::vector<")
                 && rows[1].ends_with(",24,,,,,,0"),
             "{mode}: {}",
             rows[1]
