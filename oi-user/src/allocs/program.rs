@@ -10,16 +10,16 @@ use std::path::Path;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray},
-    programs::UProbe,
 };
 use oi_common::allocs::{Block, MAX_BUCKETS, Open, SiteStats, Stack, counter};
 
 use super::hooks::Site;
 use crate::{
-    calls::program::{Attachment, Mechanism, attach_program, detach_program, raise_limits},
+    calls::program::{
+        Attachment, Loaded, Mechanism, attach_program, detach_program, load_profiler, raise_limits,
+    },
     error::{Error, Result},
     event_loop::StderrLog,
-    kernel_features::KernelFeatures,
     probe::multi::MultiProgram,
     unwind::Unwinder,
 };
@@ -103,40 +103,12 @@ impl Program {
             .map_max_entries("SITES", settings.max_stacks.max(1));
         // The unwinder's row array is declared with one entry (every object carries it).
         crate::unwind::size_maps(&mut loader);
-        let mut ebpf = loader.load(OBJECT).map_err(|e| {
-            let msg = e.to_string();
-            if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-                Error::input(crate::privileges::refusal(
-                    "loading eBPF programs",
-                    crate::privileges::TO_LOAD,
-                ))
-            } else {
-                Error::internal(format!("loading the allocation eBPF program: {e}"))
-            }
-        })?;
-        let (mechanism, multi) = if KernelFeatures::get().uprobe_multi_link {
-            let multi = MultiProgram::load(OBJECT, &ebpf, PROGRAM)
-                .map_err(|e| Error::internal(e.to_string()))?;
-            (Mechanism::MultiLink, Some(multi))
-        } else {
-            let program: &mut UProbe = ebpf
-                .program_mut(PROGRAM)
-                .ok_or_else(|| Error::internal(format!("eBPF program {PROGRAM} missing")))?
-                .try_into()
-                .map_err(|e| Error::internal(format!("eBPF program {PROGRAM}: {e}")))?;
-            program.load().map_err(|e| {
-                Error::internal(format!("the kernel refused eBPF program {PROGRAM}: {e}"))
-            })?;
-            (Mechanism::PerfEvents, None)
-        };
-        let logger = if settings.verbose {
-            Some(
-                aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog)
-                    .map_err(|e| Error::internal(format!("reading the eBPF log: {e}")))?,
-            )
-        } else {
-            None
-        };
+        let Loaded {
+            mut ebpf,
+            mechanism,
+            multi,
+            logger,
+        } = load_profiler(&mut loader, OBJECT, PROGRAM, "allocation", settings.verbose)?;
         let unwinder = Unwinder::new(&mut ebpf)?;
         let mut take = |name: &str| {
             ebpf.take_map(name)

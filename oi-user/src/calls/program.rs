@@ -38,6 +38,68 @@ const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cal
 /// enough that the number of links stays small.
 const MULTI_BATCH: usize = 2048;
 
+/// A profiler's eBPF object, loaded: the programs and maps, how its uprobes attach on this
+/// kernel, and its aya-log logger under `-v`.
+pub struct Loaded {
+    pub ebpf: Ebpf,
+    pub mechanism: Mechanism,
+    pub multi: Option<MultiProgram>,
+    pub logger: Option<aya_log::EbpfLogger<StderrLog>>,
+}
+
+/// Loads `object` (the profiler's program `program`, named `what` in errors) with `loader`,
+/// then readies the program for multi-uprobe links where the kernel has them, else for one
+/// perf event per probe. The logger is taken before anything else reads the log's ring
+/// buffer. The one load step of `calls` and `allocs`.
+pub fn load_profiler(
+    loader: &mut EbpfLoader<'_>,
+    object: &[u8],
+    program: &str,
+    what: &str,
+    verbose: bool,
+) -> Result<Loaded> {
+    let mut ebpf = loader.load(object).map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+            Error::input(crate::privileges::refusal(
+                "loading eBPF programs",
+                crate::privileges::TO_LOAD,
+            ))
+        } else {
+            Error::internal(format!("loading the {what} eBPF program: {e}"))
+        }
+    })?;
+    let (mechanism, multi) = if KernelFeatures::get().uprobe_multi_link {
+        let multi = MultiProgram::load(object, &ebpf, program)
+            .map_err(|e| Error::internal(e.to_string()))?;
+        (Mechanism::MultiLink, Some(multi))
+    } else {
+        let uprobe: &mut UProbe = ebpf
+            .program_mut(program)
+            .ok_or_else(|| Error::internal(format!("eBPF program {program} missing")))?
+            .try_into()
+            .map_err(|e| Error::internal(format!("eBPF program {program}: {e}")))?;
+        uprobe.load().map_err(|e| {
+            Error::internal(format!("the kernel refused eBPF program {program}: {e}"))
+        })?;
+        (Mechanism::PerfEvents, None)
+    };
+    let logger = if verbose {
+        Some(
+            aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog)
+                .map_err(|e| Error::internal(format!("reading the eBPF log: {e}")))?,
+        )
+    } else {
+        None
+    };
+    Ok(Loaded {
+        ebpf,
+        mechanism,
+        multi,
+        logger,
+    })
+}
+
 /// What the program is told at load time.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -146,41 +208,12 @@ impl Program {
             .map_max_entries("NODES", max_nodes)
             .map_max_entries("STATS", max_nodes)
             .map_max_entries("HISTOGRAM", histogram_entries);
-        let mut ebpf = loader.load(OBJECT).map_err(|e| {
-            let msg = e.to_string();
-            if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-                Error::input(crate::privileges::refusal(
-                    "loading eBPF programs",
-                    crate::privileges::TO_LOAD,
-                ))
-            } else {
-                Error::internal(format!("loading the call-tree eBPF program: {e}"))
-            }
-        })?;
-        let (mechanism, multi) = if KernelFeatures::get().uprobe_multi_link {
-            let multi = MultiProgram::load(OBJECT, &ebpf, PROGRAM)
-                .map_err(|e| Error::internal(e.to_string()))?;
-            (Mechanism::MultiLink, Some(multi))
-        } else {
-            let program: &mut UProbe = ebpf
-                .program_mut(PROGRAM)
-                .ok_or_else(|| Error::internal(format!("eBPF program {PROGRAM} missing")))?
-                .try_into()
-                .map_err(|e| Error::internal(format!("eBPF program {PROGRAM}: {e}")))?;
-            program.load().map_err(|e| {
-                Error::internal(format!("the kernel refused eBPF program {PROGRAM}: {e}"))
-            })?;
-            (Mechanism::PerfEvents, None)
-        };
-        // Taken before anything else: the logger reads the program's log ring buffer.
-        let logger = if settings.verbose {
-            Some(
-                aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog)
-                    .map_err(|e| Error::internal(format!("reading the eBPF log: {e}")))?,
-            )
-        } else {
-            None
-        };
+        let Loaded {
+            mut ebpf,
+            mechanism,
+            multi,
+            logger,
+        } = load_profiler(&mut loader, OBJECT, PROGRAM, "call-tree", settings.verbose)?;
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
