@@ -451,19 +451,21 @@ fn every_nth_allocation_scaled() {
     if !privileged() {
         return;
     }
-    let (printed, report) = journey(&o0(), &["--every", "2"]);
-    assert_eq!(report["sampled"], true);
-    let skipped = report["counters"]["skipped_by_sampling"].as_u64().unwrap();
-    assert_eq!(skipped, printed.alloc_calls / 2);
-    let sites = by_innermost(&report);
-    for name in [
-        "shop::make_widgets",
-        "shop::c_blocks",
-        "shop::Inventory::restock",
-    ] {
-        let want = printed.sites[name];
-        assert_eq!(sites[name][0], want[0], "{name}: allocs");
-        assert_eq!(sites[name][2], want[2], "{name}: bytes");
+    for binary in [o0(), o2()] {
+        let (printed, report) = journey(&binary, &["--every", "2"]);
+        assert_eq!(report["sampled"], true);
+        let skipped = report["counters"]["skipped_by_sampling"].as_u64().unwrap();
+        assert_eq!(skipped, printed.alloc_calls / 2);
+        let sites = by_innermost(&report);
+        for name in [
+            "shop::make_widgets",
+            "shop::c_blocks",
+            "shop::Inventory::restock",
+        ] {
+            let want = printed.sites[name];
+            assert_eq!(sites[name][0], want[0], "{name}: allocs");
+            assert_eq!(sites[name][2], want[2], "{name}: bytes");
+        }
     }
 }
 
@@ -474,21 +476,29 @@ fn sampling_by_bytes_keeps_large_blocks_exact() {
     if !privileged() {
         return;
     }
-    let (printed, report) = journey(&o0(), &["--sample-bytes", "4096"]);
-    assert_eq!(report["sampled"], true);
-    let big = printed.sites["shop::big"];
-    assert_eq!(by_innermost(&report)["shop::big"][..3], big[..3]);
+    for binary in [o0(), o2()] {
+        let (printed, report) = journey(&binary, &["--sample-bytes", "4096"]);
+        assert_eq!(report["sampled"], true);
+        let big = printed.sites["shop::big"];
+        assert_eq!(by_innermost(&report)["shop::big"][..3], big[..3]);
+    }
 }
 
-/// cgroup mode: a process present at attach time and one started after are both counted.
+/// cgroup mode: a process present at attach time and one started after are both counted, at
+/// -O0 and at -O2 without frame pointers.
 #[test]
 fn cgroup_covers_a_process_started_after_attaching() {
     if !privileged() {
         return;
     }
-    let binary = o0();
+    for binary in [o0(), o2()] {
+        cgroup_journey(&binary);
+    }
+}
+
+fn cgroup_journey(binary: &std::path::Path) {
     let cgroup = TestCgroup::new("allocs");
-    let mut first = Fixture::start(&binary, &["10"]);
+    let mut first = Fixture::start(binary, &["10"]);
     cgroup.add(first.pid);
     let path = cgroup.path().to_str().unwrap().to_string();
     let tracer = OiTrace::attached(&[
@@ -501,7 +511,7 @@ fn cgroup_covers_a_process_started_after_attaching() {
         BUCKET,
     ]);
     // The second one joins the cgroup before it allocates (it waits for SIGUSR1).
-    let mut second = Fixture::start(&binary, &["10"]);
+    let mut second = Fixture::start(binary, &["10"]);
     cgroup.add(second.pid);
     first.signal(SIGUSR1);
     second.signal(SIGUSR1);
