@@ -95,8 +95,29 @@ pub(super) fn generate(
     fc: TargetFrontendConfig,
     sizes: bool,
 ) -> Result<Vec<Function>, JitError> {
+    generate_with(plan, roots, fc, sizes, true)
+}
+
+/// A walker with sizes that writes no stream: the same loads, checks and total, for a caller
+/// that wants the inclusive size only (OIL's `size`). `out_used` stays 0.
+pub(super) fn generate_totals(
+    plan: &Plan,
+    roots: &[NodeId],
+    fc: TargetFrontendConfig,
+) -> Result<Vec<Function>, JitError> {
+    generate_with(plan, roots, fc, true, false)
+}
+
+fn generate_with(
+    plan: &Plan,
+    roots: &[NodeId],
+    fc: TargetFrontendConfig,
+    sizes: bool,
+    stream: bool,
+) -> Result<Vec<Function>, JitError> {
     let mut reg = Registry {
         sizes,
+        stream,
         statics: vec![None; plan.nodes.len()],
         ..Registry::default()
     };
@@ -127,6 +148,8 @@ struct Registry {
     pending: Vec<(u32, NodeId, u64)>,
     /// Add up the inclusive size while walking.
     sizes: bool,
+    /// Write the stream (false: the total only, `generate_totals`).
+    stream: bool,
     /// `report::static_total` of each node, memoised.
     statics: Vec<Option<u64>>,
 }
@@ -405,6 +428,9 @@ impl Gen<'_, '_> {
 
     /// One LEB128 word at the cursor; a byte is stored only when it lies before `end`.
     fn varint(&mut self, w: Value) {
+        if !self.reg.stream {
+            return;
+        }
         let cur = self.b.use_var(self.cur);
         let join = self.b.create_block();
         let joined = self.b.append_block_param(join, I64);
@@ -461,6 +487,9 @@ impl Gen<'_, '_> {
 
     /// One LEB128 word at `q`, known to have room: returns the address after it.
     fn varint_unchecked(&mut self, w: Value, q: Value) -> Value {
+        if !self.reg.stream {
+            return q;
+        }
         let lp = self.b.create_block();
         let v = self.b.append_block_param(lp, I64);
         let c = self.b.append_block_param(lp, I64);
@@ -486,6 +515,9 @@ impl Gen<'_, '_> {
 
     /// A whole little-endian `u64` at the cursor (the per-root header), stored if it fits.
     fn emit_raw_word(&mut self, w: Value) {
+        if !self.reg.stream {
+            return;
+        }
         let cur = self.b.use_var(self.cur);
         let next = self.b.ins().iadd_imm_s(cur, 8);
         // User-space addresses: `next` does not wrap.
@@ -1261,8 +1293,12 @@ impl Gen<'_, '_> {
         let v = self.b.ins().bor(len0, c0);
         let v = self.b.ins().bor(v, l1);
         let v = self.b.ins().bor(v, c1);
-        self.b.ins().istore32(trusted(), v, q2, 0);
-        let q4 = self.b.ins().iadd_imm_s(q2, 4);
+        let q4 = if self.reg.stream {
+            self.b.ins().istore32(trusted(), v, q2, 0);
+            self.b.ins().iadd_imm_s(q2, 4)
+        } else {
+            q2
+        };
         self.b.ins().jump(next2, &[BlockArg::Value(q4)]);
         self.b.switch_to_block(long2);
         let mut at = q2;
@@ -1290,8 +1326,12 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(two);
         let hi = self.b.ins().ishl_imm_s(cap, 8);
         let v = self.b.ins().bor(len, hi);
-        self.b.ins().istore16(trusted(), v, q, 0);
-        let q2b = self.b.ins().iadd_imm_s(q, 2);
+        let q2b = if self.reg.stream {
+            self.b.ins().istore16(trusted(), v, q, 0);
+            self.b.ins().iadd_imm_s(q, 2)
+        } else {
+            q
+        };
         self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
         self.b.switch_to_block(long);
         let q1 = self.varint_unchecked(len, q);
@@ -1980,6 +2020,9 @@ fn gen_entry(
                     g.tally_const(part);
                 }
                 g.walk_at(root, addr, 0)?;
+                if !g.reg.stream {
+                    continue;
+                }
                 let cur = g.b.use_var(g.cur);
                 let bytes = g.b.ins().isub(cur, header);
                 let bytes = g.b.ins().iadd_imm_s(bytes, -8);

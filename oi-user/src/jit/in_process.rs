@@ -32,6 +32,16 @@ use crate::plan::{NodeId, Plan};
 /// accessible). Walkers of the largest plans seen are a few MiB.
 const CODE_RESERVATION: usize = 256 << 20;
 
+/// What a walker writes.
+#[derive(Clone, Copy)]
+enum Output {
+    Stream,
+    /// The stream and the total.
+    Sized,
+    /// The total only.
+    TotalOnly,
+}
+
 /// A walker compiled into this process. The code stays mapped as long as this value lives.
 pub struct LocalWalker {
     entry: unsafe extern "sysv64" fn(*mut WalkFrame) -> u64,
@@ -59,22 +69,34 @@ fn err(e: impl std::fmt::Display) -> JitError {
 impl LocalWalker {
     /// Compiles the walk of `roots` (plan nodes, in argument order) into this process.
     pub fn compile(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
-        Self::build(plan, roots, false)
+        Self::build(plan, roots, Output::Stream)
     }
 
     /// The same walker, which also adds up the roots' inclusive sizes as it walks and
     /// leaves them in `WalkFrame::total` (what `report::total_size` gives from the stream).
     pub fn compile_sized(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
-        Self::build(plan, roots, true)
+        Self::build(plan, roots, Output::Sized)
     }
 
-    fn build(plan: &Plan, roots: &[NodeId], sizes: bool) -> Result<Self, JitError> {
+    /// The walker of [`Self::compile_sized`] without the stream: the same loads, checks and
+    /// `WalkFrame::total`, and nothing written to `out` (`out_used` stays 0), for a caller
+    /// that wants the inclusive size only.
+    pub fn compile_totals(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
+        Self::build(plan, roots, Output::TotalOnly)
+    }
+
+    fn build(plan: &Plan, roots: &[NodeId], output: Output) -> Result<Self, JitError> {
         check_plan(plan, roots)?;
         let isa = cranelift_native::builder()
             .map_err(err)?
             .finish(link::flags(false)?)
             .map_err(err)?;
-        let funcs = codegen::generate(plan, roots, isa.frontend_config(), sizes)?;
+        let fc = isa.frontend_config();
+        let funcs = match output {
+            Output::Stream => codegen::generate(plan, roots, fc, false)?,
+            Output::Sized => codegen::generate(plan, roots, fc, true)?,
+            Output::TotalOnly => codegen::generate_totals(plan, roots, fc)?,
+        };
         let count = funcs.len();
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
         let arena = ArenaMemoryProvider::new_with_size(CODE_RESERVATION).map_err(err)?;
@@ -153,6 +175,14 @@ impl LocalWalker {
     /// the walk's (the code calls nothing outside it).
     pub fn code_range(&self) -> Range<usize> {
         self.code.clone()
+    }
+
+    /// The address of the entry function, `extern "sysv64" fn(*mut WalkFrame) -> u64`, for a
+    /// caller that enters it through its own trampoline (the `oil` crate's fault recovery
+    /// on the caller's stack). The same contract as [`Self::call`] applies, and the code
+    /// lives only as long as `self`.
+    pub fn entry_address(&self) -> usize {
+        self.entry as usize
     }
 
     /// Runs the walk described by `frame` on the calling thread and stack; returns the status

@@ -313,11 +313,43 @@ fn in_process_streams(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> Vec<Vec<u
                     t + crate::report::total_size(plan, root, s).expect("decode")
                 });
                 assert_eq!(r.frame.total, decoded, "sizes added up by the walker");
+                assert_eq!(
+                    in_process_total(plan, roots, addrs),
+                    decoded,
+                    "the total of the walker without a stream"
+                );
                 return streams;
             }
             _ => panic!("in-process walk: {:?}", check_status(&r.frame)),
         }
     }
+}
+
+/// The in-process walker without a stream (OIL's `size`): its total, on output buffers it
+/// must leave untouched (one too small for the unchecked string loop, one large).
+fn in_process_total(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> u64 {
+    let w = in_process::LocalWalker::compile_totals(plan, roots).expect("compile in process");
+    let totals: Vec<u64> = [16, 4096]
+        .into_iter()
+        .map(|out_len| {
+            let mut r = Run::new(addrs, out_len);
+            r.frame.out = r.out.as_mut_ptr() as u64;
+            r.frame.out_len = out_len as u64;
+            r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+            r.frame.scratch_len = SCRATCH_BYTES;
+            r.frame.bias = lib().bias;
+            r.frame
+                .set_heaps(&crate::interp::heap::ranges_of(std::process::id() as i32));
+            // SAFETY: as in `in_process_streams`.
+            let s = unsafe { w.call(&mut r.frame) };
+            assert_eq!(s, STATUS_DONE, "{:?}", check_status(&r.frame));
+            assert_eq!(r.frame.out_used, 0, "no stream");
+            assert!(r.out.iter().all(|&b| b == 0xAB), "wrote to out");
+            r.frame.total
+        })
+        .collect();
+    assert_eq!(totals[0], totals[1], "the total with either buffer");
+    totals[0]
 }
 
 #[test]
