@@ -95,9 +95,7 @@ inline const oil_type* lookup(const std::type_info& type, std::size_t size,
 }
 
 template <class T>
-const oil_type* type_of(const T& obj, const Options& opts) {
-    static_assert(std::is_class<T>::value || std::is_union<T>::value,
-                  "oil measures objects of class, struct or union type");
+const oil_type* lookup_of(const T& obj, const Options& opts) {
     const void* hints[3];
     std::size_t n = 0;
     hints[n++] = here();
@@ -106,12 +104,20 @@ const oil_type* type_of(const T& obj, const Options& opts) {
         hints[n++] = *reinterpret_cast<const void* const*>(&obj);
     }
     hints[n++] = &typeid(T);
-    if (!opts.features.empty()) return lookup(typeid(T), sizeof(T), hints, n, opts);
-    // The common case skips even the library's cache lookup after the first call.
+    return lookup(typeid(T), sizeof(T), hints, n, opts);
+}
+
+template <class T>
+inline const oil_type* type_of(const T& obj, const Options& opts) {
+    static_assert(std::is_class<T>::value || std::is_union<T>::value,
+                  "oil measures objects of class, struct or union type");
+    if (!opts.features.empty()) return lookup_of(obj, opts);
+    // The common case: the walker of T, cached here after the first call (one load; no
+    // lookup by name, not even the library's cache).
     static std::atomic<const oil_type*> cached{nullptr};
     const oil_type* t = cached.load(std::memory_order_acquire);
-    if (t == nullptr) {
-        t = lookup(typeid(T), sizeof(T), hints, n, opts);
+    if (__builtin_expect(t == nullptr, 0)) {
+        t = lookup_of(obj, opts);
         cached.store(t, std::memory_order_release);
     }
     return t;

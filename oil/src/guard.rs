@@ -11,26 +11,52 @@
 //! pid, which gets `EFAULT` instead of a signal and says which read failed (`run`).
 //!
 //! ## How a fault is caught, soundly
-//! The walker runs in a coroutine (the `corosensei` crate) on a stack of its own. A
-//! `SIGSEGV`/`SIGBUS` handler, installed once, checks that the faulting instruction is in
-//! the code of the walker this thread is running and the stack pointer is on its coroutine
-//! stack; if so it uses corosensei's trap support to make the coroutine return
-//! [`STATUS_FAULT`] to its caller, discarding the coroutine stack. Only frames of generated
-//! code (no destructors, no locks, no allocations, nothing that `longjmp`-like recovery
-//! could leave half done) are ever discarded: the Rust closure on that stack holds only a
-//! raw pointer while the code runs. Every other signal goes to the handler that was there
-//! before ours (or the default action), as if ours did not exist. A program that installs
-//! its own handler later would take faults away from us, so every walk first checks that
-//! ours is still installed and puts it back in front (chaining to the program's) if not.
+//! A `SIGSEGV`/`SIGBUS` handler, installed once, recognises a fault of the walk this thread
+//! is running (the faulting instruction is in that walker's code and the stack pointer is on
+//! the stack the walk runs on) and makes the walk return [`STATUS_FAULT`] to its caller,
+//! discarding the walk's frames. Only frames of generated code are ever discarded (no
+//! destructors, no locks, no allocations, nothing that `longjmp`-like recovery could leave
+//! half done), and registers are restored as the calling convention says. Every other signal
+//! goes to the handler that was there before ours (or the default action), as if ours did
+//! not exist.
+//!
+//! A walk runs on one of two stacks:
+//! - **the caller's own stack** ([`run_direct`]), when the thread's stack has room for it (its
+//!   bounds are read once per thread): the walker is entered through a small trampoline
+//!   (`oil_walk_direct`) that saves the callee-saved registers and the stack pointer; a
+//!   caught fault resumes at the trampoline's return path with that stack pointer, which
+//!   pops the registers and returns `STATUS_FAULT`. The walker is told how much of the stack
+//!   it may use (`WalkFrame::stack_len`) and returns `STATUS_STACK` rather than go further,
+//!   so it never reaches the guard page. This costs a call: it is the steady-state path.
+//! - **a stack of its own** ([`run_walker`], in a `corosensei` coroutine, recovered with
+//!   corosensei's trap support), for types that nest deeper than the caller's stack allows
+//!   and for threads whose stack is small or unknown (a fiber).
+//!
+//! ## Keeping the handler in front, without a system call per walk
+//! A program that installs its own `SIGSEGV`/`SIGBUS` handler after ours would take the
+//! walk's faults away from us. Reading the installed action before each walk would cost two
+//! `rt_sigaction` system calls, ten times a small walk. Instead `liboil` interposes
+//! `sigaction` and `signal` (it is linked before libc, so the dynamic linker binds the
+//! program's and its libraries' calls to ours, as sanitizers and Android's libsigchain do):
+//! ours forward to libc unchanged (the caller sees exactly libc's behaviour and result) and
+//! raise a flag when the action of `SIGSEGV` or `SIGBUS` may have changed. The next walk
+//! sees the flag (one atomic load) and, if our handler is no longer installed, puts it back
+//! in front and chains to the program's, as at the first walk. A program that changes the
+//! action in a way we do not see (the raw system call, `sigset`, `sysv_signal`) is caught by
+//! a check of the installed action every [`RECHECK_EVERY`] walks of a thread and by its
+//! first walk. What no check before a walk can cover (before or after this change): another
+//! thread replacing the handler *during* a walk; a program that does that while measuring
+//! corrupt objects must chain to the previous handler, as signal handlers should.
 //!
 //! Never runs a walker without the handler armed for it, never touches a signal it does not
-//! own, never discards a frame that is not generated walker code.
+//! own, never discards a frame that is not generated walker code, never changes what the
+//! program's own `sigaction`/`signal` calls do.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use corosensei::stack::{Stack, StackPointer};
 use corosensei::trap::CoroutineTrapHandler;
@@ -60,11 +86,36 @@ struct Active {
     code_end: usize,
 }
 
+/// What a thread's walks and the signal handler share, in one thread-local (a shared
+/// library reaches each thread-local through a call to `__tls_get_addr`: one per walk).
+struct PerThread {
+    /// The walk in progress on a stack of its own.
+    active: Cell<Option<Active>>,
+    /// The walk in progress on the caller's stack.
+    direct: Cell<Option<Direct>>,
+    /// The trampoline's stack pointer during a direct walk (written by the trampoline).
+    saved_sp: Cell<usize>,
+    /// Where the last caught fault was.
+    fault_addr: Cell<usize>,
+    /// This thread's stack, `[low, high)`, once read ((0, 0): unknown).
+    stack: Cell<Option<(usize, usize)>>,
+    /// Walks since this thread last read the installed actions (0: never).
+    since_check: Cell<u32>,
+}
+
 thread_local! {
-    // Const-initialised and without destructors: reading them in a signal handler is a plain
+    // Const-initialised and without a destructor: reading it in a signal handler is a plain
     // thread-local access (no lazy initialisation, no allocation).
-    static ACTIVE: Cell<Option<Active>> = const { Cell::new(None) };
-    static FAULT_ADDR: Cell<usize> = const { Cell::new(0) };
+    static THREAD: PerThread = const {
+        PerThread {
+            active: Cell::new(None),
+            direct: Cell::new(None),
+            saved_sp: Cell::new(0),
+            fault_addr: Cell::new(0),
+            stack: Cell::new(None),
+            since_check: Cell::new(0),
+        }
+    };
 }
 
 /// A private stack: reserved, not committed (`MAP_NORESERVE`: only the pages a walk
@@ -137,7 +188,18 @@ pub fn run_walker(
     walker: &LocalWalker,
     frame: &mut WalkFrame,
 ) -> Result<(u64, usize), GuardError> {
-    ensure_handlers()?;
+    THREAD.with(|t| {
+        ensure_handlers(t)?;
+        Ok(in_coroutine(t, stack, walker, frame))
+    })
+}
+
+fn in_coroutine(
+    t: &PerThread,
+    stack: &mut WalkStack,
+    walker: &LocalWalker,
+    frame: &mut WalkFrame,
+) -> (u64, usize) {
     let code = walker.code_range();
     let frame_ptr: *mut WalkFrame = frame;
     let status = ScopedCoroutine::with_stack(stack, move |_, ()| {
@@ -148,21 +210,21 @@ pub fn run_walker(
         unsafe { walker.call(&mut *frame_ptr) }
     })
     .scope(|mut co| {
-        ACTIVE.set(Some(Active {
+        t.active.set(Some(Active {
             trap: co.trap_handler(),
             code_start: code.start,
             code_end: code.end,
         }));
-        FAULT_ADDR.set(0);
+        t.fault_addr.set(0);
         let r = co.resume(());
-        ACTIVE.set(None);
+        t.active.set(None);
         match r {
             CoroutineResult::Return(s) => s,
             // The walker never yields.
             CoroutineResult::Yield(()) => STATUS_FAULT,
         }
     });
-    Ok((status, FAULT_ADDR.get()))
+    (status, t.fault_addr.get())
 }
 
 /// Runs `f` on `stack` (for the interpreter and the decoder, which recurse as deep as the
@@ -171,12 +233,178 @@ pub fn on_stack<R>(stack: &mut WalkStack, f: impl FnOnce() -> R) -> R {
     corosensei::on_stack(stack, f)
 }
 
+/// A walk in progress on the caller's own stack ([`run_direct`]), as the signal handler
+/// needs it.
+#[derive(Clone, Copy)]
+struct Direct {
+    code_start: usize,
+    code_end: usize,
+    /// The lowest stack pointer the walk may have: `stack_len` below the trampoline's.
+    sp_low: usize,
+}
+
+// The trampoline that enters a walker on the caller's stack. `oil_walk_direct(entry, frame,
+// saved_sp)` saves the callee-saved registers, stores its stack pointer at `*saved_sp` and
+// calls `entry(frame)`; the handler resumes a faulting walk at `oil_walk_direct_resume` with
+// that stack pointer and `rax = STATUS_FAULT`, which restores the registers and returns, as
+// if the walker had returned STATUS_FAULT.
+std::arch::global_asm!(
+    ".pushsection .text.oil_walk_direct,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl oil_walk_direct",
+    ".hidden oil_walk_direct",
+    ".type oil_walk_direct,@function",
+    "oil_walk_direct:",
+    ".cfi_startproc",
+    "push rbp",
+    ".cfi_adjust_cfa_offset 8",
+    "push rbx",
+    ".cfi_adjust_cfa_offset 8",
+    "push r12",
+    ".cfi_adjust_cfa_offset 8",
+    "push r13",
+    ".cfi_adjust_cfa_offset 8",
+    "push r14",
+    ".cfi_adjust_cfa_offset 8",
+    "push r15",
+    ".cfi_adjust_cfa_offset 8",
+    // Six pushes after the return address: rsp is 16-byte aligned after 8 more bytes.
+    "sub rsp, 8",
+    ".cfi_adjust_cfa_offset 8",
+    "mov [rdx], rsp",
+    "mov rax, rdi",
+    "mov rdi, rsi",
+    "call rax",
+    ".globl oil_walk_direct_resume",
+    ".hidden oil_walk_direct_resume",
+    "oil_walk_direct_resume:",
+    "add rsp, 8",
+    ".cfi_adjust_cfa_offset -8",
+    "pop r15",
+    ".cfi_adjust_cfa_offset -8",
+    "pop r14",
+    ".cfi_adjust_cfa_offset -8",
+    "pop r13",
+    ".cfi_adjust_cfa_offset -8",
+    "pop r12",
+    ".cfi_adjust_cfa_offset -8",
+    "pop rbx",
+    ".cfi_adjust_cfa_offset -8",
+    "pop rbp",
+    ".cfi_adjust_cfa_offset -8",
+    "ret",
+    ".cfi_endproc",
+    ".size oil_walk_direct, .-oil_walk_direct",
+    ".popsection",
+);
+
+unsafe extern "sysv64" {
+    fn oil_walk_direct(entry: usize, frame: *mut WalkFrame, saved_sp: *mut usize) -> u64;
+    fn oil_walk_direct_resume();
+}
+
+/// Stack kept free below a direct walk's limit: signal frames (the kernel's, with the
+/// extended register state, then ours and any handler we chain to) and the trampoline.
+const DIRECT_RESERVE: usize = 256 << 10;
+/// A direct walk needs at least this much room (else it goes to the walk stack): the
+/// walker's own margin (32 KiB) and a useful depth.
+const DIRECT_MIN: usize = 256 << 10;
+
+/// How many bytes of the caller's stack a walk entered from here may use: `None` when the
+/// thread's stack is unknown, or this is not it (a fiber), or it has too little room.
+#[inline]
+fn direct_room(t: &PerThread) -> Option<usize> {
+    let (low, high) = t.stack.get().unwrap_or_else(|| {
+        let b = thread_stack().unwrap_or((0, 0));
+        t.stack.set(Some(b));
+        b
+    });
+    let probe = 0u8;
+    let sp = std::hint::black_box(&probe) as *const u8 as usize;
+    if !(low < sp && sp < high) {
+        return None;
+    }
+    let room = (sp - low).checked_sub(DIRECT_RESERVE)?;
+    (room >= DIRECT_MIN).then_some(room)
+}
+
+/// The calling thread's stack bounds, from pthread (for the main thread glibc derives them
+/// from the stack's mapping and `RLIMIT_STACK`).
+fn thread_stack() -> Option<(usize, usize)> {
+    // SAFETY: `attr` is initialised by pthread_getattr_np before it is read and destroyed
+    // after; the out-parameters are plain locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut c_void = ptr::null_mut();
+        let mut size: usize = 0;
+        let r = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        (r == 0 && !addr.is_null()).then(|| (addr as usize, addr as usize + size))
+    }
+}
+
+/// Runs `walker` on `frame` on the calling thread's own stack, with faults contained, when
+/// that stack has room for it: `Ok(None)` when it has not (use [`run_walker`]). Sets
+/// `frame.stack_len` to the room: the walker returns `STATUS_STACK` rather than use more
+/// (then run it with [`run_walker`]). Returns the walker's status, or [`STATUS_FAULT`] with
+/// the faulting address.
+#[inline]
+pub fn run_direct(
+    walker: &LocalWalker,
+    frame: &mut WalkFrame,
+) -> Result<Option<(u64, usize)>, GuardError> {
+    THREAD.with(|t| {
+        let Some(room) = direct_room(t) else {
+            return Ok(None);
+        };
+        ensure_handlers(t)?;
+        let code = walker.code_range();
+        frame.stack_len = room as u64;
+        let probe = 0u8;
+        let sp = std::hint::black_box(&probe) as *const u8 as usize;
+        t.direct.set(Some(Direct {
+            code_start: code.start,
+            code_end: code.end,
+            // The trampoline's frame is a few words below `sp`; the handler's check is loose
+            // by that much, never beyond the memory the walk was allowed.
+            sp_low: sp.saturating_sub(room),
+        }));
+        t.fault_addr.set(0);
+        // SAFETY: the entry has the signature the trampoline calls it with; the frame and
+        // the buffers it names are the caller's and outlive the call; `stack_len` keeps the
+        // walk within the room measured below the current stack pointer; a fault in the
+        // walk is turned into a return of STATUS_FAULT by `handler`, which discards only
+        // generated frames below the trampoline's. The walker writes only to `frame`, `out`
+        // and `scratch` (raw memory the compiler sees escape through the call).
+        let status = unsafe {
+            oil_walk_direct(
+                walker.entry_address(),
+                std::ptr::from_mut(frame),
+                t.saved_sp.as_ptr(),
+            )
+        };
+        t.direct.set(None);
+        Ok(Some((status, t.fault_addr.get())))
+    })
+}
+
 /// The handlers that were installed before ours (leaked boxes, swapped atomically so the
 /// signal handler can read them at any moment).
 static PREV_SEGV: AtomicPtr<libc::sigaction> = AtomicPtr::new(ptr::null_mut());
 static PREV_BUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(ptr::null_mut());
 /// Serialises installations (two threads' first walks).
 static INSTALL: Mutex<()> = Mutex::new(());
+/// The action of SIGSEGV or SIGBUS may have changed since our handler was last seen in
+/// front (set by the interposed `sigaction`/`signal` and by `chain`; true until the first
+/// installation).
+static MAYBE_REPLACED: AtomicBool = AtomicBool::new(true);
+
+/// Walks of a thread between two reads of the installed actions (for changes made without
+/// libc's `sigaction`/`signal`).
+pub const RECHECK_EVERY: u32 = 4096;
 
 fn prev_of(sig: c_int) -> &'static AtomicPtr<libc::sigaction> {
     if sig == libc::SIGBUS {
@@ -186,17 +414,70 @@ fn prev_of(sig: c_int) -> &'static AtomicPtr<libc::sigaction> {
     }
 }
 
-/// Makes sure our handler is the one installed for SIGSEGV and SIGBUS (two `sigaction`
-/// reads when it is, the common case).
-fn ensure_handlers() -> Result<(), GuardError> {
-    for sig in [libc::SIGSEGV, libc::SIGBUS] {
-        if current_handler(sig)? != handler as *const () as usize {
-            let _serial = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-            if current_handler(sig)? != handler as *const () as usize {
-                install(sig)?;
+// libc's own entry points, under names that are not interposed (glibc exports both).
+unsafe extern "C" {
+    fn __sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
+    fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
+}
+
+/// `sigaction(2)` as libc does it, and a note that SIGSEGV's or SIGBUS's action may have
+/// changed (see the module doc).
+///
+/// # Safety
+/// As libc's `sigaction`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { __sigaction(sig, act, old) };
+    if !act.is_null() && (sig == libc::SIGSEGV || sig == libc::SIGBUS) {
+        MAYBE_REPLACED.store(true, Ordering::Release);
+    }
+    r
+}
+
+/// `signal(2)` as libc does it (glibc's BSD semantics), noting a change as [`sigaction`].
+///
+/// # Safety
+/// As libc's `signal`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { bsd_signal(sig, handler) };
+    if sig == libc::SIGSEGV || sig == libc::SIGBUS {
+        MAYBE_REPLACED.store(true, Ordering::Release);
+    }
+    r
+}
+
+/// Makes sure our handler is the one installed for SIGSEGV and SIGBUS. In the steady state
+/// one atomic load and a thread-local count; the installed actions are read (two system
+/// calls) only after a `sigaction`/`signal` call on them, at a thread's first walk, and
+/// every [`RECHECK_EVERY`] walks.
+#[inline]
+fn ensure_handlers(t: &PerThread) -> Result<(), GuardError> {
+    let since = t.since_check.get();
+    if since != 0 && since < RECHECK_EVERY && !MAYBE_REPLACED.load(Ordering::Acquire) {
+        t.since_check.set(since + 1);
+        return Ok(());
+    }
+    {
+        let _serial = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+        // Cleared before reading: a change made while we check raises it again.
+        MAYBE_REPLACED.store(false, Ordering::Release);
+        for sig in [libc::SIGSEGV, libc::SIGBUS] {
+            if current_handler(sig)
+                .inspect_err(|_| MAYBE_REPLACED.store(true, Ordering::Release))?
+                != handler as *const () as usize
+            {
+                install(sig).inspect_err(|_| MAYBE_REPLACED.store(true, Ordering::Release))?;
             }
         }
     }
+    t.since_check.set(1);
     Ok(())
 }
 
@@ -204,7 +485,7 @@ fn current_handler(sig: c_int) -> Result<usize, GuardError> {
     // SAFETY: a zeroed sigaction is a valid out-parameter; reading the current action only.
     let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    if unsafe { libc::sigaction(sig, ptr::null(), &mut cur) } != 0 {
+    if unsafe { __sigaction(sig, ptr::null(), &mut cur) } != 0 {
         return Err(GuardError::Handler {
             signal: sig,
             source: std::io::Error::last_os_error(),
@@ -223,7 +504,7 @@ fn install(sig: c_int) -> Result<(), GuardError> {
         act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut act.sa_mask);
         let old = Box::into_raw(Box::new(std::mem::zeroed::<libc::sigaction>()));
-        if libc::sigaction(sig, &act, old) != 0 {
+        if __sigaction(sig, &act, old) != 0 {
             drop(Box::from_raw(old));
             return Err(GuardError::Handler {
                 signal: sig,
@@ -238,34 +519,60 @@ fn install(sig: c_int) -> Result<(), GuardError> {
 }
 
 extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let active = ACTIVE.get();
-    if let Some(a) = active
-        && !ctx.is_null()
-    {
-        // SAFETY: with SA_SIGINFO, `ctx` is the interrupted thread's ucontext_t.
-        let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
-        let gregs = &mut uc.uc_mcontext.gregs;
-        let rip = gregs[libc::REG_RIP as usize] as usize;
-        let rsp = gregs[libc::REG_RSP as usize] as usize;
-        if (a.code_start..a.code_end).contains(&rip) && a.trap.stack_ptr_in_bounds(rsp) {
-            ACTIVE.set(None);
-            // SAFETY: `info` is the kernel's siginfo for this synchronous fault.
-            FAULT_ADDR.set(unsafe { (*info).si_addr() } as usize);
-            // SAFETY: the fault is in generated walker code running on this coroutine's
-            // stack (checked just above); that code writes memory only through raw stores
-            // the compiler of the Rust caller cannot see, as corosensei requires, and we
-            // update the interrupted context exactly as the returned registers say.
-            let regs = unsafe { a.trap.setup_trap_handler(|| STATUS_FAULT) };
-            gregs[libc::REG_RIP as usize] = regs.rip as i64;
-            gregs[libc::REG_RSP as usize] = regs.rsp as i64;
-            gregs[libc::REG_RBP as usize] = regs.rbp as i64;
-            gregs[libc::REG_RDI as usize] = regs.rdi as i64;
-            gregs[libc::REG_RSI as usize] = regs.rsi as i64;
-            return;
-        }
+    // Only a fault the walk itself caused (the kernel's si_code > 0), never one sent by
+    // kill() or sigqueue() while it runs.
+    // SAFETY: `info` is the kernel's siginfo (SA_SIGINFO), or null.
+    let synchronous = !info.is_null() && unsafe { (*info).si_code } > 0;
+    if synchronous && !ctx.is_null() && THREAD.with(|t| recover(t, info, ctx)) {
+        return;
     }
     // SAFETY: forwarding the signal exactly as the kernel delivered it to us.
     unsafe { chain(sig, info, ctx) }
+}
+
+/// Makes the interrupted walk of this thread return [`STATUS_FAULT`] if the fault is its own
+/// (the instruction in its walker's code, the stack pointer on its stack); false if not.
+fn recover(t: &PerThread, info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
+    // SAFETY: with SA_SIGINFO, `ctx` is the interrupted thread's ucontext_t.
+    let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
+    let gregs = &mut uc.uc_mcontext.gregs;
+    let rip = gregs[libc::REG_RIP as usize] as usize;
+    let rsp = gregs[libc::REG_RSP as usize] as usize;
+    if let Some(d) = t.direct.get() {
+        let saved = t.saved_sp.get();
+        if (d.code_start..d.code_end).contains(&rip) && (d.sp_low..saved).contains(&rsp) {
+            t.direct.set(None);
+            // SAFETY: `info` is the kernel's siginfo for this synchronous fault.
+            t.fault_addr.set(unsafe { (*info).si_addr() } as usize);
+            // The fault is in generated walker code running below the trampoline's frame
+            // (checked just above): resume in the trampoline's return path with its stack
+            // pointer, which restores the caller's registers and returns STATUS_FAULT.
+            gregs[libc::REG_RSP as usize] = saved as i64;
+            gregs[libc::REG_RIP as usize] = oil_walk_direct_resume as *const () as i64;
+            gregs[libc::REG_RAX as usize] = STATUS_FAULT as i64;
+            return true;
+        }
+    }
+    if let Some(a) = t.active.get()
+        && (a.code_start..a.code_end).contains(&rip)
+        && a.trap.stack_ptr_in_bounds(rsp)
+    {
+        t.active.set(None);
+        // SAFETY: `info` is the kernel's siginfo for this synchronous fault.
+        t.fault_addr.set(unsafe { (*info).si_addr() } as usize);
+        // SAFETY: the fault is in generated walker code running on this coroutine's stack
+        // (checked just above); that code writes memory only through raw stores the
+        // compiler of the Rust caller cannot see, as corosensei requires, and we update the
+        // interrupted context exactly as the returned registers say.
+        let regs = unsafe { a.trap.setup_trap_handler(|| STATUS_FAULT) };
+        gregs[libc::REG_RIP as usize] = regs.rip as i64;
+        gregs[libc::REG_RSP as usize] = regs.rsp as i64;
+        gregs[libc::REG_RBP as usize] = regs.rbp as i64;
+        gregs[libc::REG_RDI as usize] = regs.rdi as i64;
+        gregs[libc::REG_RSI as usize] = regs.rsi as i64;
+        return true;
+    }
+    false
 }
 
 /// Passes a signal that is not ours to the handler installed before ours, or lets the
@@ -283,7 +590,8 @@ unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &dfl, ptr::null_mut());
+            __sigaction(sig, &dfl, ptr::null_mut());
+            MAYBE_REPLACED.store(true, Ordering::Release);
             if info.is_null() || (*info).si_code <= 0 {
                 libc::raise(sig);
             }
@@ -389,7 +697,7 @@ mod tests {
         assert_eq!(s, STATUS_FAULT);
         assert!((hole..hole + 4096).contains(&(fault as u64)), "{fault:#x}");
         // Disarmed after the fault, armed again for the next walk.
-        assert!(ACTIVE.get().is_none());
+        assert!(THREAD.with(|t| t.active.get().is_none()));
         let (s, _, out) = walk(&w, &mut stack, &mut scratch, good);
         assert_eq!(
             (s, out),

@@ -109,10 +109,7 @@ impl TypeWalker {
     /// call (a concurrent change can give an inconsistent report; a dangling pointer inside
     /// the object gives an [`Error::Walk`], never a crash).
     pub unsafe fn size(&self, obj: *const c_void) -> Result<u64, Error> {
-        match run::measure(self.compiled, obj as usize, None)? {
-            run::Output::Size(s) => Ok(s),
-            run::Output::Text(_) => Err(Error::Internal("a report instead of a size".into())),
-        }
+        run::size(self.compiled, obj as usize)
     }
 
     /// The report of the object at `obj`, as oi-trace prints it for a probed `arg0`.

@@ -2,10 +2,14 @@
 //! module whose DWARF defines it (the modules holding the caller's code, the object's
 //! vtable and the `type_info` object, then every other loaded module), its definition there
 //! (`debuginfo::type_names`), the plan (`Measurer::for_type`, the same `typegraph` → `plan`
-//! code as oi-trace), and the walker (`jit::in_process`).
+//! code as oi-trace), and the walkers (`jit::in_process`): one that writes the stream for the
+//! reports and one that only adds up the size (`oil::size` needs no stream), each compiled
+//! at its first use.
 //!
 //! Reads files (the modules and their separate debug files, as `debuginfo` finds them) and
 //! compiles; never reads the program's memory.
+
+use std::sync::OnceLock;
 
 use oi_trace::debuginfo::Binary;
 use oi_trace::debuginfo::dwarf::{self, DwarfError};
@@ -22,11 +26,55 @@ pub struct Compiled {
     /// The C++ name, as the demangler spells it.
     pub name: String,
     pub measurer: Measurer,
-    pub walker: LocalWalker,
+    /// The walker that writes the stream (and adds up the total) for the reports, compiled
+    /// at the first report.
+    report_walker: OnceLock<Result<LocalWalker, Error>>,
+    /// The walker that adds up the total only (no stream: `oil::size`), compiled at the
+    /// first size.
+    size_walker: OnceLock<Result<LocalWalker, Error>>,
     pub root: NodeId,
     /// Load bias of the module whose DWARF describes the type (vtable ranges are ELF
     /// addresses of that module).
     pub bias: u64,
+    /// The plan charges heap blocks (chase-raw-pointers): each walk needs the heap ranges
+    /// of `/proc/self/maps`. Known once, so that other walks never look.
+    pub heap_blocks: bool,
+    /// A walk on a caller's stack ran out of room once: this type nests deeper than a
+    /// thread's stack allows, so its walks go to the walk stack from then on (`run`).
+    pub deep: std::sync::atomic::AtomicBool,
+}
+
+impl Compiled {
+    /// The walker for a report (`report`) or for the size alone, if compiled already.
+    pub fn walker(&self, report: bool) -> Option<&Result<LocalWalker, Error>> {
+        self.slot(report).get()
+    }
+
+    /// The walker, compiled now if it is the first call for it (concurrent first calls
+    /// compile once). Recurses as deep as the type nests: run it on a walk stack.
+    pub fn compile_walker(&self, report: bool) -> &Result<LocalWalker, Error> {
+        self.slot(report).get_or_init(|| {
+            let plan = self.measurer.plan();
+            let roots = self.measurer.roots();
+            // Sizes in both: a report's caller may also want the size (`run`).
+            let walker = if report {
+                LocalWalker::compile_sized(plan, &roots)
+            } else {
+                LocalWalker::compile_totals(plan, &roots)
+            };
+            walker.map_err(|e| {
+                Error::Build(format!("cannot compile the walk of `{}`: {e}", self.name))
+            })
+        })
+    }
+
+    fn slot(&self, report: bool) -> &OnceLock<Result<LocalWalker, Error>> {
+        if report {
+            &self.report_walker
+        } else {
+            &self.size_walker
+        }
+    }
 }
 
 /// The C++ name of `type_name`: a mangled type (`typeid(T).name()`), else taken as a C++ name
@@ -67,13 +115,13 @@ pub fn compile(
                     .first()
                     .ok_or_else(|| Error::Internal("no root".into()))?;
                 // Sized: `oil::size` takes the total the walker adds up, with no decoding.
-                let walker = LocalWalker::compile_sized(measurer.plan(), &roots).map_err(|e| {
-                    Error::Build(format!("cannot compile the walk of `{name}`: {e}"))
-                })?;
                 return Ok(Compiled {
                     name: name.to_string(),
+                    heap_blocks: measurer.plan().charges_heap_blocks(),
+                    deep: false.into(),
                     measurer,
-                    walker,
+                    report_walker: OnceLock::new(),
+                    size_walker: OnceLock::new(),
                     root,
                     bias: module.bias,
                 });

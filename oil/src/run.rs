@@ -4,13 +4,17 @@
 //! the walker is compiled with sizes and adds up the total the decoder would find.
 //!
 //! Each thread keeps what a walk needs between calls (a walk stack, the visited-set table,
-//! an output buffer and its generation counter), so that a call in the steady state costs
-//! the walk and the decoding and nothing else. Never writes to the measured object.
+//! an output buffer, the walker's frame and its generation counter), so that a call in the
+//! steady state costs the walk (entered with a call on the caller's stack, `guard`) and the
+//! decoding and nothing else: no system call, no allocation. Never writes to the measured
+//! object.
 
 use std::cell::RefCell;
 use std::ptr;
+use std::sync::atomic::Ordering;
 
 use oi_trace::interp::RemoteReader;
+use oi_trace::jit::in_process::LocalWalker;
 use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
 use oi_trace::measure::{OutputFormat, WALK_STACK};
 use oi_trace::report;
@@ -28,6 +32,8 @@ struct Env {
     /// The visited-set table (`SCRATCH_BYTES`, zero pages until touched).
     scratch: Scratch,
     out: Vec<u8>,
+    /// The walker's frame, kept so that a call sets only the fields it uses.
+    frame: WalkFrame,
     /// The walker's generation tag for the scratch table, kept between calls.
     generation: u64,
 }
@@ -73,6 +79,7 @@ impl Env {
             stack: WalkStack::new(WALK_STACK).map_err(|e| Error::Internal(e.to_string()))?,
             scratch: Scratch::new()?,
             out: vec![0; FIRST_OUT_BYTES],
+            frame: WalkFrame::default(),
             generation: 0,
         })
     }
@@ -103,6 +110,57 @@ pub fn on_walk_stack<R>(f: impl FnOnce() -> Result<R, Error>) -> Result<R, Error
     })
 }
 
+/// The inclusive size of the object at `obj`: the steady state in one pass (the walker of
+/// sizes, compiled already, entered on the caller's stack), anything else through
+/// [`measure`].
+pub fn size(c: &Compiled, obj: usize) -> Result<u64, Error> {
+    if obj != 0
+        && !c.heap_blocks
+        && !c.deep.load(Ordering::Relaxed)
+        && let Some(Ok(walker)) = c.walker(false)
+    {
+        let fast = ENV.with(|cell| {
+            let mut guard = cell.try_borrow_mut().ok()?;
+            let env = guard.as_mut()?;
+            size_direct(env, c, walker, obj)
+        });
+        if let Some(total) = fast {
+            return Ok(total);
+        }
+    }
+    match measure(c, obj, None)? {
+        Output::Size(s) => Ok(s),
+        Output::Text(_) => Err(Error::Internal("a report instead of a size".into())),
+    }
+}
+
+/// The walk of sizes on the caller's stack; `None` for anything but a finished walk (no room
+/// on this stack, a fault, a corrupt object, too deep), which [`measure`] then handles.
+#[inline]
+fn size_direct(env: &mut Env, c: &Compiled, walker: &LocalWalker, obj: usize) -> Option<u64> {
+    let frame = &mut env.frame;
+    frame.out = env.out.as_mut_ptr() as u64;
+    frame.out_len = env.out.len() as u64;
+    frame.scratch = env.scratch.0 as u64;
+    frame.scratch_len = SCRATCH_BYTES;
+    frame.nargs = 1;
+    frame.unseeded = 0;
+    frame.bias = c.bias;
+    frame.args[0] = obj as u64;
+    frame.heaps_len = 0;
+    frame.generation = env.generation;
+    let (status, _) = guard::run_direct(walker, frame).ok()??;
+    if status == jit::STATUS_DONE && frame.out_used == 0 {
+        env.generation = frame.generation;
+        Some(frame.total)
+    } else {
+        // A walk cut short did not write its generation back: skip every tag it may have
+        // used before the next walk.
+        env.generation = env.generation.max(frame.generation) + jit::MAX_ROOTS as u64;
+        None
+    }
+}
+
 /// Measures the object at `obj` with `c`: its inclusive size, or its report in `format`.
 pub fn measure(c: &Compiled, obj: usize, format: Option<Format>) -> Result<Output, Error> {
     if obj == 0 {
@@ -126,10 +184,17 @@ fn measure_in(
     obj: usize,
     format: Option<Format>,
 ) -> Result<Output, Error> {
-    let native = walk_native(env, c, obj)?;
+    let report = format.is_some();
+    let walker = match c.walker(report) {
+        Some(w) => w,
+        None => guard::on_stack(&mut env.stack, || c.compile_walker(report)),
+    }
+    .as_ref()
+    .map_err(Clone::clone)?;
+    let native = walk_native(env, c, walker, obj)?;
     let Env { stack, out, .. } = env;
     match native {
-        Some((_, total)) if format.is_none() => Ok(Output::Size(total)),
+        Some((_, total)) if !report => Ok(Output::Size(total)),
         Some((bytes, _)) => {
             let stream = &out[8..8 + bytes];
             guard::on_stack(stack, || decode(c, stream, format))
@@ -165,28 +230,54 @@ fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
 /// Runs the compiled walker; `Some((n, total))`: the stream is `out[8..8 + n]` and the
 /// object's inclusive size `total`; `None`: it faulted or found the object corrupt (ask the
 /// interpreter).
-fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<(usize, u64)>, Error> {
-    loop {
-        let mut frame = WalkFrame {
-            out: env.out.as_mut_ptr() as u64,
-            out_len: env.out.len() as u64,
-            scratch: env.scratch.0 as u64,
-            scratch_len: SCRATCH_BYTES,
-            generation: env.generation,
-            nargs: 1,
-            bias: c.bias,
-            stack_len: RECOMMENDED_STACK,
-            ..Default::default()
-        };
-        frame.args[0] = obj as u64;
+///
+/// The walk runs on the caller's own stack when it has room (`guard::run_direct`, a call),
+/// else on this thread's walk stack; a type that ran out of room there once goes to the walk
+/// stack from then on (`Compiled::deep`).
+fn walk_native(
+    env: &mut Env,
+    c: &Compiled,
+    walker: &LocalWalker,
+    obj: usize,
+) -> Result<Option<(usize, u64)>, Error> {
+    let frame = &mut env.frame;
+    frame.out = env.out.as_mut_ptr() as u64;
+    frame.out_len = env.out.len() as u64;
+    frame.scratch = env.scratch.0 as u64;
+    frame.scratch_len = SCRATCH_BYTES;
+    frame.nargs = 1;
+    frame.unseeded = 0;
+    frame.bias = c.bias;
+    frame.args[0] = obj as u64;
+    frame.heaps_len = 0;
+    if c.heap_blocks {
         // The interpreter this falls back to reads the same ranges from our maps.
-        frame.set_heaps_of(c.measurer.plan(), std::process::id() as i32);
-        let (status, _fault_addr) = guard::run_walker(&mut env.stack, &c.walker, &mut frame)
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        frame.set_heaps(&oi_trace::interp::heap::ranges_of(std::process::id() as i32));
+    }
+    loop {
+        frame.generation = env.generation;
+        let internal = |e: guard::GuardError| Error::Internal(e.to_string());
+        let direct = if c.deep.load(Ordering::Relaxed) {
+            None
+        } else {
+            guard::run_direct(walker, frame).map_err(internal)?
+        };
+        let ran_direct = direct.is_some();
+        let (status, _fault_addr) = match direct {
+            Some(r) => r,
+            None => {
+                frame.stack_len = RECOMMENDED_STACK;
+                guard::run_walker(&mut env.stack, walker, frame).map_err(internal)?
+            }
+        };
         match status {
             jit::STATUS_DONE => {
                 env.generation = frame.generation;
                 let used = frame.out_used as usize;
+                if used == 0 {
+                    // The walker of sizes alone writes no stream.
+                    return Ok(Some((0, frame.total)));
+                }
                 let header = env.out.get(..used.min(env.out.len())).unwrap_or_default();
                 return match header.first_chunk::<8>().map(|c| u64::from_le_bytes(*c)) {
                     Some(n) if n.checked_add(8) == Some(used as u64) => {
@@ -206,6 +297,14 @@ fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<(usize,
                     ));
                 }
                 env.out.resize(need, 0);
+                frame.out = env.out.as_mut_ptr() as u64;
+                frame.out_len = env.out.len() as u64;
+            }
+            jit::STATUS_STACK if ran_direct => {
+                // Deeper than the caller's stack allows: again on the walk stack, and this
+                // type's walks go there from now on. The cut walk's tags are skipped.
+                c.deep.store(true, Ordering::Relaxed);
+                env.generation = env.generation.max(frame.generation) + jit::MAX_ROOTS as u64;
             }
             STATUS_FAULT | jit::STATUS_CORRUPT => {
                 // A walk cut short leaves its generation's tags in the table and did not
@@ -214,11 +313,10 @@ fn walk_native(env: &mut Env, c: &Compiled, obj: usize) -> Result<Option<(usize,
                 return Ok(None);
             }
             _ => {
-                return Err(Error::Internal(
-                    jit::check_status(&frame)
-                        .err()
-                        .map_or_else(|| format!("walker status {status}"), |e| e.to_string()),
-                ));
+                return Err(Error::Internal(jit::check_status(frame).err().map_or_else(
+                    || format!("walker status {status}"),
+                    |e| e.to_string(),
+                )));
             }
         }
     }
