@@ -203,8 +203,24 @@ fn oil_corrupt_objects_throw_and_the_program_keeps_its_fault_handling() {
             "2",
             "the program's new handler ran"
         );
+        assert!(value(&mut f, "signal-error").contains("cannot read"));
+        assert_eq!(
+            value(&mut f, "own-handler"),
+            "3",
+            "the handler the program set with signal() ran"
+        );
         let garbage = value(&mut f, "garbage");
         assert_eq!(garbage, "200 errors 200", "{opt}");
+        let small = value(&mut f, "small-stack");
+        let (n, error) = small.split_once(" error ").expect("small-stack N error E");
+        assert_eq!(n, got, "{opt}: measured on a small stack");
+        assert!(
+            error.starts_with("oil: walking `app::Victim` at 0x") && error.contains("cannot read"),
+            "{opt}: {error}"
+        );
+        let deep = value(&mut f, "deep");
+        let (got_deep, want_deep) = deep.split_once(" expect ").expect("deep N expect M");
+        assert_eq!(got_deep, want_deep, "{opt}: a chain deeper than the stack");
         assert_eq!(value(&mut f, "valid-last"), got);
         f.stdout.expect("done", Duration::from_secs(10));
         f.assert_running();
