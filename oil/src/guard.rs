@@ -703,6 +703,36 @@ mod tests {
             (s, out),
             (STATUS_DONE, vec![2, 0, 0, 0, 0, 0, 0, 0, 40, 40])
         );
+        // The same on this thread's own stack (a test thread's 2 MiB leave room): a fault
+        // resumes in the trampoline with the caller's registers intact.
+        let direct = |addr: u64, scratch: &mut [u64]| {
+            let mut out = vec![0u8; 512];
+            let mut frame = WalkFrame {
+                out: out.as_mut_ptr() as u64,
+                out_len: 512,
+                scratch: scratch.as_mut_ptr() as u64,
+                scratch_len: SCRATCH_BYTES,
+                nargs: 1,
+                ..Default::default()
+            };
+            frame.args[0] = addr;
+            let (status, fault) = run_direct(&w, &mut frame)
+                .expect("run")
+                .expect("room on a test thread's stack");
+            out.truncate(frame.out_used as usize);
+            (status, fault, out)
+        };
+        let keep = std::hint::black_box([1u64, 2, 3]);
+        let (s, fault, _) = direct(hole + 8, &mut scratch);
+        assert_eq!(s, STATUS_FAULT);
+        assert!((hole..hole + 4096).contains(&(fault as u64)), "{fault:#x}");
+        assert_eq!(std::hint::black_box(keep), [1, 2, 3]);
+        assert!(THREAD.with(|t| t.direct.get().is_none()));
+        let (s, _, out) = direct(good, &mut scratch);
+        assert_eq!(
+            (s, out),
+            (STATUS_DONE, vec![2, 0, 0, 0, 0, 0, 0, 0, 40, 40])
+        );
         // Deep work runs on the walk stack too.
         let depth = on_stack(&mut stack, || {
             fn down(n: u32) -> u32 {
