@@ -306,6 +306,10 @@ unsafe extern "sysv64" {
 /// Stack kept free below a direct walk's limit: signal frames (the kernel's, with the
 /// extended register state, then ours and any handler we chain to) and the trampoline.
 const DIRECT_RESERVE: usize = 256 << 10;
+/// More kept free on the main thread: its stack grows on demand, and the kernel refuses to
+/// grow it within `stack_guard_gap` (1 MiB by default) of the mapping below, which the bounds
+/// pthread gives do not account for (a fault there could not even get its signal frame).
+const MAIN_STACK_GAP: usize = 1 << 20;
 /// A direct walk needs at least this much room (else it goes to the walk stack): the
 /// walker's own margin (32 KiB) and a useful depth.
 const DIRECT_MIN: usize = 256 << 10;
@@ -342,7 +346,12 @@ fn thread_stack() -> Option<(usize, usize)> {
         let mut size: usize = 0;
         let r = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
         libc::pthread_attr_destroy(&mut attr);
-        (r == 0 && !addr.is_null()).then(|| (addr as usize, addr as usize + size))
+        if r != 0 || addr.is_null() {
+            return None;
+        }
+        let low = addr as usize;
+        let main = libc::getpid() == libc::gettid();
+        Some((if main { low + MAIN_STACK_GAP } else { low }, low + size))
     }
 }
 
@@ -368,9 +377,9 @@ pub fn run_direct(
         t.direct.set(Some(Direct {
             code_start: code.start,
             code_end: code.end,
-            // The trampoline's frame is a few words below `sp`; the handler's check is loose
-            // by that much, never beyond the memory the walk was allowed.
-            sp_low: sp.saturating_sub(room),
+            // The walker's entry is a few frames below `sp` and its last frame may reach into
+            // its own 32 KiB margin: the check allows 64 KiB more, still inside the reserve.
+            sp_low: sp.saturating_sub(room + (64 << 10)),
         }));
         t.fault_addr.set(0);
         // SAFETY: the entry has the signature the trampoline calls it with; the frame and
