@@ -10,8 +10,11 @@
 //! in the DWARF of the module that uses it (`resolve`, through `debuginfo`) → `typegraph` →
 //! `plan` → a walker compiled into this process with cranelift-jit (`jit::in_process`, the
 //! same IR as the walker oi-trace injects) → run on the calling thread (`run`, with faults
-//! contained by `guard`) → decoded by `report`. The walker of each (type, module, features)
-//! is built once per process (`cache`); a later call costs the walk and the decoding.
+//! contained by `guard`) → decoded by `report`. The plan of each (type, module, features) is
+//! built once per process (`cache`), and with it two walkers, each compiled at its first use:
+//! one that writes the stream for `json`/`tree` (then decoded), and one that only adds up
+//! the size for `size` (no stream, no decoding). In the steady state `size` is a call into
+//! the compiled walker on the caller's own stack (`guard`): no system call, no allocation.
 //!
 //! A corrupt object never kills the program: the native walk runs where a fault is caught,
 //! and then the interpreter, reading through `process_vm_readv` on our own pid, says which
