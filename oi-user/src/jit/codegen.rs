@@ -1233,8 +1233,12 @@ impl Gen<'_, '_> {
     fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) -> G {
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
-        // A pair starts before `stop - stride` (for n = 0 that lies below `start`).
-        let last_pair = self.b.ins().iadd_imm_s(stop, -(stride as i64));
+        // A pair starts below `stop - stride`. Saturated at 0: the empty vector that never
+        // allocated has start = stop = 0, where `0 - stride` would wrap around and send the
+        // loop to read at address 0.
+        let stride_v = self.c(stride);
+        let floor = self.b.ins().umax(stop, stride_v);
+        let last_pair = self.b.ins().iadd_imm_s(floor, -(stride as i64));
         let w = 2 * MAX_WORD_BYTES as i64;
         // Room limits for one and for two elements; an `end` below 40 (no real buffer)
         // has none.

@@ -183,6 +183,9 @@ void* make_strings(int n) {
     return v;
 }
 
+// The empty vector that never allocated: begin = end = nullptr.
+void* make_unallocated_strings() { return new Strings(); }
+
 void* make_nested() {
     auto* v = new Nested();
     for (int i = 0; i < 5; i++) {
