@@ -119,6 +119,8 @@ pub struct Written {
     pub probe: usize,
     /// The roots printed as failed (`label: why`; the others were measured).
     pub result: Result<Vec<String>, Unwritten>,
+    /// CPU time the report thread spent decoding and printing the sample.
+    pub cpu_ns: u64,
 }
 
 /// Why a sample's report was not written.
@@ -170,12 +172,15 @@ impl Reporter {
             .spawn(move || {
                 let mut state = State::new(outputs);
                 while let Some(job) = state.next(&queue) {
+                    let started = thread_cpu_ns();
                     let result = state.report(&job);
+                    let cpu_ns = thread_cpu_ns().saturating_sub(started);
                     let _ = done.send(Written {
                         tgid: job.tgid,
                         hit: job.hit,
                         probe: job.index,
                         result,
+                        cpu_ns,
                     });
                     let _ = wake_writer.write(1);
                 }
@@ -250,6 +255,13 @@ impl Reporter {
     pub fn outputs(&self) -> Result<(), String> {
         self.outputs.clone()
     }
+}
+
+/// CPU time of the calling thread (user and system), in ns.
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// The report thread's own state.
