@@ -105,7 +105,9 @@ fn value_of(line: &str, key: &str) -> Option<f64> {
 
 /// Figure 1: The pause a sampled call feels, timed by the fixture itself, against the fixture's own
 /// walk of the same object (and, for containers, against its walk writing the same bytes per
-/// element that oi-trace's stream holds).
+/// element that oi-trace's stream holds). With `--mode jit`, also the walk alone as the stub
+/// timed it inside the target, against the same native walk, and the CPU time oi-trace's
+/// report thread took to decode and print each sample as JSON (both from `oi-trace -v`).
 ///
 /// Samples are spaced (`--every`) so that the report of one sample is written before the next
 /// is taken: printing a million elements as JSON takes over a second of one core, and on a
@@ -126,6 +128,12 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         ("nested", 0, "struct of 20 members, 3 levels", 1),
     ];
     let samples = if quick { 3 } else { 7 };
+    // Issue 16's goals for the walk alone, against the fixture's own walk.
+    let walk_goal = |kind: &str| match kind {
+        "vecstr" => Some(1.2),
+        "mapstr" | "umap" => Some(1.3),
+        _ => None,
+    };
     for (kind, n, label, every) in objects {
         let mut fixture = Fixture::start(&target, &["pause", kind, &n.to_string()]);
         let native = value_of(
@@ -155,6 +163,7 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 &every.max(1).to_string(),
                 "--count",
                 &samples.to_string(),
+                "-v",
             ]);
             let out = tracer.finish(Duration::from_secs(300));
             if !out.status.success() {
@@ -194,6 +203,52 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 goal,
                 pass: Some(pass),
             });
+            if mode == "jit" {
+                // `oi-trace: sample H of pid P: walk in the target 1.234 ms, pause …` and
+                // `… decoded and printed in 98.7 ms of CPU`.
+                let after = |line: &str, key: &str| {
+                    line.split_once(key)
+                        .and_then(|(_, rest)| value_of(rest.trim_start(), ""))
+                };
+                let walked = median(
+                    out.stderr
+                        .iter()
+                        .filter_map(|l| after(l, "walk in the target"))
+                        .collect(),
+                );
+                let decoded = median(
+                    out.stderr
+                        .iter()
+                        .filter_map(|l| after(l, "decoded and printed in"))
+                        .collect(),
+                );
+                if walked.is_nan() || decoded.is_nan() {
+                    bail!("no -v timings from oi-trace on {kind}: {:?}", out.stderr);
+                }
+                let goal = walk_goal(kind);
+                figures.push(Figure {
+                    name: format!("walk in the target (stub's rdtsc), jit, {label}{of_n}"),
+                    value: walked * 1e3,
+                    baseline: native / 1e3,
+                    unit: "µs",
+                    goal: goal.map_or("report".into(), |g| format!("≤ {g}× native")),
+                    pass: goal.map(|g| walked * 1e6 <= g * native),
+                });
+                figures.push(Figure {
+                    name: format!(
+                        "decode+print as JSON (report thread CPU), {label}{of_n}, vs walk in target"
+                    ),
+                    value: decoded * 1e3,
+                    baseline: walked * 1e3,
+                    unit: "µs",
+                    goal: if n >= 1_000_000 {
+                        "< 150 ms".into()
+                    } else {
+                        "report".into()
+                    },
+                    pass: (n >= 1_000_000).then_some(decoded < 150.0),
+                });
+            }
             if mode == "jit" && native_out > 0.0 {
                 figures.push(Figure {
                     name: format!(
