@@ -19,13 +19,76 @@ pub struct JsonSink<'w> {
     /// is a few hundred megabytes, and formatting machinery and a call per piece used to be
     /// most of the time it took.
     buf: Vec<u8>,
+    /// Per depth, the last node's text from `"name"` to `"exclusiveSize":` (see [`Middle`]).
+    middles: Vec<Middle>,
+}
+
+/// The part of a node's text that depends only on its name, path, type names and static
+/// size: `,"name":…,"typePath":[…],"typeNames":[…],"staticSize":S,"exclusiveSize":`. The
+/// elements of a container all share it, so it is composed once per run of alike siblings
+/// and copied for the others (comparing those few strings costs a fraction of writing them
+/// out piece by piece, which used to be most of the printing of a big sample).
+#[derive(Default)]
+struct Middle {
+    name: String,
+    path: Vec<String>,
+    type_names: Vec<String>,
+    static_size: u64,
+    text: Vec<u8>,
+}
+
+impl Middle {
+    fn matches(&self, n: &NodeOut<'_>) -> bool {
+        self.static_size == n.node.static_size
+            && self.name == n.name
+            && self.path.len() == n.path.len()
+            && self.path.iter().zip(n.path).all(|(a, b)| a == b.as_ref())
+            && self.type_names == n.node.type_names
+    }
+
+    /// Composes the text of `n` into `self`.
+    fn compose(&mut self, n: &NodeOut<'_>, pretty: bool) -> std::io::Result<()> {
+        let sep = if pretty { ", " } else { "," };
+        self.text.clear();
+        let buf = &mut self.text;
+        push_key(buf, pretty, "name");
+        push_string(buf, n.name)?;
+        push_key(buf, pretty, "typePath");
+        push_list(buf, sep, n.path.iter().map(AsRef::as_ref))?;
+        push_key(buf, pretty, "typeNames");
+        push_list(buf, sep, n.node.type_names.iter().map(String::as_str))?;
+        push_key(buf, pretty, "staticSize");
+        push_u64(buf, n.node.static_size);
+        push_key(buf, pretty, "exclusiveSize");
+        self.name.clear();
+        self.name.push_str(n.name);
+        self.path.clear();
+        self.path.extend(n.path.iter().map(|p| p.to_string()));
+        self.type_names.clone_from(&n.node.type_names);
+        self.static_size = n.node.static_size;
+        Ok(())
+    }
+}
+
+/// Appends `sep "key" colon`.
+fn push_key(buf: &mut Vec<u8>, pretty: bool, key: &str) {
+    let (sep, colon): (&[u8], &[u8]) = if pretty { (b", ", b": ") } else { (b",", b":") };
+    buf.extend_from_slice(sep);
+    buf.push(b'"');
+    buf.extend_from_slice(key.as_bytes());
+    buf.push(b'"');
+    buf.extend_from_slice(colon);
 }
 
 /// Appends `s` as a JSON string. Names and type names rarely need escaping: those are copied
 /// as they are, without the allocation of a general encoder (a million-element sample writes
 /// a few million of them).
 fn push_string(buf: &mut Vec<u8>, s: &str) -> std::io::Result<()> {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    // Without early exit, so that the check is vectorised.
+    let plain = !s.bytes().fold(false, |bad, b| {
+        bad | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if plain {
         buf.push(b'"');
         buf.extend_from_slice(s.as_bytes());
         buf.push(b'"');
@@ -74,6 +137,7 @@ impl<'w> JsonSink<'w> {
             open: Vec::new(),
             roots: 0,
             buf: Vec::with_capacity(1024),
+            middles: Vec::new(),
         }
     }
 
@@ -101,16 +165,7 @@ impl<'w> JsonSink<'w> {
 
     /// `sep "key" colon`.
     fn key(&mut self, key: &str) {
-        let (sep, colon): (&[u8], &[u8]) = if self.pretty {
-            (b", ", b": ")
-        } else {
-            (b",", b":")
-        };
-        self.buf.extend_from_slice(sep);
-        self.buf.push(b'"');
-        self.buf.extend_from_slice(key.as_bytes());
-        self.buf.push(b'"');
-        self.buf.extend_from_slice(colon);
+        push_key(&mut self.buf, self.pretty, key);
     }
 
     fn number(&mut self, key: &str, v: u64) {
@@ -150,24 +205,21 @@ impl Sink for JsonSink<'_> {
             }
         }
         self.indent(1);
-        let sep = if self.pretty { ", " } else { "," };
         let colon: &[u8] = if self.pretty { b": " } else { b":" };
         let node = n.node;
         self.buf.extend_from_slice(b"{\"size\"");
         self.buf.extend_from_slice(colon);
         push_u64(&mut self.buf, n.size);
-        self.key("name");
-        push_string(&mut self.buf, n.name)?;
-        self.key("typePath");
-        push_list(&mut self.buf, sep, n.path.iter().map(AsRef::as_ref))?;
-        self.key("typeNames");
-        push_list(
-            &mut self.buf,
-            sep,
-            node.type_names.iter().map(String::as_str),
-        )?;
-        self.number("staticSize", node.static_size);
-        self.number("exclusiveSize", n.exclusive);
+        let depth = self.open.len();
+        if self.middles.len() <= depth {
+            self.middles.resize_with(depth + 1, Middle::default);
+        }
+        let middle = &mut self.middles[depth];
+        if !middle.matches(n) {
+            middle.compose(n, self.pretty)?;
+        }
+        self.buf.extend_from_slice(&middle.text);
+        push_u64(&mut self.buf, n.exclusive);
         if let Some(p) = n.pointer {
             self.number("pointer", p);
         }
