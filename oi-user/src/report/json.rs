@@ -15,13 +15,17 @@ pub struct JsonSink<'w> {
     open: Vec<bool>,
     /// Whether a root has been written yet (roots are separated by commas).
     roots: usize,
-    /// One node's text, composed here and written with one call: a million-element sample
-    /// is a few hundred megabytes, and formatting machinery and a call per piece used to be
-    /// most of the time it took.
+    /// The text of many nodes, composed here and written with one call per [`FLUSH_AT`]
+    /// bytes: a million-element sample is a few hundred megabytes, and formatting machinery,
+    /// a call per piece and a copy through the writer's own buffer used to be most of the
+    /// time it took. Written out when full, at the end of the sample and on drop.
     buf: Vec<u8>,
     /// Per depth, the last node's text from `"name"` to `"exclusiveSize":` (see [`Middle`]).
     middles: Vec<Middle>,
 }
+
+/// Bytes composed before they are handed to the writer.
+const FLUSH_AT: usize = 1 << 20;
 
 /// The part of a node's text that depends only on its name, path, type names and static
 /// size: `,"name":…,"typePath":[…],"typeNames":[…],"staticSize":S,"exclusiveSize":`. The
@@ -136,22 +140,37 @@ impl<'w> JsonSink<'w> {
             pretty,
             open: Vec::new(),
             roots: 0,
-            buf: Vec::with_capacity(1024),
+            buf: Vec::with_capacity(FLUSH_AT + 4096),
             middles: Vec::new(),
         }
     }
 
     pub fn start_sample(&mut self) -> Result<(), ReportError> {
-        self.out.write_all(b"[")?;
+        self.buf.push(b'[');
         Ok(())
     }
 
     pub fn end_sample(&mut self) -> Result<(), ReportError> {
         if self.pretty {
-            self.out.write_all(b"\n")?;
+            self.buf.push(b'\n');
         }
-        self.out.write_all(b"]\n")?;
+        self.buf.extend_from_slice(b"]\n");
         self.roots = 0;
+        self.write_out()
+    }
+
+    /// Hands what was composed to the writer.
+    fn write_out(&mut self) -> Result<(), ReportError> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Hands what was composed to the writer once there is enough of it.
+    fn composed(&mut self) -> Result<(), ReportError> {
+        if self.buf.len() >= FLUSH_AT {
+            self.write_out()?;
+        }
         Ok(())
     }
 
@@ -177,19 +196,16 @@ impl<'w> JsonSink<'w> {
 impl Sink for JsonSink<'_> {
     /// OI's `{}` for an argument it could not measure, in that argument's place.
     fn failed_root(&mut self, _label: &str, _node: &Node, _why: &str) -> Result<(), ReportError> {
-        self.buf.clear();
         if self.roots > 0 {
             self.buf.push(b',');
         }
         self.roots += 1;
         self.indent(1);
         self.buf.extend_from_slice(b"{}");
-        self.out.write_all(&self.buf)?;
-        Ok(())
+        self.composed()
     }
 
     fn begin(&mut self, n: &NodeOut<'_>) -> Result<(), ReportError> {
-        self.buf.clear();
         match self.open.last_mut() {
             Some(first) => {
                 if *first {
@@ -243,24 +259,39 @@ impl Sink for JsonSink<'_> {
             self.number("length", l);
             self.number("capacity", c);
         }
-        self.key("is_primitive");
-        let b: &[u8] = if node.is_primitive { b"true" } else { b"false" };
-        self.buf.extend_from_slice(b);
-        self.key("members");
-        self.buf.push(b'[');
+        if self.pretty {
+            self.key("is_primitive");
+            let b: &[u8] = if node.is_primitive { b"true" } else { b"false" };
+            self.buf.extend_from_slice(b);
+            self.key("members");
+            self.buf.push(b'[');
+        } else {
+            let tail: &[u8] = if node.is_primitive {
+                b",\"is_primitive\":true,\"members\":["
+            } else {
+                b",\"is_primitive\":false,\"members\":["
+            };
+            self.buf.extend_from_slice(tail);
+        }
         self.open.push(false);
-        self.out.write_all(&self.buf)?;
-        Ok(())
+        self.composed()
     }
 
     fn end(&mut self) -> Result<(), ReportError> {
         let had_children = self.open.pop().unwrap_or(false);
-        self.buf.clear();
         if had_children {
             self.indent(2);
         }
         self.buf.extend_from_slice(b"]}");
-        self.out.write_all(&self.buf)?;
-        Ok(())
+        self.composed()
+    }
+}
+
+impl Drop for JsonSink<'_> {
+    /// What a caller that never ended the sample composed still reaches its writer.
+    fn drop(&mut self) {
+        if !self.buf.is_empty() {
+            let _ = self.out.write_all(&self.buf);
+        }
     }
 }

@@ -264,13 +264,46 @@ fn thread_cpu_ns() -> u64 {
     })
 }
 
+/// File descriptor 1 written directly, with std's stdout locked for as long as it lives (so
+/// nothing else interleaves; nothing is written through it before). std's stdout is line
+/// buffered: it searches every megabyte handed to it for its last newline, a twentieth of
+/// the printing of a big sample, for a buffer this writer does not need.
+struct RawStdout {
+    _lock: std::io::StdoutLock<'static>,
+    fd: std::io::Stdout,
+}
+
+impl RawStdout {
+    fn new() -> Self {
+        Self {
+            _lock: std::io::stdout().lock(),
+            fd: std::io::stdout(),
+        }
+    }
+}
+
+impl Write for RawStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        loop {
+            match nix::unistd::write(self.fd.as_fd(), buf) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => return r.map_err(std::io::Error::from),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The report thread's own state.
 struct State {
     outputs: Outputs,
     writer: SampleWriter,
     /// stdout through a large buffer: a sample of a million elements is hundreds of MB of
     /// JSON, which stdout's own line buffer would hand to the kernel 1 KiB at a time.
-    out: std::io::BufWriter<std::io::StdoutLock<'static>>,
+    out: std::io::BufWriter<RawStdout>,
     growth: Option<Growth>,
     /// The last sample summed by member path, and its title, for the pictures.
     last: Option<(Totals, String)>,
@@ -281,7 +314,7 @@ impl State {
     fn new(outputs: Outputs) -> Self {
         Self {
             writer: SampleWriter::new(outputs.format),
-            out: std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock()),
+            out: std::io::BufWriter::with_capacity(1 << 20, RawStdout::new()),
             growth: outputs.growth.as_ref().map(|_| Growth::new()),
             last: None,
             next_tick: outputs.interval.map(|i| Instant::now() + i),
