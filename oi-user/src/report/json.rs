@@ -101,17 +101,28 @@ fn push_string(buf: &mut Vec<u8>, s: &str) -> std::io::Result<()> {
     serde_json::to_writer(&mut *buf, s).map_err(std::io::Error::other)
 }
 
-/// Appends `v` in decimal.
+/// Appends `v` in decimal, two digits at a time (a big sample writes millions of numbers).
 fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut digits = [0u8; 20];
     let mut i = digits.len();
-    loop {
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        let pair = v as usize * 2;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        digits[i] = b'0' + v as u8;
     }
     buf.extend_from_slice(&digits[i..]);
 }
@@ -292,6 +303,30 @@ impl Drop for JsonSink<'_> {
     fn drop(&mut self) {
         if !self.buf.is_empty() {
             let _ = self.out.write_all(&self.buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for v in [
+            0,
+            7,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            12345,
+            u64::MAX / 3,
+            u64::MAX,
+        ] {
+            let mut buf = Vec::new();
+            super::push_u64(&mut buf, v);
+            assert_eq!(String::from_utf8(buf).unwrap(), v.to_string());
         }
     }
 }
