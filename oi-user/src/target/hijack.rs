@@ -15,6 +15,10 @@
 //! from the save area and jumps back to where the thread was. So if the tracer dies mid-walk,
 //! the thread still returns to its own code with its registers intact; and the tracer never
 //! needs the FPU state of a walk that returned (a sample's hot path has no FPREGS calls).
+//! Around its call of the walker the stub stores the time stamp counter (`rdtsc`) into two
+//! words after the header, read with the frame: the walk's own time, without the ptrace
+//! stops (`oi-trace -v`). A process that made `rdtsc` fault (`PR_SET_TSC`) would see every
+//! walk fault, contained like any other walker fault; none we know of does.
 
 use std::time::{Duration, Instant};
 
