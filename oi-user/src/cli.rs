@@ -181,9 +181,15 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
 
-    /// Write one JSON line per sample: {"probe","pid","tid","hit","pause_us","walk_us","regs"}.
+    /// Write one JSON line per sample: {"probe","pid","tid","hit","pause_us","walk_us",
+    /// "in_target_ns","regs"}.
     #[arg(long, value_name = "FILE")]
     pub sample_log: Option<PathBuf>,
+
+    /// On stderr, per sample: the walk's time inside the target (--mode jit), the pause the
+    /// sampled thread felt, and the report thread's CPU time to decode and print it.
+    #[arg(short, long)]
+    pub verbose: bool,
 
     /// With --format tree: children shown per node, largest first; the rest are summed up
     /// in one line (`… 990 more elements (3.9 KiB)`). Default 10.

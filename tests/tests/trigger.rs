@@ -66,6 +66,7 @@ fn ten_samples(binary: &Path, mode: &str, symbol: &str, arg_reg: &str) {
         log.to_str().unwrap(),
         "--summary",
         sum.to_str().unwrap(),
+        "-v",
     ]);
     fixture.signal(SIGUSR1);
     let done = fixture.stdout.expect("done", 30 * SECOND);
@@ -80,6 +81,22 @@ fn ten_samples(binary: &Path, mode: &str, symbol: &str, arg_reg: &str) {
             "captured argument of sample {s}"
         );
         assert_eq!(s["pid"].as_i64(), Some(fixture.pid as i64));
+        // The stub's own timing of the walk lies inside the tracer's timing of the sample.
+        let in_target = s["in_target_ns"].as_u64().expect("in-target walk time");
+        let walk_us = s["walk_us"].as_u64().unwrap();
+        assert!(
+            in_target > 0 && in_target <= (walk_us + 1) * 1000,
+            "in-target walk {in_target} ns outside the sample's {walk_us} µs"
+        );
+    }
+    // -v: per sample, its walk and pause, then its decoding and printing.
+    for hit in &hits {
+        let said = |what: &str| {
+            let head = format!("oi-trace: sample {hit} of pid {pid}: {what} ");
+            out.stderr.iter().filter(|l| l.starts_with(&head)).count()
+        };
+        assert_eq!(said("walk in the target"), 1, "{:#?}", out.stderr);
+        assert_eq!(said("decoded and printed in"), 1, "{:#?}", out.stderr);
     }
     assert_eq!(summary(&sum)[0]["sampled"], 10);
     // The fixture's own arithmetic proves every call ran and returned normally.

@@ -105,7 +105,12 @@ fn value_of(line: &str, key: &str) -> Option<f64> {
 
 /// Figure 1: The pause a sampled call feels, timed by the fixture itself, against the fixture's own
 /// walk of the same object (and, for containers, against its walk writing the same bytes per
-/// element that oi-trace's stream holds).
+/// element that oi-trace's stream holds). With `--mode jit`, also the walk alone as the stub
+/// timed it inside the target, against the fixture's walk in the same state of the caches
+/// (timed by turns with the sampled calls, after the same sleep: the repeated walk of
+/// `native_ns` finds the object in the caches, which a sampled call 20 ms later does not),
+/// and the CPU time oi-trace's report thread took to decode and print each sample as JSON
+/// (both from `oi-trace -v`).
 ///
 /// Samples are spaced (`--every`) so that the report of one sample is written before the next
 /// is taken: printing a million elements as JSON takes over a second of one core, and on a
@@ -113,19 +118,26 @@ fn value_of(line: &str, key: &str) -> Option<f64> {
 fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let target = FixtureBuild::new("bench_target").build();
     let scale = if quick { 10 } else { 1 };
-    // (kind, elements, label, --every at one call per 20 ms)
+    // (kind, elements, label, --every at one call per 40 ms: the fixture's own walk takes
+    // every other turn)
     let objects = [
-        ("vecstr", 1_000_000 / scale, "vector<string>", 100 / scale),
-        ("mapstr", 100_000 / scale, "map<int,string>", 20 / scale),
+        ("vecstr", 1_000_000 / scale, "vector<string>", 50 / scale),
+        ("mapstr", 100_000 / scale, "map<int,string>", 10 / scale),
         (
             "umap",
             100_000 / scale,
             "unordered_map<string,vector<int>>",
-            20 / scale,
+            10 / scale,
         ),
         ("nested", 0, "struct of 20 members, 3 levels", 1),
     ];
     let samples = if quick { 3 } else { 7 };
+    // Issue 16's goals for the walk alone, against the fixture's own walk.
+    let walk_goal = |kind: &str| match kind {
+        "vecstr" => Some(1.2),
+        "mapstr" | "umap" => Some(1.3),
+        _ => None,
+    };
     for (kind, n, label, every) in objects {
         let mut fixture = Fixture::start(&target, &["pause", kind, &n.to_string()]);
         let native = value_of(
@@ -155,18 +167,25 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 &every.max(1).to_string(),
                 "--count",
                 &samples.to_string(),
+                "-v",
             ]);
             let out = tracer.finish(Duration::from_secs(300));
             if !out.status.success() {
                 bail!("oi-trace --mode {mode} on {kind} failed: {:?}", out.stderr);
             }
             std::thread::sleep(Duration::from_millis(100));
-            let mut calls: Vec<f64> = fixture
-                .stdout
-                .take()
+            let lines = fixture.stdout.take();
+            let mut calls: Vec<f64> = lines
                 .iter()
                 .filter_map(|l| value_of(l, "call_ns "))
                 .collect();
+            // The fixture's walk after the same sleep as a sampled call, in the same caches.
+            let native_cold = median(
+                lines
+                    .iter()
+                    .filter_map(|l| value_of(l, "native_cold_ns "))
+                    .collect(),
+            );
             // The sampled calls are the slow ones; the others cost nanoseconds.
             calls.sort_by(|a, b| b.total_cmp(a));
             calls.truncate(samples);
@@ -194,6 +213,65 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 goal,
                 pass: Some(pass),
             });
+            if mode == "jit" {
+                // `oi-trace: sample H of pid P: walk in the target 1.234 ms, pause …` and
+                // `… decoded and printed in 98.7 ms of CPU`.
+                let after = |line: &str, key: &str| {
+                    line.split_once(key)
+                        .and_then(|(_, rest)| value_of(rest.trim_start(), ""))
+                };
+                let walked = median(
+                    out.stderr
+                        .iter()
+                        .filter_map(|l| after(l, "walk in the target"))
+                        .collect(),
+                );
+                let decoded = median(
+                    out.stderr
+                        .iter()
+                        .filter_map(|l| after(l, "decoded and printed in"))
+                        .collect(),
+                );
+                if walked.is_nan() || decoded.is_nan() {
+                    bail!("no -v timings from oi-trace on {kind}: {:?}", out.stderr);
+                }
+                let goal = walk_goal(kind);
+                figures.push(Figure {
+                    name: format!(
+                        "walk in the target (stub's rdtsc), jit, {label}{of_n}, vs native walk \
+                         after the same sleep"
+                    ),
+                    value: walked * 1e3,
+                    baseline: native_cold / 1e3,
+                    unit: "µs",
+                    goal: goal.map_or("report".into(), |g| format!("≤ {g}× native")),
+                    pass: goal.map(|g| walked * 1e6 <= g * native_cold),
+                });
+                figures.push(Figure {
+                    name: format!(
+                        "walk in the target, jit, {label}{of_n}, vs native walk repeated (warm)"
+                    ),
+                    value: walked * 1e3,
+                    baseline: native / 1e3,
+                    unit: "µs",
+                    goal: "report".into(),
+                    pass: None,
+                });
+                figures.push(Figure {
+                    name: format!(
+                        "decode+print as JSON (report thread CPU), {label}{of_n}, vs walk in target"
+                    ),
+                    value: decoded * 1e3,
+                    baseline: walked * 1e3,
+                    unit: "µs",
+                    goal: if n >= 1_000_000 {
+                        "< 150 ms".into()
+                    } else {
+                        "report".into()
+                    },
+                    pass: (n >= 1_000_000).then_some(decoded < 150.0),
+                });
+            }
             if mode == "jit" && native_out > 0.0 {
                 figures.push(Figure {
                     name: format!(

@@ -961,6 +961,7 @@ mod tests {
         let mut sink = json::JsonSink::new(&mut out, false);
         sink.start_sample().expect("start");
         decode(&plan, 1, &stream, &mut sink).expect("decode");
+        drop(sink);
         let text = String::from_utf8(out).expect("utf8");
         assert!(text.starts_with(&format!("[{{\"size\":{total},")), "{text}");
         assert!(matches!(

@@ -22,7 +22,7 @@ use crate::{
     measure::{Located, Measurer, RootStream},
     target::{
         bootstrap::Bootstrap,
-        hijack::{CallEnd, Held, Segments},
+        hijack::{CallEnd, Held, Segments, TscClock},
         remote::{self, RemoteError},
     },
 };
@@ -78,6 +78,11 @@ pub struct InTarget {
     bootstraps: HashMap<i32, Bootstrap>,
     /// The probes' names, for the audit line.
     probe_names: Vec<String>,
+    /// Converts the walk times the stub records.
+    clock: TscClock,
+    /// Time stamp counter ticks of the last sample's walks that returned a result (the
+    /// walk alone, in the target, without the ptrace stops around it).
+    walk_ticks: u64,
 }
 
 /// A mapping made during the sample in progress, to be audited when it ends.
@@ -119,7 +124,8 @@ enum Walk {
 }
 
 /// Runs `walker` on `frame` until it returns (growing the output as it asks), faults, times
-/// out or reports a corrupt object. `names`: the roots it walks, for messages.
+/// out or reports a corrupt object. `names`: the roots it walks, for messages. Adds the
+/// time stamp counter's ticks of the walk that returned to `ticks`.
 fn run(
     held: &mut Held,
     mapped: &mut Mapped,
@@ -127,6 +133,7 @@ fn run(
     frame: &mut WalkFrame,
     names: &str,
     timeout: Duration,
+    ticks: &mut u64,
 ) -> Result<Walked, RunError> {
     let tgid = held.tgid;
     loop {
@@ -149,13 +156,14 @@ fn run(
                 )));
             }
         }
-        let (done, prefix) = mapped.seg.read_frame_and_prefix(tgid)?;
+        let (done, prefix, walk_ticks) = mapped.seg.read_frame_and_prefix(tgid)?;
         mapped.generation = done.generation;
         if done.status == STATUS_FULL {
             mapped.seg.grow_output(held, done.out_used)?;
             continue;
         }
         jit::check_status(&done).map_err(|e| RunError::Walk(format!("walk of {names}: {e}")))?;
+        *ticks += walk_ticks;
         return Ok((mapped.seg.output, done.out_used, prefix));
     }
 }
@@ -201,6 +209,8 @@ impl InTarget {
             pending_audit: None,
             bootstraps: HashMap::new(),
             probe_names,
+            clock: TscClock::new(),
+            walk_ticks: 0,
         })
     }
 
@@ -222,6 +232,7 @@ impl InTarget {
             .map(|m| m.bootstrap)
             .or_else(|| self.bootstraps.get(&tgid).copied());
         let mut held = Held::begin(tgid, tid, bootstrap)?;
+        self.walk_ticks = 0;
         let result = self.walk(&mut held, (probe, site), measurer, regs, bias);
         let result = match result {
             Err(Failure::Gone) => return Err(Failure::Gone),
@@ -369,7 +380,16 @@ impl InTarget {
         (frame.scratch, frame.scratch_len) = (scratch, scratch_len);
         frame.stack_len = mapped.seg.stack_budget();
         let site = &self.index[probe][site];
-        match run(held, mapped, site.all, &mut frame, &names, self.timeout) {
+        let ticks = &mut self.walk_ticks;
+        match run(
+            held,
+            mapped,
+            site.all,
+            &mut frame,
+            &names,
+            self.timeout,
+            ticks,
+        ) {
             Ok(walked) => return Ok(Walk::All(walked)),
             Err(RunError::Other(f)) => return Err(f),
             Err(RunError::Walk(why)) if site.each.is_empty() => {
@@ -391,7 +411,7 @@ impl InTarget {
             frame.args = [0; jit::MAX_ROOTS];
             frame.args[0] = whole.args[i];
             let name = measurer.arg_names()[i];
-            match run(held, mapped, walker, &mut frame, name, self.timeout) {
+            match run(held, mapped, walker, &mut frame, name, self.timeout, ticks) {
                 Ok((output, used, mut bytes)) => {
                     let have = bytes.len().min(used as usize);
                     bytes.resize(used as usize, 0);
@@ -409,6 +429,15 @@ impl InTarget {
             }
         }
         Ok(Walk::Each(streams))
+    }
+
+    /// How long the last sample's walks took inside the target, from the stub's call of the
+    /// walker to its return (the ones that gave a result; with a grown output, the last
+    /// run). None when no walk returned or the counter's rate is not known yet.
+    pub fn last_walk_ns(&self) -> Option<u64> {
+        (self.walk_ticks > 0)
+            .then(|| self.clock.ns(self.walk_ticks))
+            .flatten()
     }
 
     /// Finds, now, where the first remote syscalls into `tgid` will go: a restoring stub in the

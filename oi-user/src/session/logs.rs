@@ -21,6 +21,8 @@ pub struct SampleRecord<'a> {
     pub event: &'a Event,
     pub pause_us: u64,
     pub walk_us: u64,
+    /// `--mode jit`: the walk alone, timed inside the target (null: not known).
+    pub in_target_ns: Option<u64>,
 }
 
 pub struct Logs {
@@ -58,7 +60,7 @@ impl Logs {
         let regs = &e.regs;
         let line = json!({
             "probe": r.probe, "pid": e.tgid, "tid": e.tid, "hit": e.hit,
-            "pause_us": r.pause_us, "walk_us": r.walk_us,
+            "pause_us": r.pause_us, "walk_us": r.walk_us, "in_target_ns": r.in_target_ns,
             "regs": {
                 "rdi": regs.rdi, "rsi": regs.rsi, "rdx": regs.rdx, "rcx": regs.rcx,
                 "r8": regs.r8, "r9": regs.r9, "rsp": regs.rsp, "rip": regs.rip, "rax": regs.rax,

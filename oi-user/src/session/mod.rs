@@ -152,6 +152,7 @@ pub fn run(args: &Args) -> Result<()> {
         logs: Logs::open(args)?,
         armed_at: Instant::now(),
         hinted: false,
+        verbose: args.verbose,
     };
     let deadline = args
         .duration
@@ -445,6 +446,8 @@ struct Session {
     /// When the probes were armed, and whether the no-hit hint was given.
     armed_at: Instant,
     hinted: bool,
+    /// `-v`: per-sample timings on stderr.
+    verbose: bool,
 }
 
 impl Session {
@@ -740,6 +743,17 @@ impl Session {
         let walk_us = timing.walk_us;
         // From the hit (the kernel's clock) to the moment the thread runs again.
         let pause_us = timing.resumed_ns.saturating_sub(ev.time_ns) / 1000;
+        if self.verbose && result.is_ok() {
+            let in_target = timing.in_target_ns.map_or_else(
+                || "unknown".to_string(),
+                |ns| format!("{:.3} ms", ns as f64 / 1e6),
+            );
+            eprintln!(
+                "oi-trace: sample {} of pid {tgid}: walk in the target {in_target}, pause {:.3} ms",
+                ev.hit,
+                pause_us as f64 / 1e3
+            );
+        }
         self.samples += 1;
         if result.is_err() {
             self.failures[ev.probe as usize].samples += 1;
@@ -774,6 +788,7 @@ impl Session {
             event: &ev,
             pause_us,
             walk_us,
+            in_target_ns: timing.in_target_ns,
         })
     }
 
@@ -838,6 +853,7 @@ impl Session {
         };
         timing.resumed_ns = monotonic_ns();
         timing.walk_us = started.elapsed().as_micros() as u64;
+        timing.in_target_ns = self.in_target.as_ref().and_then(InTarget::last_walk_ns);
         let probe = (ev.probe as usize, &*self.probes[ev.probe as usize].symbol);
         self.reporter
             .submit((tgid, tid, ev.hit), probe, measurer, streams?);
@@ -861,6 +877,12 @@ impl Session {
     fn take_written(&mut self, written: Written) {
         let probe = Some(written.probe).filter(|&p| p < self.failures.len());
         let (hit, tgid) = (written.hit, written.tgid);
+        if self.verbose {
+            eprintln!(
+                "oi-trace: sample {hit} of pid {tgid}: decoded and printed in {:.3} ms of CPU",
+                written.cpu_ns as f64 / 1e6
+            );
+        }
         match written.result {
             Ok(failed) => {
                 for root in &failed {
@@ -1102,6 +1124,8 @@ pub struct Failures {
 struct Timing {
     resumed_ns: u64,
     walk_us: u64,
+    /// `--mode jit`: the walk alone, timed inside the target by the stub.
+    in_target_ns: Option<u64>,
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGCHLD, blocked and read through a signalfd.

@@ -15,6 +15,10 @@
 //! from the save area and jumps back to where the thread was. So if the tracer dies mid-walk,
 //! the thread still returns to its own code with its registers intact; and the tracer never
 //! needs the FPU state of a walk that returned (a sample's hot path has no FPREGS calls).
+//! Around its call of the walker the stub stores the time stamp counter (`rdtsc`) into two
+//! words after the header, read with the frame: the walk's own time, without the ptrace
+//! stops (`oi-trace -v`). A process that made `rdtsc` fault (`PR_SET_TSC`) would see every
+//! walk fault, contained like any other walker fault; none we know of does.
 
 use std::time::{Duration, Instant};
 
@@ -48,11 +52,15 @@ const HEADER_LEN: usize = 32;
 /// killed run may leave it set; a later run removes the region only when that thread is
 /// provably outside (see [`Segments::leftovers`]).
 const BUSY: u64 = 24;
-const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG2");
+const MAGIC: u64 = u64::from_le_bytes(*b"OITRSEG3");
+/// Where the stub writes the time stamp counter just before it calls the walker and just
+/// after the walker returns (two words): the walk's own time, without the ptrace stops.
+const STAMPS: u64 = HEADER + HEADER_LEN as u64;
 const FRAME: u64 = 1024;
 const FRAME_MAX: u64 = 1024;
 const _: () = assert!(size_of::<WalkFrame>() as u64 <= FRAME_MAX);
 const _: () = assert!(RIP_SLOT + 8 <= FXSAVE_AREA && FXSAVE_AREA + 512 <= HEADER);
+const _: () = assert!(STAMPS + 16 <= FRAME);
 /// Copies of objects that arrived in registers (by-value arguments, small return values).
 const REGISTER_OBJECTS: u64 = FRAME + FRAME_MAX;
 pub const REGISTER_OBJECTS_LEN: u64 = 2048;
@@ -72,9 +80,9 @@ const STACK_AFTER_DATA: u64 = DATA_LEN + PAGE;
 const OUTPUT_AFTER_DATA: u64 = STACK_AFTER_DATA + STACK_LEN + PAGE;
 const REGION_AFTER_CODE: u64 = OUTPUT_AFTER_DATA + OUTPUT_RESERVE;
 /// Offset in the stub of the instruction after its `syscall`: where the "done" stop is.
-const STUB_DONE: u64 = 25;
+const STUB_DONE: u64 = 57;
 /// Offset of the stub's `syscall` instruction (followed by its self-restore).
-const STUB_SYSCALL: u64 = 23;
+const STUB_SYSCALL: u64 = 55;
 /// Bytes of output read together with the frame after a walk (most samples fit).
 pub const OUTPUT_PREFIX: usize = 4096;
 /// How long the tracer polls for the end of a walk before it sleeps: most walks end sooner,
@@ -82,7 +90,7 @@ pub const OUTPUT_PREFIX: usize = 4096;
 const SPIN: Duration = Duration::from_micros(250);
 /// How long a walk may go without news before the tracer checks that its thread still lives.
 const LIVENESS_CHECK: Duration = Duration::from_millis(20);
-const STUB_LEN: u64 = 64;
+const STUB_LEN: u64 = 128;
 
 /// The stub's machine code for a region whose data part starts `code_len` bytes after it.
 fn stub(code_len: u64) -> Vec<u8> {
@@ -91,15 +99,29 @@ fn stub(code_len: u64) -> Vec<u8> {
     let mut code = Vec::with_capacity(STUB_LEN as usize);
     code.extend([0x48, 0x0f, 0xae, 0x05]); // fxsave64 [rip+disp]
     code.extend(rel(d + FXSAVE_AREA as i64, 8));
+    // The time stamp counter before and after the walk (rdtsc clobbers only rax and rdx,
+    // which the walker's call does not take). Read by the tracer as the in-target walk time.
+    let stamp = |code: &mut Vec<u8>, slot: u64| {
+        code.extend([0x0f, 0x31]); // rdtsc
+        code.extend([0x48, 0xc1, 0xe2, 0x20]); // shl rdx, 32
+        code.extend([0x48, 0x09, 0xd0]); // or rax, rdx
+        code.extend([0x48, 0x89, 0x05]); // mov [rip+disp], rax
+        let next = code.len() as i64 + 4;
+        code.extend(rel(d + slot as i64, next));
+    };
+    stamp(&mut code, STAMPS);
     code.extend([0xff, 0xd6]); // call rsi (the walker; rdi = its frame)
+    stamp(&mut code, STAMPS + 8);
     code.extend([0x48, 0x0f, 0xae, 0x0d]); // fxrstor64 [rip+disp]
-    code.extend(rel(d + FXSAVE_AREA as i64, 18));
+    let next = code.len() as i64 + 4;
+    code.extend(rel(d + FXSAVE_AREA as i64, next));
     code.extend([0xb8, 39, 0, 0, 0]); // mov eax, SYS_getpid
     debug_assert_eq!(code.len() as u64, STUB_SYSCALL);
     code.extend([0x0f, 0x05]); // syscall: the tracer stops here
     debug_assert_eq!(code.len() as u64, STUB_DONE);
     code.extend([0x48, 0x8d, 0x25]); // lea rsp, [rip+disp]: the save area
-    code.extend(rel(d + SAVE_AREA as i64, 32));
+    let next = code.len() as i64 + 4;
+    code.extend(rel(d + SAVE_AREA as i64, next));
     // pop r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi
     code.extend([
         0x41, 0x5f, 0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, 0x5d, 0x5b, 0x41, 0x5b, 0x41, 0x5a,
@@ -108,7 +130,8 @@ fn stub(code_len: u64) -> Vec<u8> {
     code.push(0x9d); // popfq
     code.push(0x5c); // pop rsp
     code.extend([0xff, 0x25]); // jmp [rip+disp]: the saved rip
-    code.extend(rel(d + RIP_SLOT as i64, 63));
+    let next = code.len() as i64 + 4;
+    code.extend(rel(d + RIP_SLOT as i64, next));
     code.resize(STUB_LEN as usize, 0xcc);
     code
 }
@@ -599,6 +622,68 @@ fn ptrace_error(tid: i32, errno: nix::errno::Errno) -> RemoteError {
     }
 }
 
+/// Turns the time stamp counter's ticks the stub records into nanoseconds: the counter's
+/// rate is measured against CLOCK_MONOTONIC, from one reading taken when the clock is made
+/// to one taken at each conversion, so it grows more exact the longer oi-trace runs (an
+/// error of a few microseconds in the pair of readings, over the run so far). Assumes the
+/// invariant counter of current x86-64 processors (`constant_tsc`, `nonstop_tsc`), the
+/// same on every core.
+#[derive(Debug, Clone, Copy)]
+pub struct TscClock {
+    anchor: (u64, u64),
+}
+
+impl Default for TscClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TscClock {
+    pub fn new() -> Self {
+        Self {
+            anchor: Self::pair(),
+        }
+    }
+
+    /// (counter, CLOCK_MONOTONIC ns) read together: the counter between two clock readings
+    /// at most 5 µs apart (else retried a few times: a preemption between them).
+    fn pair() -> (u64, u64) {
+        let mono = || {
+            nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+                t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+            })
+        };
+        let mut best = (0, 0, u64::MAX);
+        for _ in 0..8 {
+            let before = mono();
+            // SAFETY: rdtsc reads a counter; it has no memory effects.
+            let tsc = unsafe { core::arch::x86_64::_rdtsc() };
+            let after = mono();
+            let spread = after.saturating_sub(before);
+            if spread < best.2 {
+                best = (tsc, before + spread / 2, spread);
+            }
+            if spread < 5_000 {
+                break;
+            }
+        }
+        (best.0, best.1)
+    }
+
+    /// `ticks` in nanoseconds; None until a millisecond has passed since the clock was
+    /// made (too short to measure the rate).
+    pub fn ns(&self, ticks: u64) -> Option<u64> {
+        let (tsc, mono) = Self::pair();
+        let elapsed_ns = mono.checked_sub(self.anchor.1)?;
+        let elapsed_ticks = tsc.checked_sub(self.anchor.0)?;
+        if elapsed_ns < 1_000_000 || elapsed_ticks == 0 {
+            return None;
+        }
+        Some((u128::from(ticks) * u128::from(elapsed_ns) / u128::from(elapsed_ticks)) as u64)
+    }
+}
+
 /// The region mapped into one process, its stack and its output buffer.
 #[derive(Debug, Clone)]
 pub struct Segments {
@@ -615,9 +700,14 @@ pub struct Segments {
 }
 
 impl Segments {
-    /// After a walk: the frame (status, output size, generation) and the first
-    /// [`OUTPUT_PREFIX`] bytes of the output (all of it, for most samples), in one read.
-    pub fn read_frame_and_prefix(&self, tgid: i32) -> Result<(WalkFrame, Vec<u8>), RemoteError> {
+    /// After a walk: the frame (status, output size, generation), the first
+    /// [`OUTPUT_PREFIX`] bytes of the output (all of it, for most samples) and the time
+    /// stamp counter's ticks between the stub's call of the walker and its return, in one
+    /// read.
+    pub fn read_frame_and_prefix(
+        &self,
+        tgid: i32,
+    ) -> Result<(WalkFrame, Vec<u8>, u64), RemoteError> {
         let mut frame = WalkFrame::default();
         // SAFETY: WalkFrame is repr(C) plain integers without padding: every bit pattern is
         // a valid value, and viewing it as bytes for its whole size is sound.
@@ -628,11 +718,17 @@ impl Segments {
             )
         };
         let mut prefix = vec![0u8; OUTPUT_PREFIX.min(self.output_len as usize)];
+        let mut stamps = [0u8; 16];
         remote::read_parts(
             tgid,
-            &mut [(self.frame(), bytes), (self.output, prefix.as_mut_slice())],
+            &mut [
+                (self.frame(), bytes),
+                (self.output, prefix.as_mut_slice()),
+                (self.data() + STAMPS, &mut stamps),
+            ],
         )?;
-        Ok((frame, prefix))
+        let stamp = |i: usize| u64::from_le_bytes(stamps[i..i + 8].try_into().unwrap_or([0; 8]));
+        Ok((frame, prefix, stamp(8).wrapping_sub(stamp(0))))
     }
 
     /// Maps code (stub + `walkers`, each `(bytes, entry offset)`) and data into the process of
@@ -841,6 +937,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tsc_clock_converts_ticks_to_the_monotonic_clock() {
+        let clock = TscClock::new();
+        std::thread::sleep(Duration::from_millis(20));
+        let start = TscClock::pair();
+        std::thread::sleep(Duration::from_millis(10));
+        let end = TscClock::pair();
+        let ns = clock.ns(end.0 - start.0).expect("rate known after 20 ms");
+        let mono = end.1 - start.1;
+        // Both measure the same interval; the readings' pairing error is a few µs.
+        assert!(
+            ns.abs_diff(mono) < mono / 50,
+            "{ns} ns by the counter, {mono} ns"
+        );
+        assert_eq!(
+            TscClock::new().ns(1),
+            None,
+            "no rate within the first millisecond"
+        );
+    }
+
+    #[test]
     fn stub_layout_matches_the_offsets_the_tracer_relies_on() {
         let code = stub(2 * PAGE);
         assert_eq!(code.len() as u64, STUB_LEN);
@@ -854,7 +971,7 @@ mod tests {
         // FPU state is saved before the walker and restored before the done stop.
         assert_eq!(&code[0..4], &[0x48, 0x0f, 0xae, 0x05], "fxsave64 first");
         assert_eq!(
-            &code[10..14],
+            &code[42..46],
             &[0x48, 0x0f, 0xae, 0x0d],
             "fxrstor64 after the call"
         );
@@ -862,10 +979,18 @@ mod tests {
             i32::from_le_bytes(code[at..at + 4].try_into().unwrap()) as i64 + next
         };
         assert_eq!(fx(4, 8), (2 * PAGE + FXSAVE_AREA) as i64);
-        assert_eq!(fx(14, 18), (2 * PAGE + FXSAVE_AREA) as i64);
+        assert_eq!(fx(46, 50), (2 * PAGE + FXSAVE_AREA) as i64);
+        // rdtsc stores the counter into the stamps right before and right after the call.
+        assert_eq!(&code[8..10], &[0x0f, 0x31], "rdtsc before the call");
+        assert_eq!(&code[24..26], &[0xff, 0xd6], "call rsi");
+        assert_eq!(&code[26..28], &[0x0f, 0x31], "rdtsc after the call");
+        assert_eq!(fx(20, 24), (2 * PAGE + STAMPS) as i64);
+        assert_eq!(fx(38, 42), (2 * PAGE + STAMPS + 8) as i64);
+        assert_eq!(fx(60, 64), (2 * PAGE + SAVE_AREA) as i64);
         // The jmp's rip-relative displacement lands on the rip slot.
-        let disp = i32::from_le_bytes(code[59..63].try_into().unwrap()) as i64;
-        assert_eq!(63 + disp, (2 * PAGE + RIP_SLOT) as i64);
+        assert_eq!(&code[89..91], &[0xff, 0x25], "jmp [rip+disp]");
+        assert_eq!(fx(91, 95), (2 * PAGE + RIP_SLOT) as i64);
+        assert!(code[95..].iter().all(|&b| b == 0xcc));
         // SAFETY: an all-zero register set is a valid value (plain integers).
         let zero: Regs = unsafe { std::mem::zeroed() };
         assert_eq!(save_area(&zero).len() as u64, RIP_SLOT + 8);
