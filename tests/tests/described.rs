@@ -137,3 +137,22 @@ fn descriptions_that_do_not_fit_are_one_line_errors() {
         "fixture still runs"
     );
 }
+
+/// Boost.Container through the shipped descriptions (containers/boost.toml): vector,
+/// small_vector inline and spilled, static_vector, and flat_map / flat_set walking as the
+/// structs they are around a described vector; the fixture's numbers, at -O0 and -O2, jit
+/// and remote byte-identical.
+#[test]
+fn shipped_boost_containers_are_measured_exactly() {
+    if !privileged() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let failures = footprint_common::check_probe("footprint_boost", opt, 0);
+        assert!(
+            failures.is_empty(),
+            "{opt}: mismatches:\n{}",
+            failures.join("\n")
+        );
+    }
+}
