@@ -184,6 +184,12 @@ fn setup() -> Result<()> {
             "libgoogle-perftools-dev",
         ),
         ("/usr/bin/bpftrace", "bpftrace"),
+        // Boost 1.81's headers (Boost.Container, Boost.Unordered's flat maps): the shipped
+        // descriptions' fixture (tests/fixtures/footprint_boost.cpp).
+        (
+            "/usr/include/boost/unordered/unordered_flat_map.hpp",
+            "libboost1.81-dev",
+        ),
     ] {
         if !std::path::Path::new(file).exists() {
             packages.push(package.into());

@@ -364,6 +364,75 @@ fn jit_strings_sso_and_heap() {
     assert_eq!(s[0][1..], [0, 0], "no elements, no capacity");
 }
 
+/// The fixture's `SmallVec`, described as a user would (README "Describing containers"),
+/// with expressions that exercise the operators the JIT compiles.
+pub(crate) const SMALLVEC_TOML: &str = r#"
+[[container]]
+name = "fx::SmallVec"
+args = ["T", "N"]
+elem = "T"
+layout = "array"
+
+[container.fields]
+data = "data_"
+size = "size_"
+cap = "cap_"
+flags = { offset = 14, width = 1 }
+
+[container.array]
+data = "data"
+len = "size"
+cap = "cap"
+heap = "align(cap * sizeof(T), 8) / 8 * 8 + (flags & 1) * 0 + (size >> 40) % 0 - (i8(flags) < 0)"
+inline = "!(flags & 1) || data == this + offsetof(buf_) && N > 0"
+"#;
+
+#[test]
+fn jit_described_small_vectors() {
+    let f = crate::describe::parse::to_feature("smallvec.toml", SMALLVEC_TOML);
+    for n in [0, 3, 4, 5, 100] {
+        let s = same("probe_smalls", &["arg0"], &[&f], &[make_n("smalls", n)]);
+        // `few`: its address, then len 3, cap 4, heap 0 (inline): the first words.
+        assert_eq!(s[0][1..4], [3, 4, 0], "n = {n}");
+    }
+}
+
+#[test]
+fn jit_described_owned_pointers() {
+    let toml = r#"
+[[container]]
+name = "fx::OwnedPtrs"
+elem = "pointee:items"
+layout = "owned_pointers"
+[container.fields]
+items = "items"
+n = "n"
+cap = "cap"
+[container.owned_pointers]
+data = "items"
+len = "n"
+cap = "cap"
+heap = "cap * 8"
+"#;
+    let f = crate::describe::parse::to_feature("owned.toml", toml);
+    for n in [0, 1, 37] {
+        let addr = make_n("owned", n);
+        let s = same("probe_owned", &["arg0"], &[&f], &[addr]);
+        // address, len, cap, heap, then per element: pointer, descended, (len, heap cap).
+        assert_eq!(
+            s[0][..4],
+            [addr, n as u64, n as u64 + 3, 8 * (n as u64 + 3)]
+        );
+        assert_eq!(s[0].len(), 4 + 4 * n as usize, "n = {n}: {:?}", s[0]);
+        // The decoder: 24 + heap + each string (32 + its heap capacity, if any).
+        let m = measurer("probe_owned", &["arg0"], &[&f]);
+        let (roots, streams) = interp(&m, &[addr]).expect("interp");
+        let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
+        let strings: u64 = (0..n as usize).map(|i| 32 + s[0][4 + 4 * i + 3]).sum();
+        assert_eq!(total, 24 + 8 * (n as u64 + 3) + strings, "n = {n}");
+    }
+}
+
 #[test]
 fn jit_nested_vectors_and_plain_ints() {
     same("probe_nested", &["arg0"], &[], &[make("nested")]);
@@ -625,6 +694,7 @@ fn jit_refuses_plans_with_dangling_nodes() {
         dynamic: true,
         readable: String::new(),
         value: None,
+        opaque_union: false,
     });
     assert!(matches!(compile(&p, &[0]), Err(JitError::NoSuchNode(7))));
     assert!(matches!(compile(&p, &[3]), Err(JitError::NoSuchNode(3))));

@@ -121,6 +121,8 @@ pub struct Written {
     pub result: Result<Vec<String>, Unwritten>,
     /// CPU time the report thread spent decoding and printing the sample.
     pub cpu_ns: u64,
+    /// Bytes of the sample in unions that were not walked (opaque).
+    pub unions: u64,
 }
 
 /// Why a sample's report was not written.
@@ -179,6 +181,11 @@ impl Reporter {
                         tgid: job.tgid,
                         hit: job.hit,
                         probe: job.index,
+                        unions: if result.is_ok() {
+                            state.writer.unions
+                        } else {
+                            0
+                        },
                         result,
                         cpu_ns,
                     });

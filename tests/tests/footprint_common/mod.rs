@@ -154,8 +154,18 @@ pub fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
 /// Checks one probe in both walker modes: the JIT's output must be byte-identical to the
 /// remote walker's, and both must match the fixture's own numbers.
 pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
-    let (text, p) = run_probe(name, opt, index, &["--format", "json", "--mode", "remote"]);
-    let (jit, _) = run_probe(name, opt, index, &["--format", "json", "--mode", "jit"]);
+    check_probe_with(name, opt, index, &[])
+}
+
+/// [`check_probe`] with `extra` oi-trace options (`--containers FILE`).
+pub fn check_probe_with(name: &str, opt: &str, index: usize, extra: &[&str]) -> Vec<String> {
+    let with = |mode: &str| {
+        let mut args = vec!["--format", "json", "--mode", mode];
+        args.extend_from_slice(extra);
+        run_probe(name, opt, index, &args)
+    };
+    let (text, p) = with("remote");
+    let (jit, _) = with("jit");
     if jit != text {
         return vec![format!(
             "{}: --mode jit differs from --mode remote:\n  jit:    {jit}  remote: {text}",
