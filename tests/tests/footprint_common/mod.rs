@@ -103,6 +103,9 @@ pub fn start_fixture(exe: &Path) -> (Killed, BufReader<std::process::ChildStdout
         match w.as_slice() {
             ["READY"] => break,
             ["NATIVE_NS", _] => {}
+            // A fixture's notes about itself (its own cross-checks, a library's own count),
+            // read by the journeys that need them (tests/tests/beyond_stdlib.rs).
+            ["CHECK" | "SPACE_USED" | "LAYOUT", ..] => {}
             ["PROBE", kind, sym, args, feats] => probes.push(Probe {
                 is_return: *kind == "return",
                 symbol: sym.to_string(),
@@ -154,8 +157,13 @@ pub fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
 /// Checks one probe in both walker modes: the JIT's output must be byte-identical to the
 /// remote walker's, and both must match the fixture's own numbers.
 pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
-    let (text, p) = run_probe(name, opt, index, &["--format", "json", "--mode", "remote"]);
-    let (jit, _) = run_probe(name, opt, index, &["--format", "json", "--mode", "jit"]);
+    check_probe_exe(&build_fixture(name, opt), index)
+}
+
+/// `check_probe` on a fixture binary built elsewhere (one that links libraries).
+pub fn check_probe_exe(exe: &Path, index: usize) -> Vec<String> {
+    let (text, p) = run_probe_exe(exe, index, &["--format", "json", "--mode", "remote"]);
+    let (jit, _) = run_probe_exe(exe, index, &["--format", "json", "--mode", "jit"]);
     if jit != text {
         return vec![format!(
             "{}: --mode jit differs from --mode remote:\n  jit:    {jit}  remote: {text}",
@@ -181,8 +189,12 @@ pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
 /// Runs `oi-trace --mode remote --count 1` with `extra` options on probe `index` of the
 /// fixture; returns everything it printed on stdout, and the probe.
 pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String, Probe) {
-    let exe = build_fixture(name, opt);
-    let (mut fixture, _out, mut probes) = start_fixture(&exe);
+    run_probe_exe(&build_fixture(name, opt), index, extra)
+}
+
+/// `run_probe` on a fixture binary built elsewhere.
+pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe) {
+    let (mut fixture, _out, mut probes) = start_fixture(exe);
     let p = probes.swap_remove(index);
     let mut cmd = Command::new(oi_trace());
     cmd.arg("--pid")
@@ -245,8 +257,12 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
 
 /// Checks every probe of a fixture, one oi-trace run each.
 pub fn check_fixture(name: &str, opt: &str) {
-    let exe = build_fixture(name, opt);
-    let count = start_fixture(&exe).2.len();
-    let failures: Vec<String> = (0..count).flat_map(|i| check_probe(name, opt, i)).collect();
+    check_exe(&build_fixture(name, opt));
+}
+
+/// `check_fixture` on a fixture binary built elsewhere.
+pub fn check_exe(exe: &Path) {
+    let count = start_fixture(exe).2.len();
+    let failures: Vec<String> = (0..count).flat_map(|i| check_probe_exe(exe, i)).collect();
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
 }

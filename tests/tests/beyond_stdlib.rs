@@ -1,0 +1,94 @@
+//! Journeys beyond libstdc++ (issue 18): protobuf messages and Abseil containers, real
+//! Debian libraries (`cargo xtask setup` installs libprotobuf-dev, protobuf-compiler,
+//! libabsl-dev), fixtures at -O0 and -O2 -fomit-frame-pointer.
+//!
+//! Each fixture first proves its own layout notes (the ones in the shipped description
+//! files): every Abseil container has a twin with a counting allocator, and the blocks the
+//! layout predicts must be exactly what the twin allocated; the protobuf fixture's
+//! layout-derived footprint must equal the message's own `SpaceUsedLong()`.
+
+mod footprint_common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use oi_e2e::FixtureBuild;
+
+const O0: &[&str] = &["-O0"];
+const O2: &[&str] = &["-O2", "-fomit-frame-pointer"];
+
+/// The libraries the Abseil fixture links (hash tables and their hash; the b-tree,
+/// InlinedVector and node map are header-only beyond that).
+const ABSL_LIBS: &[&str] = &[
+    "-labsl_raw_hash_set",
+    "-labsl_hash",
+    "-labsl_city",
+    "-labsl_low_level_hash",
+];
+
+fn absl_fixture(flags: &[&str]) -> PathBuf {
+    let output = format!("beyond_absl{}", flags[0].trim_start_matches('-'));
+    FixtureBuild::new("beyond_absl")
+        .variant(&output, flags)
+        .libs(ABSL_LIBS)
+        .build()
+}
+
+fn protobuf_fixture(flags: &[&str]) -> PathBuf {
+    let output = format!("beyond_protobuf{}", flags[0].trim_start_matches('-'));
+    FixtureBuild::new("beyond_protobuf")
+        .variant(&output, flags)
+        .protoc("beyond_order")
+        .libs(&["-lprotobuf"])
+        .build()
+}
+
+/// Runs the fixture without a tracer (stdin closed: it calls its probes once and exits) and
+/// returns its lines that start with `tag`, split into words after the tag.
+fn notes(exe: &PathBuf, tag: &str) -> Vec<Vec<String>> {
+    let out = Command::new(exe)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fixture");
+    assert!(out.status.success(), "{} failed", exe.display());
+    let lines: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(tag))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "{} printed no {tag} lines",
+        exe.display()
+    );
+    lines
+}
+
+/// `CHECK <what> <layout bytes> <allocated bytes>`: the first must equal the second.
+fn layout_notes_hold(exe: &PathBuf) {
+    let wrong: Vec<String> = notes(exe, "CHECK ")
+        .into_iter()
+        .filter(|w| w[w.len() - 2] != w[w.len() - 1])
+        .map(|w| w.join(" "))
+        .collect();
+    assert!(wrong.is_empty(), "layout notes wrong: {wrong:#?}");
+}
+
+#[test]
+fn abseil_layout_notes_match_the_counted_allocations() {
+    layout_notes_hold(&absl_fixture(O0));
+    layout_notes_hold(&absl_fixture(O2));
+}
+
+/// `SPACE_USED <probe> N` and `LAYOUT <probe> N` per probe: equal.
+fn protobuf_layout_equals_space_used(exe: &PathBuf) {
+    let space = notes(exe, "SPACE_USED ");
+    let layout = notes(exe, "LAYOUT ");
+    assert_eq!(space, layout, "layout-derived footprint vs SpaceUsedLong()");
+}
+
+#[test]
+fn protobuf_layout_equals_space_used_long() {
+    protobuf_layout_equals_space_used(&protobuf_fixture(O0));
+    protobuf_layout_equals_space_used(&protobuf_fixture(O2));
+}
