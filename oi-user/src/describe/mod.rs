@@ -1,0 +1,34 @@
+//! Containers described as data: TOML descriptions (the format is the README's "Describing
+//! containers"), matched against the type graph while the plan is built and compiled into
+//! plan ops that the interpreter, the JIT and the decoder already share.
+//!
+//! Three steps, one file each:
+//! - [`parse`]: TOML → [`Description`]s with parsed expressions and the file/line of every
+//!   value, so that each later error names the line it comes from. Parsing never looks at
+//!   DWARF; a file that does not parse is refused at start (exit 2).
+//! - [`expr`]: the expression language (`cap * sizeof(T)`, `ptr & ~3`, `i8(c) >= 0`) as an
+//!   [`expr::Ast`] with names, and, once compiled against one instantiation, as a plan
+//!   [`expr::Expr`] whose fields are (offset, width) reads and whose `sizeof`s are constants.
+//!   [`expr::Expr::eval`] is the interpreter's meaning; the JIT compiles the same tree.
+//! - [`compile`]: one description against one struct of the type graph: binds the template
+//!   arguments, finds every field by member path (after base flattening) and checks its width,
+//!   resolves the element type, folds the expressions. A mismatch is an error naming the file
+//!   and line, never a guess: a description that does not fit yields no number at all.
+//!
+//! Design note (for DESIGN.md): a described container is one more [`crate::plan::Op`]
+//! (`Op::Described`), not code: its runtime values are expressions over the object's own
+//! fields, and its elements are walked by the same loops as the built-in containers (a
+//! described array of PODs costs what a `std::vector` costs). Descriptions are part of
+//! what a plan is derived from, so their text is part of the plan cache key. Shipped
+//! descriptions (`containers/*.toml` at the top of the repository) are embedded with
+//! `include_str!`: a copied binary carrying capabilities needs no data directory and reads
+//! none it was not handed on its command line.
+//!
+//! Never reads the target: everything here is static. Never overrides a built-in
+//! libstdc++ container (those keep their own, tested, code).
+
+pub mod compile;
+pub mod expr;
+pub mod parse;
+
+pub use parse::{Description, Descriptions, DescribeError};
