@@ -154,6 +154,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Container descriptions (TOML, README "Describing containers"), on top of the shipped
+    /// ones. Repeatable; a later file wins for the same container name.
+    #[arg(long, value_name = "FILE")]
+    pub containers: Vec<PathBuf>,
+
     /// Where the walker runs: `jit` compiles it and runs it inside the target (fast, the
     /// default); `remote` reads the target's memory from outside (no code enters the target).
     #[arg(long, value_enum, default_value_t = Mode::Jit)]
@@ -372,6 +377,7 @@ impl Args {
         if self.values {
             f.push(crate::measure::VALUES.to_string());
         }
+        f.extend(crate::describe::parse::load_files(&self.containers)?);
         Ok(f)
     }
 }

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod containers;
 pub mod debuginfo;
+pub mod describe;
 pub mod disk_cache;
 pub mod error;
 pub mod event_loop;

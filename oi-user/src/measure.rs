@@ -94,6 +94,8 @@ pub enum MeasureError {
         "unknown feature `{0}` (known: chase-raw-pointers, capture-keys, polymorphic-inheritance)"
     )]
     UnknownFeature(String),
+    #[error(transparent)]
+    Describe(#[from] crate::describe::DescribeError),
     #[error("walking `{arg}` failed: {source}")]
     Walk { arg: String, source: WalkError },
     #[error(transparent)]
@@ -931,7 +933,12 @@ impl Placed {
 /// The plan options the OI feature names ask for (`--feature`).
 pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
     let mut opts = Options::default();
+    let mut described = Vec::new();
     for f in features {
+        if let Some(file) = crate::describe::parse::from_feature(f) {
+            described.push(file);
+            continue;
+        }
         match f.as_str() {
             "chase-raw-pointers" => opts.chase_raw_pointers = true,
             "capture-keys" => opts.capture_keys = true,
@@ -953,6 +960,7 @@ pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
             }
         }
     }
+    opts.descriptions = crate::describe::Descriptions::load(&described)?;
     Ok(opts)
 }
 

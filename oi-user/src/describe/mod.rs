@@ -31,4 +31,4 @@ pub mod compile;
 pub mod expr;
 pub mod parse;
 
-pub use parse::{Description, Descriptions, DescribeError};
+pub use parse::{DescribeError, Description, Descriptions};

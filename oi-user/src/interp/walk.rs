@@ -31,6 +31,8 @@ pub const MAX_ELEMENTS: u64 = 1 << 28;
 pub const MAX_DEPTH: u32 = 50_000;
 /// Elements read per chunk of a large array.
 const CHUNK_BYTES: u64 = 32 << 20;
+/// Most heap bytes a described container may claim (the decoder's bound on byte counts).
+pub const MAX_DESCRIBED_HEAP: u64 = 1 << 47;
 /// Longest captured string key.
 pub const MAX_CAPTURED_KEY: u64 = 1 << 20;
 
@@ -106,6 +108,16 @@ impl Walker<'_> {
         }
         self.emit(len);
         Ok(())
+    }
+
+    /// A description's `load(addr, width)`: 0 at address 0 (an absent block), else the
+    /// unsigned integer read from the target.
+    fn load(&self, addr: u64, width: u8) -> Result<u64, WalkError> {
+        if addr == 0 {
+            return Ok(0);
+        }
+        let b = self.read(addr, u64::from(width))?;
+        Ok(containers::uint(&b, 0, u64::from(width)).unwrap_or(0))
     }
 
     fn read(&self, addr: u64, len: u64) -> Result<Vec<u8>, WalkError> {
@@ -396,6 +408,29 @@ impl Walker<'_> {
                 if let (true, Some(t)) = (descend, target) {
                     self.walk_at(*t, ptr)?;
                 }
+            }
+            Op::Described { layout: l, elem } => {
+                let ev = |e: &crate::describe::expr::Expr, w: &Self| -> Result<u64, WalkError> {
+                    e.eval(addr, obj, &mut |a, n| w.load(a, n))?
+                        .ok_or_else(|| corrupt(addr, "field outside its object"))
+                };
+                let data = ev(&l.data, self)?;
+                let len = ev(&l.len, self)?;
+                let cap = ev(&l.cap, self)?;
+                let heap = ev(&l.heap, self)?;
+                let inline = match &l.inline {
+                    Some(c) => ev(c, self)? != 0,
+                    None => false,
+                };
+                let heap = if inline { 0 } else { heap };
+                self.emit(addr);
+                self.emit_len(len, addr)?;
+                self.emit_len(cap, addr)?;
+                if heap > MAX_DESCRIBED_HEAP {
+                    return Err(corrupt(addr, format!("implausible heap bytes {heap}")));
+                }
+                self.emit(heap);
+                self.walk_array(*elem, data, len, l.elem_size)?;
             }
             Op::Poly {
                 candidates,

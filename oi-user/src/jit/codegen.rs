@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::mem::offset_of;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::types::{I8, I16, I32, I64};
 use cranelift_codegen::ir::{
     AbiParam, Block, BlockArg, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
     MemFlagsData, Signature, StackSlotData, StackSlotKind, UserExternalName, UserFuncName, Value,
@@ -41,8 +41,9 @@ use super::{
 };
 use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
+use crate::describe::expr::{BinOp, Expr, UnOp};
 use crate::interp::heap::MAX_HEAPS;
-use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_ELEMENTS, VISITED_CAPACITY};
+use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DESCRIBED_HEAP, MAX_ELEMENTS, VISITED_CAPACITY};
 use crate::plan::stream::MAX_WORD_BYTES;
 use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
@@ -673,6 +674,117 @@ impl Gen<'_, '_> {
         }
     }
 
+    /// A description's expression (`describe::expr`), as `Expr::eval` computes it: fields
+    /// of the object (checked against its length here, at compile time, as the interpreter
+    /// checks them against the bytes it holds), `load`s from the target (0 at address 0).
+    fn expr(&mut self, e: &Expr, addr: Value, len: u64) -> Result<Value, Stop> {
+        Ok(match e {
+            Expr::Const(c) => self.c(*c),
+            Expr::This => addr,
+            Expr::Field { off, width } => {
+                let w = u64::from(*width);
+                match off.checked_add(w) {
+                    Some(end) if end <= len => self.ld_uint(addr, *off, w),
+                    _ => return Err(self.dead(ErrorCode::FieldOutside, addr)),
+                }
+            }
+            Expr::Load(a, w) => {
+                let a = self.expr(a, addr, len)?;
+                let v = self.b.declare_var(I64);
+                let zero = self.c(0);
+                self.b.def_var(v, zero);
+                let w = u64::from(*w);
+                self.if_then(a, |g| {
+                    let x = g.ld_uint(a, 0, w);
+                    g.b.def_var(v, x);
+                    Ok(())
+                })?;
+                self.b.use_var(v)
+            }
+            Expr::Un(op, a) => {
+                let a = self.expr(a, addr, len)?;
+                let ins = self.b.ins();
+                match op {
+                    UnOp::Neg => ins.ineg(a),
+                    UnOp::Not => ins.bnot(a),
+                    UnOp::LogNot => {
+                        let z = ins.icmp_imm_s(IntCC::Equal, a, 0);
+                        self.b.ins().uextend(I64, z)
+                    }
+                    UnOp::Sext(bits) => {
+                        let ty = match bits {
+                            8 => I8,
+                            16 => I16,
+                            _ => I32,
+                        };
+                        let r = ins.ireduce(ty, a);
+                        self.b.ins().sextend(I64, r)
+                    }
+                }
+            }
+            Expr::Bin(op, a, b) => {
+                let a = self.expr(a, addr, len)?;
+                let b = self.expr(b, addr, len)?;
+                self.bin(*op, a, b)
+            }
+        })
+    }
+
+    fn bin(&mut self, op: BinOp, a: Value, b: Value) -> Value {
+        let cmp = |g: &mut Self, cc: IntCC| {
+            let c = g.b.ins().icmp(cc, a, b);
+            g.b.ins().uextend(I64, c)
+        };
+        // Division by zero is 0: divide by 1 instead, then choose 0.
+        let nz = self.b.ins().icmp_imm_s(IntCC::NotEqual, b, 0);
+        let one = self.c(1);
+        let zero = self.c(0);
+        let ins = self.b.ins();
+        match op {
+            BinOp::Add => ins.iadd(a, b),
+            BinOp::Sub => ins.isub(a, b),
+            BinOp::Mul => ins.imul(a, b),
+            BinOp::Div | BinOp::Rem => {
+                let d = ins.select(nz, b, one);
+                let q = if op == BinOp::Div {
+                    self.b.ins().udiv(a, d)
+                } else {
+                    self.b.ins().urem(a, d)
+                };
+                self.b.ins().select(nz, q, zero)
+            }
+            // Cranelift takes shift counts modulo 64, as `BinOp::apply` does.
+            BinOp::Shl => ins.ishl(a, b),
+            BinOp::Shr => ins.ushr(a, b),
+            BinOp::And => ins.band(a, b),
+            BinOp::Or => ins.bor(a, b),
+            BinOp::Xor => ins.bxor(a, b),
+            BinOp::Eq => cmp(self, IntCC::Equal),
+            BinOp::Ne => cmp(self, IntCC::NotEqual),
+            BinOp::Lt => cmp(self, IntCC::SignedLessThan),
+            BinOp::Le => cmp(self, IntCC::SignedLessThanOrEqual),
+            BinOp::Gt => cmp(self, IntCC::SignedGreaterThan),
+            BinOp::Ge => cmp(self, IntCC::SignedGreaterThanOrEqual),
+            BinOp::LogAnd | BinOp::LogOr => {
+                let x = ins.icmp_imm_s(IntCC::NotEqual, a, 0);
+                let both = if op == BinOp::LogAnd {
+                    self.b.ins().band(x, nz)
+                } else {
+                    self.b.ins().bor(x, nz)
+                };
+                self.b.ins().uextend(I64, both)
+            }
+            BinOp::Align => {
+                let d = ins.select(nz, b, one);
+                let t = self.b.ins().iadd(a, d);
+                let t = self.b.ins().iadd_imm_s(t, -1);
+                let q = self.b.ins().udiv(t, d);
+                let r = self.b.ins().imul(q, d);
+                self.b.ins().select(nz, r, a)
+            }
+        }
+    }
+
     /// Fails with `ElementCount` when a count read from the target is implausible.
     fn check_count(&mut self, n: Value, addr: Value) {
         let big = self.icmp_imm(IntCC::UnsignedGreaterThan, n, MAX_ELEMENTS);
@@ -1011,6 +1123,38 @@ impl Gen<'_, '_> {
             Op::HeapPointer { target, lone } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
                 self.heap_pointer(s, ptr, *target, *lone, k, tail)
+            }
+            Op::Described { layout: l, elem } => {
+                // As the interpreter: every value, then `inline` zeroes the heap.
+                let data = self.expr(&l.data, addr, len)?;
+                let n = self.expr(&l.len, addr, len)?;
+                let cap = self.expr(&l.cap, addr, len)?;
+                let heap = self.expr(&l.heap, addr, len)?;
+                let heap = match &l.inline {
+                    Some(c) => {
+                        let c = self.expr(c, addr, len)?;
+                        let zero = self.c(0);
+                        self.b.ins().select(c, zero, heap)
+                    }
+                    None => heap,
+                };
+                self.check_count(n, addr);
+                self.check_count(cap, addr);
+                let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
+                self.fail_if(big, ErrorCode::Described, addr);
+                self.emit(&[addr, n, cap, heap]);
+                if self.reg.sizes {
+                    // size + heap − len · sizeof(elem), at least 0, as the decoder adds it.
+                    let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
+                    let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+                    let d = self.b.ins().isub(t, m);
+                    let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
+                    let zero = self.c(0);
+                    let e = self.b.ins().select(ge, d, zero);
+                    self.tally(e);
+                    self.tally_static(*elem, n);
+                }
+                self.vector_elements(*elem, data, n, l.elem_size, k)
             }
             Op::Poly {
                 candidates,

@@ -184,6 +184,7 @@ pub enum ErrorCode {
     Optional = 16,
     Variant = 17,
     Key = 18,
+    Described = 19,
 }
 
 impl ErrorCode {
@@ -208,6 +209,7 @@ impl ErrorCode {
             16 => Optional,
             17 => Variant,
             18 => Key,
+            19 => Described,
             _ => return None,
         })
     }
@@ -233,6 +235,7 @@ impl ErrorCode {
             Optional => "optional".into(),
             Variant => "variant".into(),
             Key => "key".into(),
+            Described => "implausible heap bytes".into(),
         }
     }
 }
@@ -307,6 +310,7 @@ fn check_references(plan: &Plan) -> Result<(), JitError> {
             | Op::List { elem, .. }
             | Op::RbTree { elem, .. }
             | Op::Hashtable { elem, .. }
+            | Op::Described { elem, .. }
             | Op::Optional { elem, .. } => vec![*elem],
             Op::Pair { first, second } => vec![first.1, second.1],
             Op::Entry { key, value, .. } => vec![key.1, value.1],

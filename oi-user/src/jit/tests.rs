@@ -329,6 +329,39 @@ fn jit_strings_sso_and_heap() {
     same("probe_strings", &["arg0"], &[], &[make_n("strings", 0)]);
 }
 
+/// The fixture's `SmallVec`, described as a user would (README "Describing containers"),
+/// with expressions that exercise the operators the JIT compiles.
+pub(crate) const SMALLVEC_TOML: &str = r#"
+[[container]]
+name = "fx::SmallVec"
+args = ["T", "N"]
+elem = "T"
+layout = "array"
+
+[container.fields]
+data = "data_"
+size = "size_"
+cap = "cap_"
+flags = { offset = 14, width = 1 }
+
+[container.array]
+data = "data"
+len = "size"
+cap = "cap"
+heap = "align(cap * sizeof(T), 8) / 8 * 8 + (flags & 1) * 0 + (size >> 40) % 0 - (i8(flags) < 0)"
+inline = "!(flags & 1) || data == this + offsetof(buf_) && N > 0"
+"#;
+
+#[test]
+fn jit_described_small_vectors() {
+    let f = crate::describe::parse::to_feature("smallvec.toml", SMALLVEC_TOML);
+    for n in [0, 3, 4, 5, 100] {
+        let s = same("probe_smalls", &["arg0"], &[&f], &[make_n("smalls", n)]);
+        // `few`: its address, then len 3, cap 4, heap 0 (inline): the first words.
+        assert_eq!(s[0][1..4], [3, 4, 0], "n = {n}");
+    }
+}
+
 #[test]
 fn jit_nested_vectors_and_plain_ints() {
     same("probe_nested", &["arg0"], &[], &[make("nested")]);

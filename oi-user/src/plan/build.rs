@@ -15,6 +15,8 @@ use crate::typegraph::{Kind, PrimKind, TypeGraph, TypeId, layout, names, readabl
 pub enum PlanError {
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Describe(#[from] crate::describe::DescribeError),
     #[error("{0} is not a complete type and cannot be measured")]
     Incomplete(String),
 }
@@ -38,6 +40,8 @@ pub struct Options {
     pub ignored_types: Vec<String>,
     /// ... and (qualified type name, member name) of members dropped before padding.
     pub ignored_members: Vec<(String, String)>,
+    /// Containers described as data (`describe`): the shipped ones and `--containers`.
+    pub descriptions: crate::describe::Descriptions,
 }
 
 type MemoKey = (TypeId, &'static str);
@@ -297,7 +301,20 @@ impl<'t> PlanBuilder<'t> {
             Kind::Struct(st) if st.is_union || self.is_ignored(st.name.as_deref()) => Op::Leaf,
             Kind::Struct(st) => match st.container {
                 Some(kind) => self.container(kind, r, capture_here)?,
-                None => self.structure(r)?,
+                None => match st
+                    .name
+                    .as_deref()
+                    .and_then(|n| self.opts.descriptions.find(n))
+                {
+                    Some(d) => {
+                        let (layout, elem) = crate::describe::compile::compile(d, tg, r)?;
+                        Op::Described {
+                            layout,
+                            elem: self.child(elem, "[]")?,
+                        }
+                    }
+                    None => self.structure(r)?,
+                },
             },
             _ => Op::Leaf,
         })

@@ -23,6 +23,8 @@
 //!   then the target if descended. `block` is the usable size of the glibc heap block the
 //!   pointer starts, charged here (0: not the start of a block, a block no larger than a
 //!   lone allocation of the target, or a block already charged in this sample).
+//! - `Described` (a container described in a TOML file, `describe`): `address, len, cap,
+//!   heap` (heap 0 when the description's `inline` condition holds), then each element.
 //! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
 //!   chosen node's words.
 //! - `Leaf` with a [`Scalar`] (`--values` only): the value's bytes, zero-extended, in one
@@ -207,6 +209,11 @@ pub enum Op {
         target: Option<NodeId>,
         lone: u64,
     },
+    /// A container described as data (`describe`): values are expressions over its fields.
+    Described {
+        layout: crate::describe::compile::DescribedArray,
+        elem: NodeId,
+    },
     /// polymorphic-inheritance: a dynamic class measured as its most-derived class. The
     /// vptr (offset 0) is looked up in `candidates` (vtable ELF address ranges); the chosen
     /// node replaces this one in the output, at the object's address + offset-to-top.
@@ -267,6 +274,7 @@ impl Plan {
             | Op::RefWrap { .. }
             | Op::RawPointer { .. }
             | Op::HeapPointer { .. }
+            | Op::Described { .. }
             | Op::Poly { .. } => Vec::new(),
         };
         let own = !matches!(
@@ -301,6 +309,7 @@ impl Plan {
             | Op::List { elem, .. }
             | Op::RbTree { elem, .. }
             | Op::Hashtable { elem, .. }
+            | Op::Described { elem, .. }
             | Op::Optional { elem, .. } => vec![*elem],
             Op::Variant { alternatives, .. } => alternatives.clone(),
             Op::Poly {

@@ -520,6 +520,13 @@ impl<'a> Decoder<'a, '_> {
                 lc = Some((len, cap));
                 (layout.exclusive(len, cap), Children::Repeat(*elem, len))
             }
+            Op::Described { layout, elem } => {
+                pointer = Some(self.word()?);
+                let (len, cap) = (self.count()?, self.count()?);
+                let heap = self.bounded(MAX_BYTES, "heap bytes")?;
+                lc = Some((len, cap));
+                (layout.exclusive(len, heap), Children::Repeat(*elem, len))
+            }
             Op::VectorBool { layout, elem } => {
                 pointer = Some(self.word()?);
                 let (len, cap) = (self.count()?, self.count()?);

@@ -221,6 +221,7 @@ impl<'p> TreeSink<'p> {
             }
             Op::Vector { layout, .. } => both(layout.elem_size),
             Op::Deque { layout, .. } => both(layout.elem_size),
+            Op::Described { .. } => format!("len {} / cap {}", thousands(len), thousands(cap)),
             Op::VectorBool { .. } => format!(
                 "len {} / cap {} bits{}",
                 thousands(len),

@@ -139,6 +139,40 @@ static std::string str(int i, int len) {
     return s;
 }
 
+// A hand-written small-buffer vector, described in tests.rs (`describe`): elements inline
+// until more than N, then on the heap; `flags_` bit 0 set when spilled.
+template <typename T, int N>
+struct SmallVec {
+    T* data_;
+    uint32_t size_;
+    uint16_t cap_;
+    uint8_t flags_;
+    alignas(T) unsigned char buf_[N * sizeof(T)];
+    SmallVec() : data_(reinterpret_cast<T*>(buf_)), size_(0), cap_(N), flags_(0) {}
+    void push(const T& v) {
+        if (size_ == cap_) {
+            uint16_t c = cap_ * 2;
+            T* d = static_cast<T*>(::operator new(sizeof(T) * c));
+            for (uint32_t i = 0; i < size_; i++) {
+                new (d + i) T(std::move(data_[i]));
+                data_[i].~T();
+            }
+            if (flags_ & 1) ::operator delete(data_);
+            data_ = d;
+            cap_ = c;
+            flags_ |= 1;
+        }
+        new (data_ + size_++) T(v);
+    }
+};
+
+struct Smalls {
+    SmallVec<int, 4> few;
+    SmallVec<int, 4> many;
+    SmallVec<std::string, 2> strs;
+    std::vector<SmallVec<long, 3>> nested;
+};
+
 }  // namespace fx
 
 using namespace fx;
@@ -168,6 +202,7 @@ PROBE(Base, probe_base)
 PROBE(Holder, probe_holder)
 PROBE(std::vector<int>, probe_ints)
 PROBE(Everything, probe_everything)
+PROBE(Smalls, probe_smalls)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
     asm volatile("" ::"r"(a), "r"(b));
@@ -348,6 +383,17 @@ void* make_everything() {
     e->pairs = {{1, "a"}, {2, str(3, 33)}};
     e->by_pair[{1, 2}] = 3;
     return e;
+}
+
+void* make_smalls(int n) {
+    auto* s = new Smalls();
+    for (int i = 0; i < 3; i++) s->few.push(i);
+    for (int i = 0; i < n; i++) s->many.push(i);
+    for (int i = 0; i < n; i++) s->strs.push(str(i, i % 40));
+    s->nested.resize(n % 7);
+    for (size_t i = 0; i < s->nested.size(); i++)
+        for (size_t j = 0; j < i; j++) s->nested[i].push(long(j));
+    return s;
 }
 
 void* make_ints(int n) {

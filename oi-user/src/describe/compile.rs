@@ -1,0 +1,225 @@
+//! One description against one instantiation in the type graph: template arguments bound,
+//! fields found by member path (after base flattening) and their widths checked, names and
+//! `sizeof`s folded, giving the plan's [`DescribedArray`]. Every mismatch is a
+//! [`DescribeError`] at the line that caused it; nothing is guessed.
+
+use super::expr::{Ast, Expr};
+use super::parse::{At, DescribeError, Description, FieldSpec, Layout};
+use crate::typegraph::{Kind, TemplateArg, TypeGraph, TypeId};
+
+/// A described array, ready for the walkers (the plan's `Op::Described`).
+///
+/// Stream: `address, len, cap, heap` (heap already 0 when `inline` holds), then the `len`
+/// elements of `elem_size` bytes from `data`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DescribedArray {
+    /// sizeof the container.
+    pub size: u64,
+    pub elem_size: u64,
+    pub data: Expr,
+    pub len: Expr,
+    pub cap: Expr,
+    pub heap: Expr,
+    pub inline: Option<Expr>,
+}
+
+impl DescribedArray {
+    /// exclusiveSize (README "What is charged"): sizeof + heap − len · sizeof(elem).
+    pub fn exclusive(&self, len: u64, heap: u64) -> u64 {
+        self.size
+            .saturating_add(heap)
+            .saturating_sub(len.saturating_mul(self.elem_size))
+    }
+}
+
+enum Bound {
+    Type(TypeId),
+    Value(u64),
+}
+
+struct Ctx<'a> {
+    d: &'a Description,
+    tg: &'a TypeGraph,
+    id: TypeId,
+    qualified: String,
+    args: Vec<(String, Bound)>,
+    fields: Vec<(String, Expr)>,
+}
+
+/// Compiles `d` for struct `id`; returns the plan data and the element type.
+pub fn compile(
+    d: &Description,
+    tg: &TypeGraph,
+    id: TypeId,
+) -> Result<(DescribedArray, TypeId), DescribeError> {
+    let qualified = crate::typegraph::names::qualified_or_anon(tg, id);
+    let targs = tg
+        .as_struct(id)
+        .map(|s| s.template_args.clone())
+        .unwrap_or_default();
+    if d.args.len() > targs.len() {
+        return Err(d.error(
+            d.line,
+            format!(
+                "{qualified} has {} template argument(s); the description names {}",
+                targs.len(),
+                d.args.len()
+            ),
+        ));
+    }
+    let args = d
+        .args
+        .iter()
+        .zip(&targs)
+        .filter(|(n, _)| n.as_str() != "_")
+        .map(|(n, a)| {
+            let b = match a {
+                TemplateArg::Type { ty, .. } => Bound::Type(*ty),
+                TemplateArg::Value(v) => Bound::Value(*v as u64),
+            };
+            (n.clone(), b)
+        })
+        .collect();
+    let mut cx = Ctx {
+        d,
+        tg,
+        id,
+        qualified,
+        args,
+        fields: Vec::new(),
+    };
+    for (name, spec) in &d.fields {
+        let e = cx.field(name, spec)?;
+        cx.fields.push((name.clone(), e));
+    }
+    let elem_at = d
+        .elem
+        .as_ref()
+        .ok_or_else(|| d.error(d.line, "an array needs `elem` (its element type)"))?;
+    let elem = cx.type_of(&elem_at.v, elem_at.line)?;
+    if !tg.is_complete(elem) {
+        return Err(d.error(
+            elem_at.line,
+            format!("element type `{}` is incomplete", elem_at.v),
+        ));
+    }
+    let Layout::Array(a) = &d.layout;
+    let len = cx.expr(&a.len)?;
+    let out = DescribedArray {
+        size: tg.size(id),
+        elem_size: tg.size(elem),
+        data: cx.expr(&a.data)?,
+        cap: a.cap.as_ref().map_or(Ok(len.clone()), |c| cx.expr(c))?,
+        len,
+        heap: cx.expr(&a.heap)?,
+        inline: a.inline.as_ref().map(|c| cx.expr(c)).transpose()?,
+    };
+    Ok((out, elem))
+}
+
+impl Ctx<'_> {
+    fn err(&self, line: usize, what: String) -> DescribeError {
+        self.d.error(line, what)
+    }
+
+    /// Offset and declared type of a member path of the container.
+    fn member(&self, path: &str, line: usize) -> Result<(u64, TypeId), DescribeError> {
+        let parts: Vec<&str> = path.split('.').collect();
+        crate::containers::field(self.tg, self.id, &parts)
+            .map_err(|_| self.err(line, format!("{} has no member {path}", self.qualified)))
+    }
+
+    fn field(&self, name: &str, spec: &At<FieldSpec>) -> Result<Expr, DescribeError> {
+        let size = self.tg.size(self.id);
+        let (off, width) = match &spec.v {
+            FieldSpec::Path { path, width } => {
+                let (off, ty) = self.member(path, spec.line)?;
+                let own = self.tg.size(ty);
+                let width = match width {
+                    Some(w) => u64::from(*w),
+                    None if matches!(own, 1 | 2 | 4 | 8) => own,
+                    None => {
+                        return Err(self.err(
+                            spec.line,
+                            format!(
+                                "field {name}: {}.{path} is {own} bytes, not an integer of 1, 2, 4 or 8",
+                                self.qualified
+                            ),
+                        ));
+                    }
+                };
+                (off, width)
+            }
+            FieldSpec::Offset { offset, width } => (*offset, u64::from(*width)),
+        };
+        if off.checked_add(width).is_none_or(|e| e > size) {
+            return Err(self.err(
+                spec.line,
+                format!(
+                    "field {name}: bytes {off}..{} lie outside {} ({size} bytes)",
+                    off.saturating_add(width),
+                    self.qualified
+                ),
+            ));
+        }
+        Ok(Expr::Field {
+            off,
+            width: width as u8,
+        })
+    }
+
+    /// A type named in a description: a template argument, `member:PATH`, `pointee:PATH`.
+    fn type_of(&self, name: &str, line: usize) -> Result<TypeId, DescribeError> {
+        if let Some(path) = name.strip_prefix("member:") {
+            return Ok(self.member(path, line)?.1);
+        }
+        if let Some(path) = name.strip_prefix("pointee:") {
+            let ty = self.member(path, line)?.1;
+            return match &self.tg.get(self.tg.resolve(ty)).kind {
+                Kind::Pointer { target: Some(t) } => Ok(*t),
+                _ => Err(self.err(line, format!("{path} is not a pointer to a type"))),
+            };
+        }
+        match self.args.iter().find(|(n, _)| n == name) {
+            Some((_, Bound::Type(t))) => Ok(*t),
+            Some((_, Bound::Value(_))) => Err(self.err(
+                line,
+                format!("template argument {name} is a value, not a type"),
+            )),
+            None => Err(self.err(line, format!("unknown template argument {name}"))),
+        }
+    }
+
+    fn expr(&self, a: &At<Ast>) -> Result<Expr, DescribeError> {
+        self.fold(&a.v, a.line)
+    }
+
+    fn fold(&self, a: &Ast, line: usize) -> Result<Expr, DescribeError> {
+        Ok(match a {
+            Ast::Num(n) => Expr::Const(*n),
+            Ast::This => Expr::This,
+            Ast::Name(n) => {
+                if let Some((_, e)) = self.fields.iter().find(|(f, _)| f == n) {
+                    e.clone()
+                } else if let Some((_, Bound::Value(v))) = self.args.iter().find(|(f, _)| f == n) {
+                    Expr::Const(*v)
+                } else {
+                    return Err(self.err(
+                        line,
+                        format!("unknown name {n} (not a field or a value argument)"),
+                    ));
+                }
+            }
+            Ast::SizeOf(t) => Expr::Const(self.tg.size(self.type_of(t, line)?)),
+            Ast::AlignOf(t) => Expr::Const(self.tg.align(self.type_of(t, line)?)),
+            Ast::OffsetOf(p) => Expr::Const(self.member(p, line)?.0),
+            Ast::Load(x, w) => Expr::Load(Box::new(self.fold(x, line)?), *w),
+            Ast::Un(op, x) => Expr::Un(*op, Box::new(self.fold(x, line)?)),
+            Ast::Bin(op, x, y) => Expr::Bin(
+                *op,
+                Box::new(self.fold(x, line)?),
+                Box::new(self.fold(y, line)?),
+            ),
+        })
+    }
+}

@@ -1,0 +1,367 @@
+//! Description files: TOML → [`Description`]s, every value with its line, expressions parsed.
+//! Unknown keys are errors (a misspelt `cpacity` must not silently default); so is a layout
+//! this build does not know. Never looks at DWARF or a process.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::expr::{self, Ast};
+
+/// The shipped descriptions (`containers/` at the top of the repository), embedded.
+pub const SHIPPED: &[(&str, &str)] = &[(
+    "containers/boost.toml",
+    include_str!("../../../containers/boost.toml"),
+)];
+
+/// A described-container error: `file:line: what`, one line (exit 2).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{file}:{line}: {what}")]
+pub struct DescribeError {
+    pub file: String,
+    pub line: usize,
+    pub what: String,
+}
+
+/// A value and the line it was written on.
+#[derive(Debug, Clone)]
+pub struct At<T> {
+    pub line: usize,
+    pub v: T,
+}
+
+#[derive(Debug, Clone)]
+pub enum FieldSpec {
+    /// A member path (`m_holder.m_start`), read with the member's DWARF size unless `width`.
+    Path { path: String, width: Option<u8> },
+    /// A byte offset in the object and a width.
+    Offset { offset: u64, width: u8 },
+}
+
+#[derive(Debug, Clone)]
+pub struct ArrayDesc {
+    pub data: At<Ast>,
+    pub len: At<Ast>,
+    pub cap: Option<At<Ast>>,
+    pub heap: At<Ast>,
+    pub inline: Option<At<Ast>>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Layout {
+    Array(ArrayDesc),
+}
+
+#[derive(Debug, Clone)]
+pub struct Description {
+    pub file: String,
+    /// Line of the `name` key (errors about the whole description point here).
+    pub line: usize,
+    pub name: String,
+    /// Template argument names in order; `_` binds nothing.
+    pub args: Vec<String>,
+    pub elem: Option<At<String>>,
+    pub fields: Vec<(String, At<FieldSpec>)>,
+    pub layout: Layout,
+}
+
+impl Description {
+    pub fn error(&self, line: usize, what: impl Into<String>) -> DescribeError {
+        DescribeError {
+            file: self.file.clone(),
+            line,
+            what: what.into(),
+        }
+    }
+
+    /// Whether the qualified DWARF name is this container: the name itself or it followed
+    /// by `<` (as built-in containers are recognised, SEMANTICS.md §2).
+    pub fn matches(&self, qualified: &str) -> bool {
+        qualified
+            .strip_prefix(&self.name)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('<'))
+    }
+}
+
+/// Every description in force: the shipped ones, then those of `--containers` files in
+/// order. The last matching one wins, so a user's file overrides a shipped description.
+#[derive(Debug, Clone, Default)]
+pub struct Descriptions {
+    pub list: Arc<Vec<Description>>,
+}
+
+impl Descriptions {
+    /// The shipped descriptions followed by `files` (name, text).
+    pub fn load(files: &[(String, String)]) -> Result<Self, DescribeError> {
+        let mut list = Vec::new();
+        for (name, text) in SHIPPED {
+            list.extend(parse_file(name, text)?);
+        }
+        for (name, text) in files {
+            list.extend(parse_file(name, text)?);
+        }
+        Ok(Self {
+            list: Arc::new(list),
+        })
+    }
+
+    pub fn find(&self, qualified: &str) -> Option<&Description> {
+        self.list.iter().rev().find(|d| d.matches(qualified))
+    }
+}
+
+/// Prefix of the pseudo-feature that carries a `--containers` file to the plan: its name,
+/// a newline, its text. As a feature it is part of the plan cache's key (its content, not
+/// only its name), like OI's configuration rules (`oi_config`).
+const FEATURE_PREFIX: &str = "containers=";
+
+/// The pseudo-feature for a description file.
+pub fn to_feature(file: &str, text: &str) -> String {
+    format!("{FEATURE_PREFIX}{file}\n{text}")
+}
+
+/// The (file, text) a pseudo-feature carries, if it is one.
+pub fn from_feature(feature: &str) -> Option<(String, String)> {
+    let (file, text) = feature.strip_prefix(FEATURE_PREFIX)?.split_once('\n')?;
+    Some((file.to_string(), text.to_string()))
+}
+
+/// Reads and checks `--containers` files; the pseudo-features that carry them.
+pub fn load_files(paths: &[std::path::PathBuf]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        let name = p.display().to_string();
+        let text = std::fs::read_to_string(p).map_err(|e| format!("--containers {name}: {e}"))?;
+        parse_file(&name, &text).map_err(|e| e.to_string())?;
+        out.push(to_feature(&name, &text));
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    container: Vec<RawContainer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawContainer {
+    name: Spanned<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    elem: Option<Spanned<String>>,
+    layout: Spanned<String>,
+    #[serde(default)]
+    fields: BTreeMap<String, Spanned<RawField>>,
+    array: Option<RawArray>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawField {
+    Path(String),
+    Table(RawFieldTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFieldTable {
+    path: Option<String>,
+    offset: Option<u64>,
+    width: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawArray {
+    data: Spanned<String>,
+    len: Spanned<String>,
+    cap: Option<Spanned<String>>,
+    heap: Spanned<String>,
+    inline: Option<Spanned<String>>,
+}
+
+fn line_of(text: &str, byte: usize) -> usize {
+    text.get(..byte).map_or(1, |t| t.matches('\n').count() + 1)
+}
+
+/// Parses one description file (`file` is how errors name it).
+pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeError> {
+    let err = |line: usize, what: String| DescribeError {
+        file: file.to_string(),
+        line,
+        what,
+    };
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(1, |s| line_of(text, s.start));
+        err(
+            line,
+            e.message().lines().next().unwrap_or_default().to_string(),
+        )
+    })?;
+    let at_expr = |s: &Spanned<String>| -> Result<At<Ast>, DescribeError> {
+        let line = line_of(text, s.span().start);
+        let v = expr::parse(s.get_ref())
+            .map_err(|w| err(line, format!("bad expression `{}`: {w}", s.get_ref())))?;
+        Ok(At { line, v })
+    };
+    let mut out = Vec::new();
+    for c in raw.container {
+        let line = line_of(text, c.name.span().start);
+        if c.name.get_ref().is_empty() {
+            return Err(err(line, "empty container name".into()));
+        }
+        let mut fields = Vec::new();
+        for (name, f) in &c.fields {
+            let fline = line_of(text, f.span().start);
+            let width = |w: Option<u64>| -> Result<Option<u8>, DescribeError> {
+                match w {
+                    None => Ok(None),
+                    Some(w @ (1 | 2 | 4 | 8)) => Ok(Some(w as u8)),
+                    Some(w) => Err(err(
+                        fline,
+                        format!("field {name}: width must be 1, 2, 4 or 8, not {w}"),
+                    )),
+                }
+            };
+            let spec = match f.get_ref() {
+                RawField::Path(p) => FieldSpec::Path {
+                    path: p.clone(),
+                    width: None,
+                },
+                RawField::Table(t) => match (&t.path, t.offset) {
+                    (Some(p), None) => FieldSpec::Path {
+                        path: p.clone(),
+                        width: width(t.width)?,
+                    },
+                    (None, Some(offset)) => FieldSpec::Offset {
+                        offset,
+                        width: width(t.width)?.ok_or_else(|| {
+                            err(fline, format!("field {name}: an offset needs a width"))
+                        })?,
+                    },
+                    _ => {
+                        return Err(err(
+                            fline,
+                            format!("field {name}: give either `path` or `offset`"),
+                        ));
+                    }
+                },
+            };
+            fields.push((
+                name.clone(),
+                At {
+                    line: fline,
+                    v: spec,
+                },
+            ));
+        }
+        let lline = line_of(text, c.layout.span().start);
+        let layout = match c.layout.get_ref().as_str() {
+            "array" => {
+                let a = c.array.as_ref().ok_or_else(|| {
+                    err(
+                        lline,
+                        "layout \"array\" needs an [container.array] table".into(),
+                    )
+                })?;
+                Layout::Array(ArrayDesc {
+                    data: at_expr(&a.data)?,
+                    len: at_expr(&a.len)?,
+                    cap: a.cap.as_ref().map(&at_expr).transpose()?,
+                    heap: at_expr(&a.heap)?,
+                    inline: a.inline.as_ref().map(&at_expr).transpose()?,
+                })
+            }
+            other => {
+                return Err(err(
+                    lline,
+                    format!("unknown layout \"{other}\" (this build knows \"array\")"),
+                ));
+            }
+        };
+        out.push(Description {
+            file: file.to_string(),
+            line,
+            name: c.name.get_ref().clone(),
+            args: c.args.clone(),
+            elem: c.elem.as_ref().map(|e| At {
+                line: line_of(text, e.span().start),
+                v: e.get_ref().clone(),
+            }),
+            fields,
+            layout,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SBV: &str = r#"
+[[container]]
+name = "sbv::SmallVec"
+args = ["T", "N"]
+elem = "T"
+layout = "array"
+
+[container.fields]
+data = "data_"
+size = { path = "size_" }
+flag = { offset = 16, width = 1 }
+
+[container.array]
+data = "data"
+len = "size"
+heap = "cap * sizeof(T)"
+inline = "data == this + offsetof(buf_)"
+"#;
+
+    #[test]
+    fn reads_a_description_with_lines() {
+        let d = parse_file("t.toml", SBV).expect("parses");
+        assert_eq!(d.len(), 1);
+        let d = &d[0];
+        assert_eq!((d.line, d.name.as_str()), (3, "sbv::SmallVec"));
+        assert_eq!(d.args, ["T", "N"]);
+        assert_eq!(d.fields.len(), 3);
+        let Layout::Array(a) = &d.layout;
+        assert_eq!(a.heap.line, 16);
+        assert!(a.cap.is_none());
+        assert!(d.matches("sbv::SmallVec<int, 4>"));
+        assert!(d.matches("sbv::SmallVec"));
+        assert!(!d.matches("sbv::SmallVector<int>"));
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let bad = SBV.replace("cap * sizeof(T)", "cap * (sizeof(T)");
+        let e = parse_file("t.toml", &bad).unwrap_err();
+        assert_eq!((e.file.as_str(), e.line), ("t.toml", 16), "{e}");
+        let bad = SBV.replace("len = ", "lenn = ");
+        let e = parse_file("t.toml", &bad).unwrap_err();
+        assert_eq!(e.line, 15, "{e}");
+        let bad = SBV.replace("width = 1", "width = 3");
+        let e = parse_file("t.toml", &bad).unwrap_err();
+        assert_eq!(e.line, 11, "{e}");
+        let bad = SBV.replace("\"array\"", "\"ring\"");
+        let e = parse_file("t.toml", &bad).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.to_string().starts_with("t.toml:6: unknown layout"), "{e}");
+    }
+
+    #[test]
+    fn shipped_descriptions_parse() {
+        let d = Descriptions::load(&[]).expect("shipped files parse");
+        assert!(
+            d.find("boost::container::vector<int, void, void>")
+                .is_some()
+        );
+    }
+}
