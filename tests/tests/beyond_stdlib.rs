@@ -9,7 +9,7 @@
 
 mod footprint_common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use oi_e2e::FixtureBuild;
@@ -45,7 +45,7 @@ fn protobuf_fixture(flags: &[&str]) -> PathBuf {
 
 /// Runs the fixture without a tracer (stdin closed: it calls its probes once and exits) and
 /// returns its lines that start with `tag`, split into words after the tag.
-fn notes(exe: &PathBuf, tag: &str) -> Vec<Vec<String>> {
+fn notes(exe: &Path, tag: &str) -> Vec<Vec<String>> {
     let out = Command::new(exe)
         .stdin(Stdio::null())
         .output()
@@ -65,7 +65,7 @@ fn notes(exe: &PathBuf, tag: &str) -> Vec<Vec<String>> {
 }
 
 /// `CHECK <what> <layout bytes> <allocated bytes>`: the first must equal the second.
-fn layout_notes_hold(exe: &PathBuf) {
+fn layout_notes_hold(exe: &Path) {
     let wrong: Vec<String> = notes(exe, "CHECK ")
         .into_iter()
         .filter(|w| w[w.len() - 2] != w[w.len() - 1])
@@ -81,7 +81,7 @@ fn abseil_layout_notes_match_the_counted_allocations() {
 }
 
 /// `SPACE_USED <probe> N` and `LAYOUT <probe> N` per probe: equal.
-fn protobuf_layout_equals_space_used(exe: &PathBuf) {
+fn protobuf_layout_equals_space_used(exe: &Path) {
     let space = notes(exe, "SPACE_USED ");
     let layout = notes(exe, "LAYOUT ");
     assert_eq!(space, layout, "layout-derived footprint vs SpaceUsedLong()");
@@ -91,4 +91,44 @@ fn protobuf_layout_equals_space_used(exe: &PathBuf) {
 fn protobuf_layout_equals_space_used_long() {
     protobuf_layout_equals_space_used(&protobuf_fixture(O0));
     protobuf_layout_equals_space_used(&protobuf_fixture(O2));
+}
+
+/// The Abseil fixture's probes, with the shipped abseil.toml.
+fn absl_probes(flags: &[&str], symbols: &[&str]) {
+    let file = containers("abseil.toml");
+    check_probes_with(&absl_fixture(flags), symbols, &["--containers", &file]);
+}
+
+/// The shipped description files, by path (also embedded in oi-trace once desc lists them).
+fn containers(file: &str) -> String {
+    oi_e2e::workspace_root()
+        .join("containers")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// Checks the named probes of a fixture with oi-trace, JIT and `--mode remote` (identical
+/// output), against the fixture's own numbers (exact).
+fn check_probes_with(exe: &Path, symbols: &[&str], extra: &[&str]) {
+    let probes = footprint_common::start_fixture(exe).2;
+    let failures: Vec<String> = symbols
+        .iter()
+        .flat_map(|s| {
+            let index = probes
+                .iter()
+                .position(|p| p.symbol == *s)
+                .unwrap_or_else(|| panic!("{} has no probe {s}", exe.display()));
+            footprint_common::check_probe_with(exe, index, extra)
+        })
+        .collect();
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+}
+
+const INLINED_VECTOR: &[&str] = &["take_inline", "take_spilled", "take_str_inline"];
+
+#[test]
+fn abseil_inlined_vector_inline_and_spilled() {
+    absl_probes(O0, INLINED_VECTOR);
+    absl_probes(O2, INLINED_VECTOR);
 }

@@ -162,8 +162,18 @@ pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
 
 /// `check_probe` on a fixture binary built elsewhere (one that links libraries).
 pub fn check_probe_exe(exe: &Path, index: usize) -> Vec<String> {
-    let (text, p) = run_probe_exe(exe, index, &["--format", "json", "--mode", "remote"]);
-    let (jit, _) = run_probe_exe(exe, index, &["--format", "json", "--mode", "jit"]);
+    check_probe_with(exe, index, &[])
+}
+
+/// `check_probe_exe` with more oi-trace options (e.g. `--containers FILE`).
+pub fn check_probe_with(exe: &Path, index: usize, extra: &[&str]) -> Vec<String> {
+    let with = |mode: &'static str| {
+        let mut args = vec!["--format", "json", "--mode", mode];
+        args.extend_from_slice(extra);
+        run_probe_exe(exe, index, &args)
+    };
+    let (text, p) = with("remote");
+    let (jit, _) = with("jit");
     if jit != text {
         return vec![format!(
             "{}: --mode jit differs from --mode remote:\n  jit:    {jit}  remote: {text}",
