@@ -115,6 +115,11 @@ impl Synth<'_> {
                 let (a, len) = (self.address(), self.len());
                 self.emit(&[a, len, 13]) && self.repeat(*elem, len)
             }
+            Op::Described { elem, .. } => {
+                let (a, len) = (self.address(), self.len());
+                let (cap, heap) = (len + self.next(3), self.next(4096));
+                self.emit(&[a, len, cap, heap]) && self.repeat(*elem, len)
+            }
             Op::Optional { elem, .. } => {
                 let engaged = self.next(2);
                 self.emit(&[engaged]) && (engaged == 0 || self.node(*elem))

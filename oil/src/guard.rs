@@ -331,6 +331,7 @@ mod tests {
             dynamic: false,
             readable: "std::string".into(),
             value: None,
+            opaque_union: false,
         });
         plan.compute_dynamic();
         LocalWalker::compile(&plan, &[0]).expect("compile")

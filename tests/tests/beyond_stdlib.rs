@@ -119,7 +119,7 @@ fn check_probes_with(exe: &Path, symbols: &[&str], extra: &[&str]) {
                 .iter()
                 .position(|p| p.symbol == *s)
                 .unwrap_or_else(|| panic!("{} has no probe {s}", exe.display()));
-            footprint_common::check_probe_with(exe, index, extra)
+            footprint_common::check_exe_with(exe, index, extra)
         })
         .collect();
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));

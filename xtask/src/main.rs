@@ -190,6 +190,12 @@ fn setup() -> Result<()> {
         ("/usr/include/google/protobuf/message.h", "libprotobuf-dev"),
         ("/usr/bin/protoc", "protobuf-compiler"),
         ("/usr/include/absl/container/flat_hash_map.h", "libabsl-dev"),
+        // Boost 1.81's headers (Boost.Container, Boost.Unordered's flat maps): the shipped
+        // descriptions' fixture (tests/fixtures/footprint_boost.cpp).
+        (
+            "/usr/include/boost/unordered/unordered_flat_map.hpp",
+            "libboost1.81-dev",
+        ),
     ] {
         if !std::path::Path::new(file).exists() {
             packages.push(package.into());

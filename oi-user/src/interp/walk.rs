@@ -609,6 +609,7 @@ mod tests {
             dynamic: false,
             readable: String::new(),
             value: None,
+            opaque_union: false,
         });
         // Element: a string when it must be walked, else an int.
         let elem_op = if elem_dynamic {
@@ -631,6 +632,7 @@ mod tests {
             dynamic: false,
             readable: String::new(),
             value: None,
+            opaque_union: false,
         });
         p.compute_dynamic();
         p

@@ -132,6 +132,7 @@ mod tests {
             dynamic: false,
             readable: String::new(),
             value: None,
+            opaque_union: false,
         });
         p.compute_dynamic();
         p

@@ -231,6 +231,7 @@ fn random_plan(r: &mut Rng) -> Plan {
             dynamic: false,
             readable: String::new(),
             value: None,
+            opaque_union: false,
         });
     }
     p.compute_dynamic();

@@ -623,6 +623,7 @@ fn jit_refuses_plans_with_dangling_nodes() {
         dynamic: true,
         readable: String::new(),
         value: None,
+        opaque_union: false,
     });
     assert!(matches!(compile(&p, &[0]), Err(JitError::NoSuchNode(7))));
     assert!(matches!(compile(&p, &[3]), Err(JitError::NoSuchNode(3))));

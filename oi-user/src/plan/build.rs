@@ -63,6 +63,8 @@ pub struct PlanBuilder<'t> {
     /// The node being built is selected for capture-keys (the root or a configured member);
     /// taken by the first `op` that follows, so it never reaches a nested map.
     capture_here: bool,
+    /// Set by `op` when it made an opaque union, for the node it builds.
+    opaque_union_here: bool,
 }
 
 const STUBBED: &str = "uintptr_t (stubbed)";
@@ -77,6 +79,7 @@ impl<'t> PlanBuilder<'t> {
             memo: HashMap::new(),
             poly: HashMap::new(),
             capture_here: false,
+            opaque_union_here: false,
         }
     }
 
@@ -177,7 +180,7 @@ impl<'t> PlanBuilder<'t> {
             // The memo points at the dynamic node (reserved first) so that cycles reach it.
             let poly = self.reserve(name.into(), Vec::new(), self.tg.size(r), is_primitive);
             self.memo.insert((r, name), poly);
-            self.plan.nodes[id].op = self.op(r)?;
+            self.set_op(id, r)?;
             let built = self.poly_node(r, name, id)?.unwrap_or(id);
             let mut node = self.plan.nodes[built].clone();
             node.readable = readable::readable(self.tg, r);
@@ -185,7 +188,7 @@ impl<'t> PlanBuilder<'t> {
             return Ok(poly);
         }
         self.memo.insert((r, name), id);
-        self.plan.nodes[id].op = self.op(r)?;
+        self.set_op(id, r)?;
         self.plan.nodes[id].value = self.scalar(id, r, false);
         Ok(id)
     }
@@ -200,6 +203,7 @@ impl<'t> PlanBuilder<'t> {
             dynamic: false,
             readable: String::new(),
             value: None,
+            opaque_union: false,
         })
     }
 
@@ -212,7 +216,7 @@ impl<'t> PlanBuilder<'t> {
     ) -> Result<NodeId, PlanError> {
         let r = self.tg.resolve(ty);
         let id = self.reserve(name, type_names, self.tg.size(r), is_primitive);
-        self.plan.nodes[id].op = self.op(r)?;
+        self.set_op(id, r)?;
         self.plan.nodes[id].value = self.scalar(id, r, false);
         Ok(id)
     }
@@ -271,6 +275,15 @@ impl<'t> PlanBuilder<'t> {
         Some(Scalar { size, kind })
     }
 
+    /// Gives node `id` the op of resolved type `r` (and says if it is an opaque union).
+    fn set_op(&mut self, id: NodeId, r: TypeId) -> Result<(), PlanError> {
+        self.opaque_union_here = false;
+        let op = self.op(r)?;
+        self.plan.nodes[id].op = op;
+        self.plan.nodes[id].opaque_union = std::mem::take(&mut self.opaque_union_here);
+        Ok(())
+    }
+
     /// The op for resolved type `r`.
     fn op(&mut self, r: TypeId) -> Result<Op, PlanError> {
         let tg = self.tg;
@@ -298,7 +311,14 @@ impl<'t> PlanBuilder<'t> {
                 exclusive: 0,
             },
             // An ignored type is opaque as a union is: its static size, all exclusive.
-            Kind::Struct(st) if st.is_union || self.is_ignored(st.name.as_deref()) => Op::Leaf,
+            Kind::Struct(st) if self.is_ignored(st.name.as_deref()) => Op::Leaf,
+            Kind::Struct(st) if st.is_union => match self.single_member_union(r)? {
+                Some(op) => op,
+                None => {
+                    self.opaque_union_here = true;
+                    Op::Leaf
+                }
+            },
             Kind::Struct(st) => match st.container {
                 Some(kind) => self.container(kind, r, capture_here)?,
                 None => match st
@@ -318,6 +338,32 @@ impl<'t> PlanBuilder<'t> {
             },
             _ => Op::Leaf,
         })
+    }
+
+    /// A union with exactly one member (protobuf's `union { Impl_ _impl_; }`) is walked as
+    /// that member: a one-member struct, E = S − sizeof(member). None: it stays opaque.
+    fn single_member_union(&mut self, r: TypeId) -> Result<Option<Op>, PlanError> {
+        let tg = self.tg;
+        let Some(st) = tg.as_struct(r) else {
+            return Ok(None);
+        };
+        let [m] = st.members.as_slice() else {
+            return Ok(None);
+        };
+        if m.bit_size.is_some() || !tg.is_complete(m.ty) || tg.size(m.ty) > tg.size(r) {
+            return Ok(None);
+        }
+        let name = m.name.clone().unwrap_or_else(|| "__oi_anon_0".into());
+        let type_names = names::type_names_with_typedefs(tg, m.ty, &self.anon);
+        let is_primitive = matches!(tg.get(m.ty).kind, Kind::Primitive { .. });
+        let (ty, off) = (m.ty, m.bit_offset / 8);
+        let node = self.build_node(ty, name, type_names, is_primitive)?;
+        self.plan.nodes[node].readable = readable::declared(tg, ty);
+        Ok(Some(Op::Struct {
+            members: vec![(off, node)],
+            padding: tg.size(r).saturating_sub(tg.size(ty)),
+            adapter: false,
+        }))
     }
 
     fn is_ignored(&self, name: Option<&str>) -> bool {

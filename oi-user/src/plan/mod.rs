@@ -69,6 +69,10 @@ pub struct Node {
     /// With `--values`: the scalar this `Leaf` reads (and appends to the stream).
     #[serde(default)]
     pub value: Option<Scalar>,
+    /// A union that is not walked (not one member, no description names its active one):
+    /// opaque, E = S; the report says how many bytes sat in such unions.
+    #[serde(default)]
+    pub opaque_union: bool,
 }
 
 /// A scalar read for `--values`: its size in bytes (1, 2, 4, 8 or 16) and how to show it.

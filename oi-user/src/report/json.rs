@@ -1,7 +1,9 @@
 //! OI-compatible JSON (SEMANTICS.md §1), written while decoding: keys in the fixed order, one
-//! array per sample, one line unless pretty-printed. One key is ours, not OI's: `heapBlock`
-//! (a chased raw pointer that charges the heap block it starts; its usable bytes), written
-//! right after `pointer`; OI's readers ignore it.
+//! array per sample, one line unless pretty-printed. Two keys are ours, not OI's, and appear
+//! only where they apply: `heapBlock` (a chased raw pointer that charges the heap block it
+//! starts; its usable bytes), written right after `pointer`, and `notWalked` (a union that
+//! was not walked, its members unmeasured: its staticSize), in the same place; OI's readers
+//! ignore both.
 
 use std::io::Write;
 
@@ -173,6 +175,9 @@ impl Sink for JsonSink<'_> {
         }
         if let Some(b) = n.heap_block {
             self.number("heapBlock", b);
+        }
+        if node.opaque_union {
+            self.number("notWalked", node.static_size);
         }
         if let Some(d) = n.data {
             match d {

@@ -138,6 +138,9 @@ pub struct Sized<'a> {
     stream: &'a [u8],
     sizes: Vec<u64>,
     statics: Vec<Option<u64>>,
+    /// Bytes of this sample in unions that were not walked (opaque: not one member, no
+    /// description), found by the first pass.
+    pub unions: u64,
 }
 
 /// The first pass of [`decode`]: checks the stream and computes the inclusive sizes.
@@ -158,15 +161,19 @@ pub fn size_root<'a>(
         statics: &mut statics,
         depth: 0,
         record: true,
+        unions: 0,
+        union_memo: Vec::new(),
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
+    let unions = measure.unions;
     Ok(Sized {
         plan,
         root,
         stream,
         sizes,
         statics,
+        unions,
     })
 }
 
@@ -184,6 +191,8 @@ impl Sized<'_> {
             statics: &mut self.statics,
             depth: 0,
             record: true,
+            unions: 0,
+            union_memo: Vec::new(),
         };
         print.node(self.root, None)?;
         Ok(())
@@ -204,6 +213,8 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, Repor
         statics: &mut statics,
         depth: 0,
         record: false,
+        unions: 0,
+        union_memo: Vec::new(),
     };
     d.node(root, None)
 }
@@ -249,6 +260,39 @@ pub fn static_total(plan: &Plan, id: NodeId, memo: &mut [Option<u64>]) -> u64 {
     s
 }
 
+/// Bytes in opaque unions (`Node::opaque_union`) inside the subtree of `id` that reads
+/// nothing at runtime. Memoised in `memo` (one entry per plan node, filled on first use);
+/// recurses only through members held by value, as [`static_total`].
+pub fn static_unions(plan: &Plan, id: NodeId, memo: &mut Vec<Option<u64>>) -> u64 {
+    if memo.len() != plan.nodes.len() {
+        *memo = vec![None; plan.nodes.len()];
+    }
+    if let Some(u) = memo[id] {
+        return u;
+    }
+    let n = &plan.nodes[id];
+    let u = if n.opaque_union {
+        n.static_size
+    } else {
+        match &n.op {
+            Op::Struct { members, .. } => members.iter().fold(0u64, |t, m| {
+                t.saturating_add(static_unions(plan, m.1, memo))
+            }),
+            Op::Array { elem, count, .. } => count.saturating_mul(static_unions(plan, *elem, memo)),
+            Op::Pair { first, second }
+            | Op::Entry {
+                key: first,
+                value: second,
+                ..
+            } => static_unions(plan, first.1, memo)
+                .saturating_add(static_unions(plan, second.1, memo)),
+            _ => 0,
+        }
+    };
+    memo[id] = Some(u);
+    u
+}
+
 /// What a node's children are, once its own words are read.
 enum Children<'p> {
     None,
@@ -289,6 +333,9 @@ struct Decoder<'a, 's> {
     depth: u32,
     /// Pass 1 keeps the sizes for pass 2; a sizing alone ([`total_size`]) does not.
     record: bool,
+    /// Bytes in opaque unions met so far (pass 1), and their memo per plan node.
+    unions: u64,
+    union_memo: Vec<Option<u64>>,
 }
 
 impl<'a> Decoder<'a, '_> {
@@ -313,6 +360,14 @@ impl<'a> Decoder<'a, '_> {
     /// Inclusive size of a non-dynamic subtree (no stream words), memoised per node.
     fn static_total(&mut self, id: NodeId) -> u64 {
         static_total(self.plan, id, self.statics)
+    }
+
+    /// Pass 1: adds the opaque-union bytes of `times` copies of static subtree `id`.
+    fn count_unions(&mut self, id: NodeId, times: u64) {
+        if self.sink.is_none() {
+            let u = static_unions(self.plan, id, &mut self.union_memo);
+            self.unions = self.unions.saturating_add(u.saturating_mul(times));
+        }
     }
 
     fn read_capture(&mut self, c: Capture) -> Result<Data, ReportError> {
@@ -354,6 +409,7 @@ impl<'a> Decoder<'a, '_> {
         let n = &plan.nodes[id];
         let printing = self.sink.is_some();
         if !n.dynamic && !printing {
+            self.count_unions(id, 1);
             return Ok(self.static_total(id));
         }
         if let Op::Poly {
@@ -664,6 +720,7 @@ impl<'a> Decoder<'a, '_> {
             Children::Repeat(id, count) => {
                 let plan = self.plan;
                 if !plan.nodes[*id].dynamic {
+                    self.count_unions(*id, *count);
                     self.static_total(*id).saturating_mul(*count)
                 } else if let Op::String(l) = &plan.nodes[*id].op {
                     // Elements that are strings are leaves: sized in one loop, exactly as
@@ -770,6 +827,7 @@ mod tests {
             dynamic: false,
             readable: String::new(),
             value: None,
+            opaque_union: false,
         }
     }
 

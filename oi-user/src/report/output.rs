@@ -87,6 +87,8 @@ pub struct Root<'a> {
 pub struct SampleWriter {
     pub format: Format,
     csv: CsvState,
+    /// Bytes of the last sample written that sat in unions not walked (opaque).
+    pub unions: u64,
 }
 
 impl SampleWriter {
@@ -94,6 +96,7 @@ impl SampleWriter {
         Self {
             format,
             csv: CsvState::default(),
+            unions: 0,
         }
     }
 
@@ -109,6 +112,10 @@ impl SampleWriter {
         totals: Option<&mut Totals>,
     ) -> Result<Vec<String>, ReportError> {
         let sized = size_roots(plan, roots)?;
+        self.unions = sized
+            .iter()
+            .filter_map(|s| s.as_ref().ok())
+            .fold(0u64, |t, s| t.saturating_add(s.unions));
         let failed = roots
             .iter()
             .zip(&sized)
@@ -129,6 +136,14 @@ impl SampleWriter {
                 let mut sink = TreeSink::new(plan, opts);
                 each_root(plan, roots, sized, &mut sink, extra)?;
                 sink.write(out)?;
+                if self.unions > 0 {
+                    // The footprint may be incomplete: say so under the tree.
+                    writeln!(
+                        out,
+                        "{} in unions not walked (opaque: their members are not measured)",
+                        tree::human(self.unions)
+                    )?;
+                }
             }
             Format::Csv => {
                 let mut sink = CsvSink::new(out, &mut self.csv)?;

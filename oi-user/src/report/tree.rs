@@ -193,6 +193,9 @@ impl<'p> TreeSink<'p> {
         if let Some(block) = n.heap_block {
             return Some(format!("heap block {}", human(block)));
         }
+        if n.node.opaque_union {
+            return Some("union, not walked".into());
+        }
         let (len, cap) = n.length_capacity?;
         let unused = |bytes: u64| {
             if bytes > 0 {

@@ -92,6 +92,7 @@ impl Logs {
                     "points": p.sites.iter().map(|s| s.points.len()).sum::<usize>(),
                     "plans_cached": p.plans_cached, "walkers_cached": p.walkers_cached,
                     "samples_failed": f.samples, "roots_failed": f.roots,
+                    "union_bytes_not_walked": f.unions,
                 })
             })
             .collect();

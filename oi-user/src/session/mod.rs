@@ -871,6 +871,8 @@ impl Session {
                 }
                 if let Some(p) = probe {
                     self.failures[p].roots += failed.len() as u64;
+                    let u = &mut self.failures[p].unions;
+                    *u = (*u).max(written.unions);
                 }
             }
             Err(e) => {
@@ -994,8 +996,15 @@ impl Session {
                 c
             })
             .collect();
-        for (probe, c) in self.probes.iter().zip(&counters) {
-            eprintln!("oi-trace: {}: {}", probe.symbol, summary_line(c));
+        for ((probe, c), f) in self.probes.iter().zip(&counters).zip(&self.failures) {
+            let mut line = summary_line(c);
+            if f.unions > 0 {
+                line += &format!(
+                    "; up to {} per sample in unions not walked",
+                    crate::report::tree::human(f.unions)
+                );
+            }
+            eprintln!("oi-trace: {}: {line}", probe.symbol);
         }
         self.logs.summary(&self.probes, &counters, &self.failures)
     }
@@ -1095,6 +1104,9 @@ pub struct Failures {
     /// Roots printed as failed (`{}` in JSON) beside measured ones; a sample that measured
     /// none of its roots counts in `samples` instead.
     pub roots: u64,
+    /// The most bytes one sample had in unions that were not walked (opaque): a footprint
+    /// that may be incomplete.
+    pub unions: u64,
 }
 
 /// When a sample's thread was let go, and how long its walk took.

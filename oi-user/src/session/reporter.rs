@@ -119,6 +119,8 @@ pub struct Written {
     pub probe: usize,
     /// The roots printed as failed (`label: why`; the others were measured).
     pub result: Result<Vec<String>, Unwritten>,
+    /// Bytes of the sample in unions that were not walked (opaque).
+    pub unions: u64,
 }
 
 /// Why a sample's report was not written.
@@ -175,6 +177,11 @@ impl Reporter {
                         tgid: job.tgid,
                         hit: job.hit,
                         probe: job.index,
+                        unions: if result.is_ok() {
+                            state.writer.unions
+                        } else {
+                            0
+                        },
                         result,
                     });
                     let _ = wake_writer.write(1);

@@ -157,17 +157,22 @@ pub fn find<'v>(json: &'v Value, path: &str) -> &'v Value {
 /// Checks one probe in both walker modes: the JIT's output must be byte-identical to the
 /// remote walker's, and both must match the fixture's own numbers.
 pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
-    check_probe_exe(&build_fixture(name, opt), index)
+    check_probe_with(name, opt, index, &[])
+}
+
+/// [`check_probe`] with `extra` oi-trace options (`--containers FILE`).
+pub fn check_probe_with(name: &str, opt: &str, index: usize, extra: &[&str]) -> Vec<String> {
+    check_exe_with(&build_fixture(name, opt), index, extra)
 }
 
 /// `check_probe` on a fixture binary built elsewhere (one that links libraries).
 pub fn check_probe_exe(exe: &Path, index: usize) -> Vec<String> {
-    check_probe_with(exe, index, &[])
+    check_exe_with(exe, index, &[])
 }
 
-/// `check_probe_exe` with more oi-trace options (e.g. `--containers FILE`).
-pub fn check_probe_with(exe: &Path, index: usize, extra: &[&str]) -> Vec<String> {
-    let with = |mode: &'static str| {
+/// [`check_probe_exe`] with `extra` oi-trace options.
+pub fn check_exe_with(exe: &Path, index: usize, extra: &[&str]) -> Vec<String> {
+    let with = |mode: &str| {
         let mut args = vec!["--format", "json", "--mode", mode];
         args.extend_from_slice(extra);
         run_probe_exe(exe, index, &args)

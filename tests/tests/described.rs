@@ -1,0 +1,158 @@
+//! Containers described as data (README "Describing containers"): a small-buffer vector that
+//! exists only in a test fixture, described in a TOML file written here, measured exactly
+//! (the fixture's own numbers) at -O0 and -O2, jit and remote byte-identical; descriptions
+//! that do not fit the program are one-line errors naming the file and line, exit 2.
+
+mod footprint_common;
+
+use oi_e2e::{TempDir, privileged, run_oi_trace};
+use std::time::Duration;
+
+/// The fixture's `sbv::SmallVec<T, N>`: `T* data_; uint32_t size_, cap_; uint8_t flags_;
+/// T buf_[N]`, on the heap when `flags_ & 1`.
+const SMALLVEC: &str = r#"
+[[container]]
+name = "sbv::SmallVec"
+args = ["T", "N"]
+elem = "T"
+layout = "array"
+
+[container.fields]
+data = "data_"
+size = "size_"
+cap = "cap_"
+flags = "flags_"
+
+[container.array]
+data = "data"
+len = "size"
+cap = "cap"
+heap = "cap * sizeof(T)"
+inline = "(flags & 1) == 0"
+"#;
+
+fn description(dir: &TempDir, name: &str, text: &str) -> String {
+    let path = dir.file(name);
+    std::fs::write(&path, text).expect("write description");
+    path.to_str().expect("utf8").to_string()
+}
+
+#[test]
+fn user_described_small_vector_is_measured_exactly() {
+    if !privileged() {
+        return;
+    }
+    let dir = TempDir::new("described");
+    let file = description(&dir, "smallvec.toml", SMALLVEC);
+    for opt in ["-O0", "-O2"] {
+        let exe = footprint_common::build_fixture("described_smallvec", opt);
+        let count = footprint_common::start_fixture(&exe).2.len();
+        let failures: Vec<String> = (0..count)
+            .flat_map(|i| {
+                footprint_common::check_probe_with(
+                    "described_smallvec",
+                    opt,
+                    i,
+                    &["--containers", &file],
+                )
+            })
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{opt}: mismatches:\n{}",
+            failures.join("\n")
+        );
+    }
+}
+
+/// A description that does not fit the DWARF, or does not parse: one line, `file:line:`,
+/// exit 2, before anything is measured.
+#[test]
+fn descriptions_that_do_not_fit_are_one_line_errors() {
+    if !privileged() {
+        return;
+    }
+    let dir = TempDir::new("described-bad");
+    let exe = footprint_common::build_fixture("described_smallvec", "-O0");
+    let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+    let pid = fixture.0.id().to_string();
+    let cases = [
+        // A member the class does not have (line 11: `cap = "capacity_"`).
+        (
+            SMALLVEC.replace("\"cap_\"", "\"capacity_\""),
+            11,
+            "has no member capacity_",
+        ),
+        // A template argument the class does not have (line 3: the `name`).
+        (
+            SMALLVEC.replace("[\"T\", \"N\"]", "[\"T\", \"N\", \"A\"]"),
+            3,
+            "template argument",
+        ),
+        // A field that is no integer (`buf_` is an array of N * sizeof(T) bytes).
+        (
+            SMALLVEC.replace("\"flags_\"", "\"buf_\""),
+            12,
+            "not an integer",
+        ),
+        // An expression that does not parse (line 18).
+        (
+            SMALLVEC.replace("cap * sizeof(T)", "cap * sizeof(T"),
+            18,
+            "bad expression",
+        ),
+        // An unknown name in an expression.
+        (
+            SMALLVEC.replace("len = \"size\"", "len = \"count\""),
+            16,
+            "unknown name count",
+        ),
+    ];
+    for (i, (text, line, what)) in cases.iter().enumerate() {
+        let file = description(&dir, &format!("bad{i}.toml"), text);
+        let out = run_oi_trace(
+            &[
+                "--pid",
+                &pid,
+                "--uprobe",
+                "inspect",
+                "--count",
+                "1",
+                "--containers",
+                &file,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(out.status.code(), Some(2), "case {i}: {out:#?}");
+        assert_eq!(out.stderr.len(), 1, "case {i}: {out:#?}");
+        let want = format!("{file}:{line}: ");
+        assert!(
+            out.stderr[0].contains(&want) && out.stderr[0].contains(what),
+            "case {i}: want `{want}…{what}` in {:?}",
+            out.stderr[0]
+        );
+    }
+    assert!(
+        fixture.0.try_wait().expect("wait").is_none(),
+        "fixture still runs"
+    );
+}
+
+/// Boost.Container through the shipped descriptions (containers/boost.toml): vector,
+/// small_vector inline and spilled, static_vector, and flat_map / flat_set walking as the
+/// structs they are around a described vector; the fixture's numbers, at -O0 and -O2, jit
+/// and remote byte-identical.
+#[test]
+fn shipped_boost_containers_are_measured_exactly() {
+    if !privileged() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let failures = footprint_common::check_probe("footprint_boost", opt, 0);
+        assert!(
+            failures.is_empty(),
+            "{opt}: mismatches:\n{}",
+            failures.join("\n")
+        );
+    }
+}
