@@ -46,12 +46,13 @@ struct Ctx<'a> {
     fields: Vec<(String, Expr)>,
 }
 
-/// Compiles `d` for struct `id`; returns the plan data and the element type.
+/// Compiles `d` for struct `id`; returns the plan data, the element type and whether
+/// elements are owned pointers to it (then 8 bytes each).
 pub fn compile(
     d: &Description,
     tg: &TypeGraph,
     id: TypeId,
-) -> Result<(DescribedArray, TypeId), DescribeError> {
+) -> Result<(DescribedArray, TypeId, bool), DescribeError> {
     let qualified = crate::typegraph::names::qualified_or_anon(tg, id);
     let targs = tg
         .as_struct(id)
@@ -96,25 +97,31 @@ pub fn compile(
         .elem
         .as_ref()
         .ok_or_else(|| d.error(d.line, "an array needs `elem` (its element type)"))?;
-    let elem = cx.type_of(&elem_at.v, elem_at.line)?;
+    let mut elem = cx.type_of(&elem_at.v, elem_at.line)?;
+    let Layout::Array(a) = &d.layout;
+    // Owned pointers: `elem` may name the element (`T*`) or the owned object (`T`).
+    if a.owned
+        && let Kind::Pointer { target: Some(t) } = &tg.get(tg.resolve(elem)).kind
+    {
+        elem = *t;
+    }
     if !tg.is_complete(elem) {
         return Err(d.error(
             elem_at.line,
             format!("element type `{}` is incomplete", elem_at.v),
         ));
     }
-    let Layout::Array(a) = &d.layout;
     let len = cx.expr(&a.len)?;
     let out = DescribedArray {
         size: tg.size(id),
-        elem_size: tg.size(elem),
+        elem_size: if a.owned { 8 } else { tg.size(elem) },
         data: cx.expr(&a.data)?,
         cap: a.cap.as_ref().map_or(Ok(len.clone()), |c| cx.expr(c))?,
         len,
         heap: cx.expr(&a.heap)?,
         inline: a.inline.as_ref().map(|c| cx.expr(c)).transpose()?,
     };
-    Ok((out, elem))
+    Ok((out, elem, a.owned))
 }
 
 impl Ctx<'_> {

@@ -47,6 +47,9 @@ pub struct ArrayDesc {
     pub cap: Option<At<Ast>>,
     pub heap: At<Ast>,
     pub inline: Option<At<Ast>>,
+    /// Layout `owned_pointers`: each element is a `T*` to an owned `T`, walked and charged
+    /// its `sizeof(T)` (as a `unique_ptr` is).
+    pub owned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -158,6 +161,7 @@ struct RawContainer {
     #[serde(default)]
     fields: BTreeMap<String, Spanned<RawField>>,
     array: Option<RawArray>,
+    owned_pointers: Option<RawArray>,
 }
 
 #[derive(Deserialize)]
@@ -262,14 +266,17 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
         }
         let lline = line_of(text, c.layout.span().start);
         let layout = match c.layout.get_ref().as_str() {
-            "array" => {
-                let a = c.array.as_ref().ok_or_else(|| {
+            kind @ ("array" | "owned_pointers") => {
+                let owned = kind == "owned_pointers";
+                let table = if owned { &c.owned_pointers } else { &c.array };
+                let a = table.as_ref().ok_or_else(|| {
                     err(
                         lline,
-                        "layout \"array\" needs an [container.array] table".into(),
+                        format!("layout \"{kind}\" needs a [container.{kind}] table"),
                     )
                 })?;
                 Layout::Array(ArrayDesc {
+                    owned,
                     data: at_expr(&a.data)?,
                     len: at_expr(&a.len)?,
                     cap: a.cap.as_ref().map(&at_expr).transpose()?,
@@ -280,7 +287,9 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
             other => {
                 return Err(err(
                     lline,
-                    format!("unknown layout \"{other}\" (this build knows \"array\")"),
+                    format!(
+                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\")"
+                    ),
                 ));
             }
         };

@@ -363,6 +363,42 @@ fn jit_described_small_vectors() {
 }
 
 #[test]
+fn jit_described_owned_pointers() {
+    let toml = r#"
+[[container]]
+name = "fx::OwnedPtrs"
+elem = "pointee:items"
+layout = "owned_pointers"
+[container.fields]
+items = "items"
+n = "n"
+cap = "cap"
+[container.owned_pointers]
+data = "items"
+len = "n"
+cap = "cap"
+heap = "cap * 8"
+"#;
+    let f = crate::describe::parse::to_feature("owned.toml", toml);
+    for n in [0, 1, 37] {
+        let addr = make_n("owned", n);
+        let s = same("probe_owned", &["arg0"], &[&f], &[addr]);
+        // address, len, cap, heap, then per element: pointer, descended, (len, heap cap).
+        assert_eq!(
+            s[0][..4],
+            [addr, n as u64, n as u64 + 3, 8 * (n as u64 + 3)]
+        );
+        assert_eq!(s[0].len(), 4 + 4 * n as usize, "n = {n}: {:?}", s[0]);
+        // The decoder: 24 + heap + each string (32 + its heap capacity, if any).
+        let m = measurer("probe_owned", &["arg0"], &[&f]);
+        let (roots, streams) = interp(&m, &[addr]).expect("interp");
+        let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
+        let strings: u64 = (0..n as usize).map(|i| 32 + s[0][4 + 4 * i + 3]).sum();
+        assert_eq!(total, 24 + 8 * (n as u64 + 3) + strings, "n = {n}");
+    }
+}
+
+#[test]
 fn jit_nested_vectors_and_plain_ints() {
     same("probe_nested", &["arg0"], &[], &[make("nested")]);
     same("probe_ints", &["arg0"], &[], &[make_n("ints", 1000)]);

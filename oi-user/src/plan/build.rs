@@ -327,11 +327,13 @@ impl<'t> PlanBuilder<'t> {
                     .and_then(|n| self.opts.descriptions.find(n))
                 {
                     Some(d) => {
-                        let (layout, elem) = crate::describe::compile::compile(d, tg, r)?;
-                        Op::Described {
-                            layout,
-                            elem: self.child(elem, "[]")?,
-                        }
+                        let (layout, elem, owned) = crate::describe::compile::compile(d, tg, r)?;
+                        let elem = if owned {
+                            self.owned_pointer(elem)?
+                        } else {
+                            self.child(elem, "[]")?
+                        };
+                        Op::Described { layout, elem }
                     }
                     None => self.structure(r)?,
                 },
@@ -364,6 +366,21 @@ impl<'t> PlanBuilder<'t> {
             padding: tg.size(r).saturating_sub(tg.size(ty)),
             adapter: false,
         }))
+    }
+
+    /// The element of a described `owned_pointers` container: a `T*` that owns its `T`,
+    /// walked as a `unique_ptr` is (S = E = 8, child `*` charged sizeof(T) and what it owns).
+    fn owned_pointer(&mut self, t: TypeId) -> Result<NodeId, PlanError> {
+        let r = self.tg.resolve(t);
+        let spelled = format!("{}*", names::spell(self.tg, r, &self.anon));
+        let id = self.reserve("[]".into(), vec![spelled], 8, false);
+        let target = self.child(r, "*")?;
+        self.plan.nodes[id].op = Op::SmartPtr {
+            offset: 0,
+            target: Some(target),
+        };
+        self.plan.nodes[id].readable = format!("{}*", readable::readable(self.tg, r));
+        Ok(id)
     }
 
     fn is_ignored(&self, name: Option<&str>) -> bool {

@@ -166,6 +166,13 @@ struct SmallVec {
     }
 };
 
+// An array of owned pointers (as protobuf's RepeatedPtrField keeps its elements).
+struct OwnedPtrs {
+    std::string** items;
+    uint64_t n;
+    uint64_t cap;
+};
+
 struct Smalls {
     SmallVec<int, 4> few;
     SmallVec<int, 4> many;
@@ -203,6 +210,7 @@ PROBE(Holder, probe_holder)
 PROBE(std::vector<int>, probe_ints)
 PROBE(Everything, probe_everything)
 PROBE(Smalls, probe_smalls)
+PROBE(OwnedPtrs, probe_owned)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
     asm volatile("" ::"r"(a), "r"(b));
@@ -394,6 +402,12 @@ void* make_smalls(int n) {
     for (size_t i = 0; i < s->nested.size(); i++)
         for (size_t j = 0; j < i; j++) s->nested[i].push(long(j));
     return s;
+}
+
+void* make_owned(int n) {
+    auto* o = new OwnedPtrs{new std::string*[n + 3], uint64_t(n), uint64_t(n + 3)};
+    for (int i = 0; i < n; i++) o->items[i] = new std::string(str(i, i % 40));
+    return o;
 }
 
 void* make_ints(int n) {
