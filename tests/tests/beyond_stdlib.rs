@@ -132,3 +132,17 @@ fn abseil_inlined_vector_inline_and_spilled() {
     absl_probes(O0, INLINED_VECTOR);
     absl_probes(O2, INLINED_VECTOR);
 }
+
+const REPEATED_PTR_FIELD: &[&str] = &["take_tags", "take_no_tags"];
+
+#[test]
+fn protobuf_repeated_ptr_field_of_strings() {
+    let file = containers("protobuf.toml");
+    for flags in [O0, O2] {
+        check_probes_with(
+            &protobuf_fixture(flags),
+            REPEATED_PTR_FIELD,
+            &["--containers", &file],
+        );
+    }
+}
