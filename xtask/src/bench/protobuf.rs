@@ -28,6 +28,8 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let native = get("native_ns")?;
     let pid = fixture.pid.to_string();
     fixture.stdout.take();
+    // The shipped file by path, until oi-trace embeds it (harmless after: same names).
+    let containers = oi_e2e::workspace_root().join("containers/protobuf.toml");
     // One call every 20 ms: a sample every 5 calls leaves time to print the last one.
     let tracer = OiTrace::attached(&[
         "--pid",
@@ -42,6 +44,8 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         &samples.to_string(),
         "--format",
         "json",
+        "--containers",
+        containers.to_str().unwrap_or_default(),
     ]);
     let out = tracer.finish(Duration::from_secs(300));
     if !out.status.success() {
