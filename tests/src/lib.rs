@@ -73,6 +73,8 @@ pub struct FixtureBuild {
     output: String,
     flags: Vec<String>,
     shared_libs: Vec<&'static str>,
+    libs: Vec<String>,
+    proto: Option<&'static str>,
     oil: bool,
 }
 
@@ -85,6 +87,8 @@ impl FixtureBuild {
             output: source.to_string(),
             flags: Vec::new(),
             shared_libs: Vec::new(),
+            libs: Vec::new(),
+            proto: None,
             oil: false,
         }
     }
@@ -106,6 +110,20 @@ impl FixtureBuild {
     /// Links `tests/fixtures/LIB.cpp`, built as `libLIB.so`, with an rpath to it.
     pub fn shared_lib(mut self, lib: &'static str) -> Self {
         self.shared_libs.push(lib);
+        self
+    }
+
+    /// Links installed libraries (`-lprotobuf`, `-labsl_raw_hash_set`, ...).
+    pub fn libs(mut self, libs: &[&str]) -> Self {
+        self.libs.extend(libs.iter().map(|l| l.to_string()));
+        self
+    }
+
+    /// Compiles `tests/fixtures/PROTO.proto` with `protoc --cpp_out` into
+    /// `target/fixtures/gen/` and builds the generated `PROTO.pb.cc` into the fixture, which
+    /// includes `"PROTO.pb.h"`. Link `-lprotobuf` with `libs`.
+    pub fn protoc(mut self, proto: &'static str) -> Self {
+        self.proto = Some(proto);
         self
     }
 
@@ -134,6 +152,27 @@ impl FixtureBuild {
         let out = out_dir.join(&self.output);
         let mut flags = self.flags.clone();
         let mut inputs = Vec::new();
+        if let Some(proto) = self.proto {
+            let gen_dir = out_dir.join("gen");
+            std::fs::create_dir_all(&gen_dir).expect("create target/fixtures/gen");
+            let source = src_dir.join(format!("{proto}.proto"));
+            let generated = gen_dir.join(format!("{proto}.pb.cc"));
+            let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            if modified(&generated).is_none() || modified(&generated) < modified(&source) {
+                let status = Command::new("protoc")
+                    .arg(format!("--cpp_out={}", gen_dir.display()))
+                    .arg(format!("-I{}", src_dir.display()))
+                    .arg(&source)
+                    .status()
+                    .expect("protoc runs (cargo xtask setup installs protobuf-compiler)");
+                assert!(status.success(), "protoc failed on {}", source.display());
+            }
+            flags.push(format!("-I{}", gen_dir.display()));
+            inputs.push(generated.clone());
+            // After the fixture's source on the command line, like the libraries.
+            link.insert(0, generated.display().to_string());
+        }
+        link.extend(self.libs.iter().cloned());
         if self.oil {
             let include = workspace_root().join("oil/include");
             let lib = oi_trace_bin()

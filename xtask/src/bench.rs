@@ -34,9 +34,10 @@ impl Figure {
 
 mod allocs;
 mod calls;
+mod protobuf;
 mod unwind;
 
-const FIGURES: [&str; 9] = [
+const FIGURES: [&str; 10] = [
     "pause",
     "first-result",
     "probe-cost",
@@ -46,6 +47,7 @@ const FIGURES: [&str; 9] = [
     "allocs",
     "oil",
     "unwind",
+    "protobuf",
 ];
 
 pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
@@ -82,6 +84,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("unwind") {
         unwind::run(root, &mut figures)?;
+    }
+    if wanted("protobuf") {
+        protobuf::run(quick, &mut figures)?;
     }
     report(root, &figures)
 }

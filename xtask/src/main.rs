@@ -184,6 +184,12 @@ fn setup() -> Result<()> {
             "libgoogle-perftools-dev",
         ),
         ("/usr/bin/bpftrace", "bpftrace"),
+        // protobuf and Abseil, whose containers the shipped descriptions cover
+        // (tests/tests/beyond_stdlib.rs): headers and libraries, and protoc for the fixture's
+        // generated message.
+        ("/usr/include/google/protobuf/message.h", "libprotobuf-dev"),
+        ("/usr/bin/protoc", "protobuf-compiler"),
+        ("/usr/include/absl/container/flat_hash_map.h", "libabsl-dev"),
         // Boost 1.81's headers (Boost.Container, Boost.Unordered's flat maps): the shipped
         // descriptions' fixture (tests/fixtures/footprint_boost.cpp).
         (

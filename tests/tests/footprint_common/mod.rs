@@ -103,6 +103,9 @@ pub fn start_fixture(exe: &Path) -> (Killed, BufReader<std::process::ChildStdout
         match w.as_slice() {
             ["READY"] => break,
             ["NATIVE_NS", _] => {}
+            // A fixture's notes about itself (its own cross-checks, a library's own count),
+            // read by the journeys that need them (tests/tests/beyond_stdlib.rs).
+            ["CHECK" | "SPACE_USED" | "LAYOUT", ..] => {}
             ["PROBE", kind, sym, args, feats] => probes.push(Probe {
                 is_return: *kind == "return",
                 symbol: sym.to_string(),
@@ -159,10 +162,20 @@ pub fn check_probe(name: &str, opt: &str, index: usize) -> Vec<String> {
 
 /// [`check_probe`] with `extra` oi-trace options (`--containers FILE`).
 pub fn check_probe_with(name: &str, opt: &str, index: usize, extra: &[&str]) -> Vec<String> {
+    check_exe_with(&build_fixture(name, opt), index, extra)
+}
+
+/// `check_probe` on a fixture binary built elsewhere (one that links libraries).
+pub fn check_probe_exe(exe: &Path, index: usize) -> Vec<String> {
+    check_exe_with(exe, index, &[])
+}
+
+/// [`check_probe_exe`] with `extra` oi-trace options.
+pub fn check_exe_with(exe: &Path, index: usize, extra: &[&str]) -> Vec<String> {
     let with = |mode: &str| {
         let mut args = vec!["--format", "json", "--mode", mode];
         args.extend_from_slice(extra);
-        run_probe(name, opt, index, &args)
+        run_probe_exe(exe, index, &args)
     };
     let (text, p) = with("remote");
     let (jit, _) = with("jit");
@@ -191,8 +204,12 @@ pub fn check_probe_with(name: &str, opt: &str, index: usize, extra: &[&str]) -> 
 /// Runs `oi-trace --mode remote --count 1` with `extra` options on probe `index` of the
 /// fixture; returns everything it printed on stdout, and the probe.
 pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String, Probe) {
-    let exe = build_fixture(name, opt);
-    let (mut fixture, _out, mut probes) = start_fixture(&exe);
+    run_probe_exe(&build_fixture(name, opt), index, extra)
+}
+
+/// `run_probe` on a fixture binary built elsewhere.
+pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe) {
+    let (mut fixture, _out, mut probes) = start_fixture(exe);
     let p = probes.swap_remove(index);
     let mut cmd = Command::new(oi_trace());
     cmd.arg("--pid")
@@ -255,8 +272,12 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
 
 /// Checks every probe of a fixture, one oi-trace run each.
 pub fn check_fixture(name: &str, opt: &str) {
-    let exe = build_fixture(name, opt);
-    let count = start_fixture(&exe).2.len();
-    let failures: Vec<String> = (0..count).flat_map(|i| check_probe(name, opt, i)).collect();
+    check_exe(&build_fixture(name, opt));
+}
+
+/// `check_fixture` on a fixture binary built elsewhere.
+pub fn check_exe(exe: &Path) {
+    let count = start_fixture(exe).2.len();
+    let failures: Vec<String> = (0..count).flat_map(|i| check_probe_exe(exe, i)).collect();
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
 }

@@ -1,0 +1,148 @@
+//! Journeys beyond libstdc++ (issue 18): protobuf messages and Abseil containers, real
+//! Debian libraries (`cargo xtask setup` installs libprotobuf-dev, protobuf-compiler,
+//! libabsl-dev), fixtures at -O0 and -O2 -fomit-frame-pointer.
+//!
+//! Each fixture first proves its own layout notes (the ones in the shipped description
+//! files): every Abseil container has a twin with a counting allocator, and the blocks the
+//! layout predicts must be exactly what the twin allocated; the protobuf fixture's
+//! layout-derived footprint must equal the message's own `SpaceUsedLong()`.
+
+mod footprint_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use oi_e2e::FixtureBuild;
+
+const O0: &[&str] = &["-O0"];
+const O2: &[&str] = &["-O2", "-fomit-frame-pointer"];
+
+/// The libraries the Abseil fixture links (hash tables and their hash; the b-tree,
+/// InlinedVector and node map are header-only beyond that).
+const ABSL_LIBS: &[&str] = &[
+    "-labsl_raw_hash_set",
+    "-labsl_hash",
+    "-labsl_city",
+    "-labsl_low_level_hash",
+];
+
+fn absl_fixture(flags: &[&str]) -> PathBuf {
+    let output = format!("beyond_absl{}", flags[0].trim_start_matches('-'));
+    FixtureBuild::new("beyond_absl")
+        .variant(&output, flags)
+        .libs(ABSL_LIBS)
+        .build()
+}
+
+fn protobuf_fixture(flags: &[&str]) -> PathBuf {
+    let output = format!("beyond_protobuf{}", flags[0].trim_start_matches('-'));
+    FixtureBuild::new("beyond_protobuf")
+        .variant(&output, flags)
+        .protoc("beyond_order")
+        .libs(&["-lprotobuf"])
+        .build()
+}
+
+/// Runs the fixture without a tracer (stdin closed: it calls its probes once and exits) and
+/// returns its lines that start with `tag`, split into words after the tag.
+fn notes(exe: &Path, tag: &str) -> Vec<Vec<String>> {
+    let out = Command::new(exe)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fixture");
+    assert!(out.status.success(), "{} failed", exe.display());
+    let lines: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(tag))
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "{} printed no {tag} lines",
+        exe.display()
+    );
+    lines
+}
+
+/// `CHECK <what> <layout bytes> <allocated bytes>`: the first must equal the second.
+fn layout_notes_hold(exe: &Path) {
+    let wrong: Vec<String> = notes(exe, "CHECK ")
+        .into_iter()
+        .filter(|w| w[w.len() - 2] != w[w.len() - 1])
+        .map(|w| w.join(" "))
+        .collect();
+    assert!(wrong.is_empty(), "layout notes wrong: {wrong:#?}");
+}
+
+#[test]
+fn abseil_layout_notes_match_the_counted_allocations() {
+    layout_notes_hold(&absl_fixture(O0));
+    layout_notes_hold(&absl_fixture(O2));
+}
+
+/// `SPACE_USED <probe> N` and `LAYOUT <probe> N` per probe: equal.
+fn protobuf_layout_equals_space_used(exe: &Path) {
+    let space = notes(exe, "SPACE_USED ");
+    let layout = notes(exe, "LAYOUT ");
+    assert_eq!(space, layout, "layout-derived footprint vs SpaceUsedLong()");
+}
+
+#[test]
+fn protobuf_layout_equals_space_used_long() {
+    protobuf_layout_equals_space_used(&protobuf_fixture(O0));
+    protobuf_layout_equals_space_used(&protobuf_fixture(O2));
+}
+
+/// The Abseil fixture's probes, with the shipped abseil.toml.
+fn absl_probes(flags: &[&str], symbols: &[&str]) {
+    let file = containers("abseil.toml");
+    check_probes_with(&absl_fixture(flags), symbols, &["--containers", &file]);
+}
+
+/// The shipped description files, by path (also embedded in oi-trace once desc lists them).
+fn containers(file: &str) -> String {
+    oi_e2e::workspace_root()
+        .join("containers")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// Checks the named probes of a fixture with oi-trace, JIT and `--mode remote` (identical
+/// output), against the fixture's own numbers (exact).
+fn check_probes_with(exe: &Path, symbols: &[&str], extra: &[&str]) {
+    let probes = footprint_common::start_fixture(exe).2;
+    let failures: Vec<String> = symbols
+        .iter()
+        .flat_map(|s| {
+            let index = probes
+                .iter()
+                .position(|p| p.symbol == *s)
+                .unwrap_or_else(|| panic!("{} has no probe {s}", exe.display()));
+            footprint_common::check_exe_with(exe, index, extra)
+        })
+        .collect();
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+}
+
+const INLINED_VECTOR: &[&str] = &["take_inline", "take_spilled", "take_str_inline"];
+
+#[test]
+fn abseil_inlined_vector_inline_and_spilled() {
+    absl_probes(O0, INLINED_VECTOR);
+    absl_probes(O2, INLINED_VECTOR);
+}
+
+const REPEATED_PTR_FIELD: &[&str] = &["take_tags", "take_no_tags"];
+
+#[test]
+fn protobuf_repeated_ptr_field_of_strings() {
+    let file = containers("protobuf.toml");
+    for flags in [O0, O2] {
+        check_probes_with(
+            &protobuf_fixture(flags),
+            REPEATED_PTR_FIELD,
+            &["--containers", &file],
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The `protobuf` figure of `cargo xtask bench` (issue 18): the pause of a sample of a
+//! `RepeatedPtrField` of 100,000 generated messages, walked through the shipped description
+//! `containers/protobuf.toml`, against the fixture's own walk computing the same footprint
+//! (`tests/fixtures/beyond_protobuf_bench.cpp`, -O2). The sample's size must equal the
+//! fixture's number, or the figure fails: a fast wrong walk proves nothing.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use oi_e2e::{Fixture, FixtureBuild, OiTrace};
+
+use super::{Figure, median, value_of};
+
+pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
+    let exe = FixtureBuild::new("beyond_protobuf_bench")
+        .variant("beyond_protobuf_bench", &["-O2"])
+        .protoc("beyond_order")
+        .libs(&["-lprotobuf"])
+        .build();
+    let n: u64 = if quick { 10_000 } else { 100_000 };
+    let samples = if quick { 3 } else { 7 };
+    let mut fixture = Fixture::start(&exe, &[&n.to_string()]);
+    let mut get = |key: &str| -> Result<f64> {
+        let line = fixture.stdout.expect(key, Duration::from_secs(120));
+        value_of(&line, &format!("{key} ")).with_context(|| format!("{key} in {line:?}"))
+    };
+    let expect = get("expect_size")? as u64;
+    let native = get("native_ns")?;
+    let pid = fixture.pid.to_string();
+    fixture.stdout.take();
+    // The shipped file by path, until oi-trace embeds it (harmless after: same names).
+    let containers = oi_e2e::workspace_root().join("containers/protobuf.toml");
+    // One call every 20 ms: a sample every 5 calls leaves time to print the last one.
+    let tracer = OiTrace::attached(&[
+        "--pid",
+        &pid,
+        "--uprobe",
+        "take_items",
+        "--mode",
+        "jit",
+        "--every",
+        "5",
+        "--count",
+        &samples.to_string(),
+        "--format",
+        "json",
+        "--containers",
+        containers.to_str().unwrap_or_default(),
+    ]);
+    let out = tracer.finish(Duration::from_secs(300));
+    if !out.status.success() {
+        bail!("oi-trace on the RepeatedPtrField failed: {:?}", out.stderr);
+    }
+    // The root's `size` is the first key of every sample.
+    let got = out
+        .stdout
+        .split("\"size\":")
+        .nth(1)
+        .and_then(|r| r.trim_start().split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|d| d.parse::<u64>().ok())
+        .context("no size in oi-trace's output")?;
+    if got != expect {
+        // A wrong footprint fails the figure without hiding the others of the run.
+        figures.push(Figure {
+            name: format!(
+                "protobuf: RepeatedPtrField of {n} messages: WRONG SIZE (value: oi-trace's bytes)"
+            ),
+            value: got as f64,
+            baseline: expect as f64,
+            unit: "B",
+            goal: "= the fixture's bytes".into(),
+            pass: Some(false),
+        });
+        return Ok(());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let mut calls: Vec<f64> = fixture
+        .stdout
+        .take()
+        .iter()
+        .filter_map(|l| value_of(l, "call_ns "))
+        .collect();
+    // The sampled calls are the slow ones; the others cost nanoseconds.
+    calls.sort_by(|a, b| b.total_cmp(a));
+    calls.truncate(samples);
+    let paused = median(calls);
+    figures.push(Figure {
+        name: format!("protobuf: pause per sample, jit, RepeatedPtrField of {n} messages"),
+        value: paused / 1e3,
+        baseline: native / 1e3,
+        unit: "µs",
+        goal: "≤ 1.3× native".into(),
+        pass: Some(paused <= 1.3 * native),
+    });
+    Ok(())
+}
