@@ -360,7 +360,12 @@ fn jit_strings_sso_and_heap() {
     assert_eq!(s[0].len(), 3 + 200);
     same("probe_strings", &["arg0"], &[], &[make_n("strings", 0)]);
     // No buffer at all (begin = end = nullptr): the pair loop must not start at address 0.
-    let s = same("probe_strings", &["arg0"], &[], &[make("unallocated_strings")]);
+    let s = same(
+        "probe_strings",
+        &["arg0"],
+        &[],
+        &[make("unallocated_strings")],
+    );
     assert_eq!(s[0][1..], [0, 0], "no elements, no capacity");
 }
 
