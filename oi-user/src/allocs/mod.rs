@@ -37,7 +37,7 @@ use std::{
 use oi_common::allocs::MAX_BUCKETS;
 
 use crate::{
-    calls::{Scope, files_of, program::Attachment, select::File},
+    calls::{Scope, files_of, select::File},
     cli::allocs::{AllocsArgs, AllocsFormat},
     debuginfo::{Binary, dwarf::with_debug_info},
     error::{Error, Result},
@@ -49,7 +49,7 @@ use crate::{
     session::monotonic_ns,
     symbolize::Symbolizer,
 };
-use program::{Program, Settings};
+use program::{FileAttachment, Program, Settings};
 use report::{Classes, Context, Report};
 
 /// The default lifetime bounds: a log scale from 1 ms to 1 min.
@@ -106,7 +106,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         program.unwinder.track(pid)?;
     }
     let attach_start = Instant::now();
-    let mut attachments: Vec<Attachment> = Vec::new();
+    let mut attachments: Vec<FileAttachment> = Vec::new();
     let mut probes = 0;
     for (file, h) in files.iter().zip(&hooks) {
         if h.sites.is_empty() {
