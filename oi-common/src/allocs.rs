@@ -69,9 +69,10 @@ pub mod cookie {
     /// nothing unwinds through it, so its call always ends there, and an entry at the same
     /// stack pointer while it is open is a tail callee.
     pub const C_RETURN: u64 = 1 << 11;
-    /// At an [`ENTRY`]: an `operator new` whose block comes from a hooked C allocator it calls
-    /// (libstdc++'s `operator new` → `malloc`): the return of that nested call, with a block,
-    /// closes this outermost call; it has no return probes of its own.
+    /// At an [`ENTRY`]: an `operator new` whose block comes from a hooked C allocation
+    /// function it calls directly (libstdc++'s `operator new` → `malloc`): the return of the
+    /// first such call (`Open::inner_sp`), with a block, closes this outermost call; it has no
+    /// return probes of its own. A call that tail-jumps to it takes the flag over.
     pub const INNER_CLOSED: u64 = 1 << 12;
 
     const KIND_SHIFT: u32 = 60;
@@ -127,6 +128,11 @@ pub struct Open {
     pub sampled: u32,
     /// `--sample-bytes`: the allocations this one stands for, × [`WEIGHT_ONE`].
     pub weight: u64,
+    /// [`cookie::INNER_CLOSED`]: the stack pointer at the entry of the first C allocation
+    /// function called inside this call (0: none yet). Only that function's return closes the
+    /// call; a deeper one (the exception object of a `bad_alloc`, a `new_handler`'s own
+    /// allocations) does not.
+    pub inner_sp: u64,
 }
 
 /// The weight of an allocation that stands for itself alone (fixed point: 1.0).

@@ -14,9 +14,10 @@
 //!   safe, and on 6.18 the return runs through the kernel's trampoline (the `uretprobe` system
 //!   call), cheaper than a trap plus an out-of-line step at a `ret`. An `operator new` can
 //!   throw, and an exception unwinding through a hijacked return address kills the process, so
-//!   it never gets a uretprobe: where it takes its block from a hooked C allocator (libstdc++'s
-//!   `operator new` → `malloc`), that nested call's return closes it
-//!   ([`cookie::INNER_CLOSED`]); otherwise probes on its `ret` instructions do (a `ret` at the
+//!   it never gets a uretprobe: where it takes its block from a hooked C allocator it calls
+//!   directly (libstdc++'s `operator new` → `malloc`), the return of the first such nested
+//!   call closes it ([`cookie::INNER_CLOSED`], `Open::inner_sp`: not a deeper one, such as the
+//!   `bad_alloc` object's); otherwise probes on its `ret` instructions do (a `ret` at the
 //!   open slot closes the call with rax, one above it shows the call was left), and on its tail
 //!   jumps (to a hooked function: the callee's entry at the same stack pointer is part of the
 //!   call; out: the call ends there, its result unseen).
@@ -140,7 +141,7 @@ fn on_hit(ctx: &ProbeContext) {
     };
     match cookie::kind(cookie) {
         cookie::ENTRY => on_entry(ctx, pid_tgid, cookie, sp),
-        cookie::RETURN => on_leave(pid_tgid, sp, Some(rax), cookie::function(cookie)),
+        cookie::RETURN => on_leave(pid_tgid, sp, Some(rax)),
         // The return popped the return address: the entry's stack pointer was 8 lower.
         cookie::UPROBE_RETURN => on_return(pid_tgid, sp - 8, rax, cookie::function(cookie)),
         cookie::TAIL => on_tail(pid_tgid, sp),
@@ -149,20 +150,10 @@ fn on_hit(ctx: &ProbeContext) {
                 on_tail(pid_tgid, sp);
             }
         }
-        cookie::LEAVE => on_leave(
-            pid_tgid,
-            sp,
-            leave_result(cookie, rdi),
-            cookie::function(cookie),
-        ),
+        cookie::LEAVE => on_leave(pid_tgid, sp, leave_result(cookie, rdi)),
         _ => {
             if condition_holds(cookie::condition(cookie), eflags) {
-                on_leave(
-                    pid_tgid,
-                    sp,
-                    leave_result(cookie, rdi),
-                    cookie::function(cookie),
-                );
+                on_leave(pid_tgid, sp, leave_result(cookie, rdi));
             }
         }
     }
@@ -204,6 +195,13 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
                 return;
             }
         } else if o.sp > sp {
+            if o.flags as u64 & cookie::INNER_CLOSED != 0
+                && o.inner_sp == 0
+                && cookie::flags(cookie) & cookie::C_RETURN != 0
+            {
+                // SAFETY: as above.
+                unsafe { (*open).inner_sp = sp };
+            }
             count(counter::NESTED);
             debug!(
                 ctx,
@@ -211,9 +209,12 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             );
             return;
         } else if o.sp == sp && (o.tail != 0 || o.flags as u64 & cookie::C_RETURN != 0) {
-            // The callee of the open call's tail jump.
+            // The callee of the open call's tail jump: it finishes the call, its way.
             // SAFETY: as above.
-            unsafe { (*open).tail = 0 };
+            unsafe {
+                (*open).tail = 0;
+                (*open).flags |= (cookie::flags(cookie) & cookie::INNER_CLOSED) as u32;
+            }
             count(counter::NESTED);
             return;
         } else {
@@ -319,7 +320,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
 /// A `ret` (result in rax) or a jump out to code that returns in the function's place (result
 /// unseen, or in rdi), of a function of kind `function`.
 #[inline(always)]
-fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>, function: u64) {
+fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
     let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
         return;
     };
@@ -329,9 +330,7 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>, function: u64) {
         return;
     }
     if o.sp > sp {
-        if let Some(r) = result {
-            closes_outer(pid_tgid, &o, r, function);
-        }
+        // A return of a nested call.
         return;
     }
     let _ = THREADS.remove(&pid_tgid);
@@ -359,7 +358,7 @@ fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
         return;
     }
     if o.sp > entry_sp {
-        closes_outer(pid_tgid, &o, result, function);
+        closes_outer(pid_tgid, &o, entry_sp, result, function);
         return;
     }
     let _ = THREADS.remove(&pid_tgid);
@@ -370,11 +369,13 @@ fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
     allocated(&o, result, pid_tgid as u32);
 }
 
-/// A nested allocator call of kind `function` returned `result`: it closes the open call `o`
-/// when that is an `operator new` that takes its block from it, and it gave one.
+/// A nested C allocation function of kind `function`, entered at `entry_sp`, returned
+/// `result`: it closes the open call `o` when that is an `operator new` that takes its block
+/// from it (the first such call inside it), and it gave one.
 #[inline(always)]
-fn closes_outer(pid_tgid: u64, o: &Open, result: u64, function: u64) {
+fn closes_outer(pid_tgid: u64, o: &Open, entry_sp: u64, result: u64, function: u64) {
     if o.flags as u64 & cookie::INNER_CLOSED == 0
+        || o.inner_sp != entry_sp
         || result == 0
         || function == function::POSIX_MEMALIGN
         || function::is_free(function)

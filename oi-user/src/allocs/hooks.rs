@@ -10,9 +10,9 @@
 //! - a C allocation function (`malloc`, `calloc`, `realloc`, `posix_memalign`, `aligned_alloc`,
 //!   jemalloc's `*allocx`, `tc_malloc` …) a uretprobe: no C++ exception unwinds through C code,
 //!   so the hijacked return address is safe (see the eBPF program's docs);
-//! - an `operator new` (it can throw: never a uretprobe) that calls or jumps to a hooked
-//!   allocation function (libstdc++'s `operator new` → `malloc`, nothrow `new` → `new`,
-//!   jemalloc's `new[]` → `new`) nothing: that call's return closes it;
+//! - an `operator new` (it can throw: never a uretprobe) that calls or jumps to a hooked C
+//!   allocation function (libstdc++'s `operator new` → `malloc`) nothing but probes on its
+//!   tail jumps to hooked functions: the C function's return closes it;
 //! - any other `operator new` (tcmalloc's, one defined by the program) a probe on every
 //!   instruction that leaves it (from `debuginfo::code`): a `ret` closes the call with rax; a
 //!   tail jump to another hooked function (directly, or through a PLT stub whose GOT slot names
@@ -212,7 +212,7 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
                 file_offset: entry_offset,
                 cookie: cookie::encode(cookie::UPROBE_RETURN, h.function, flags),
             });
-        } else if calls_hooked_allocation(binary, h.address, bytes, &by_address) {
+        } else if calls_hooked_allocation(binary, h.address, bytes, &by_address, &cxx_new) {
             mine[0].cookie |= cookie::INNER_CLOSED;
             // Its tail jumps to hooked functions (`_Znam: jmp _Znwm@plt`): the callee's entry
             // at this stack pointer is this call, not a new one.
@@ -436,16 +436,19 @@ fn tail_jumps_to_hooks(
     Ok(out)
 }
 
-/// Whether the code of the `operator new` at `address` calls or jumps to a hooked allocation
+/// Whether the code of the `operator new` at `address` calls or jumps to a hooked C allocation
 /// function whose return gives the block in rax (in this file, or through a PLT slot naming
-/// one): then that call's return closes it.
+/// one): then that call's return closes it. Not another `operator new` (nothrow `new` →
+/// `new`): that one's own closing would happen at a lower stack pointer.
 fn calls_hooked_allocation(
     binary: &Binary,
     address: u64,
     bytes: &[u8],
     hooked: &HashMap<u64, Hooked>,
+    cxx_new: &HashSet<u64>,
 ) -> bool {
     use iced_x86::{Decoder, DecoderOptions, OpKind};
+    // A C allocation function: its uretprobe sees the block in rax.
     let gives_block = |f: u64| !function::is_free(f) && f != function::POSIX_MEMALIGN;
     let end = address + bytes.len() as u64;
     let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
@@ -459,11 +462,10 @@ fn calls_hooked_allocation(
             return false;
         }
         if let Some(h) = hooked.get(&target) {
-            return gives_block(h.function);
+            return gives_block(h.function) && !cxx_new.contains(&target);
         }
         plt_target(binary, target)
-            .and_then(|name| classify(&name))
-            .is_some_and(gives_block)
+            .is_some_and(|name| !is_cxx_new(&name) && classify(&name).is_some_and(gives_block))
     })
 }
 
