@@ -520,8 +520,8 @@ mod tests {
         assert_eq!(classify("_ZN4shop3newEv"), None);
     }
 
-    /// Debian's glibc: every allocator function is hooked, memalign's tail jump into its
-    /// static helper closes at the helper's returns, calloc's jump to memset leaves with rdi.
+    /// Debian's glibc: every allocator function is hooked; the allocation functions have an
+    /// entry and a uretprobe, `free` its entry only.
     #[test]
     fn glibc_hooks() {
         let libc = Binary::open("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
@@ -542,10 +542,66 @@ mod tests {
             );
         }
         assert!(hooks.skipped.is_empty(), "{:?}", hooks.skipped);
-        let leaves_rdi = hooks.sites.iter().any(|s| {
-            cookie::function(s.cookie) == function::CALLOC
-                && cookie::flags(s.cookie) & cookie::RESULT_IN_RDI != 0
-        });
-        assert!(leaves_rdi);
+        let kinds = |f: u64| -> Vec<u64> {
+            hooks
+                .sites
+                .iter()
+                .filter(|s| cookie::function(s.cookie) == f)
+                .map(|s| cookie::kind(s.cookie))
+                .collect()
+        };
+        assert!(kinds(function::FREE).iter().all(|k| *k == cookie::ENTRY));
+        for f in [function::MALLOC, function::CALLOC, function::REALLOC] {
+            let k = kinds(f);
+            assert!(k.contains(&cookie::UPROBE_RETURN), "{f}: {k:?}");
+            assert!(
+                k.iter()
+                    .all(|k| *k == cookie::ENTRY || *k == cookie::UPROBE_RETURN),
+                "{f}: {k:?}"
+            );
+        }
+    }
+
+    /// Debian's libstdc++: `operator new` calls `malloc` (closed by its return, no probe of its
+    /// own beyond the entry); `new[]` jumps to `new` (a tail probe or a marked entry); nothrow
+    /// `new` calls `new`, another C++ function, so its own returns are probed.
+    #[test]
+    fn libstdcxx_new_is_closed_by_malloc() {
+        let Ok(lib) = Binary::open("/lib/x86_64-linux-gnu/libstdc++.so.6") else {
+            eprintln!("SKIPPED: no libstdc++");
+            return;
+        };
+        let hooks = file_hooks(&lib, true);
+        let entry_of = |name: &str| {
+            let h = hooks
+                .functions
+                .iter()
+                .find(|h| h.name == name)
+                .unwrap_or_else(|| panic!("{name} not hooked: {:?}", hooks.skipped));
+            let offset = file_offset_of(&lib, h.address).unwrap();
+            hooks
+                .sites
+                .iter()
+                .find(|s| {
+                    cookie::kind(s.cookie) == cookie::ENTRY
+                        && s.file_offset >= offset
+                        && s.file_offset < offset + 16
+                })
+                .expect("entry")
+                .cookie
+        };
+        assert_ne!(cookie::flags(entry_of("_Znwm")) & cookie::INNER_CLOSED, 0);
+        assert_eq!(
+            cookie::flags(entry_of("_ZnwmRKSt9nothrow_t")) & cookie::INNER_CLOSED,
+            0
+        );
+        assert_eq!(cookie::flags(entry_of("_ZdlPv")) & cookie::C_RETURN, 0);
+        assert!(
+            hooks
+                .sites
+                .iter()
+                .all(|s| cookie::kind(s.cookie) != cookie::UPROBE_RETURN),
+            "no uretprobe in libstdc++"
+        );
     }
 }
