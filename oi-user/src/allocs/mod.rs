@@ -3,9 +3,11 @@
 //! LD_PRELOAD, no restart, nothing stopped.
 //!
 //! How: `hooks` finds every allocator entry point in every file the processes map and where
-//! its probes go (entry, every `ret`, tail jumps); one eBPF program
+//! its probes go (every entry; a uretprobe on C allocation functions, which no exception
+//! unwinds through; `ret` instructions and tail jumps only of an `operator new` that does not
+//! take its block from a hooked C allocator; nothing more on frees); one eBPF program
 //! (`oi-ebpf/src/bin/allocs.rs`) counts each request once, at the outermost allocator call (by
-//! the stack pointer), keeps live blocks, stacks and per-stack counts and lifetime histograms
+//! the stack pointer, frees by a per-thread pending free), keeps live blocks, stacks and per-stack counts and lifetime histograms
 //! in bounded maps; user space attaches (multi-uprobe links where the kernel has them), waits
 //! in the core's event loop, and at each report reads the maps, symbolizes the stacks with
 //! inlined frames (`symbolize`), and names types and classes (`names`, `report`).
