@@ -408,6 +408,11 @@ fn summary(report: &Report, args: &AllocsArgs) {
         "allocator call(s) not tracked: too many threads inside allocators at once",
     );
     warn(
+        report.unwind.processes_untracked,
+        "process(es) without unwind tables: the unwinder's process table was full; their \
+         stacks follow frame pointers beyond the allocator's caller",
+    );
+    warn(
         c.unseen,
         "allocation(s) whose result no probe could see (a tail call out of the allocator)",
     );
