@@ -55,6 +55,9 @@ pub mod cookie {
     pub const TAIL_IF: u64 = 4;
     /// [`LEAVE`] when the condition holds.
     pub const LEAVE_IF: u64 = 5;
+    /// A uretprobe on a C allocation function (the kernel's return trampoline): the function
+    /// has returned, rsp is its entry's plus 8 and the result is in rax.
+    pub const UPROBE_RETURN: u64 = 6;
 
     /// The function's blocks are glibc's: the usable size is read from the chunk header.
     pub const GLIBC: u64 = 1 << 8;
@@ -62,6 +65,15 @@ pub mod cookie {
     pub const RESULT_IN_RDI: u64 = 1 << 9;
     /// At an [`ENTRY`]: the first instruction is itself a [`TAIL`] jump.
     pub const TAIL_AT_ENTRY: u64 = 1 << 10;
+    /// At an [`ENTRY`]: a C function whose return is seen by a uretprobe ([`UPROBE_RETURN`]);
+    /// nothing unwinds through it, so its call always ends there, and an entry at the same
+    /// stack pointer while it is open is a tail callee.
+    pub const C_RETURN: u64 = 1 << 11;
+    /// At an [`ENTRY`]: an `operator new` whose block comes from a hooked C allocation
+    /// function it calls directly (libstdc++'s `operator new` → `malloc`): the return of the
+    /// first such call (`Open::inner_sp`), with a block, closes this outermost call; it has no
+    /// return probes of its own. A call that tail-jumps to it takes the flag over.
+    pub const INNER_CLOSED: u64 = 1 << 12;
 
     const KIND_SHIFT: u32 = 60;
     const CONDITION_SHIFT: u32 = 56;
@@ -92,6 +104,10 @@ pub mod cookie {
 }
 
 /// The allocator call a thread is inside (map value keyed by pid_tgid): only the outermost.
+/// A free (function [`function::FREE`]) is counted at its entry and stays here as the thread's
+/// "pending free" (`arg` the pointer, `sp` its entry's stack pointer) until the thread's next
+/// hooked entry: a free of the same pointer at the same or a lower stack pointer is the same
+/// request (`operator delete` → `free`, by a tail jump or a call) and is not counted again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Open {
@@ -100,7 +116,7 @@ pub struct Open {
     pub sp: u64,
     /// Requested bytes.
     pub size: u64,
-    /// realloc's old block; posix_memalign's `void **`.
+    /// realloc's old block; posix_memalign's `void **`; a pending free's pointer.
     pub arg: u64,
     pub stack: u64,
     /// The [`function`] and cookie flags of the entry.
@@ -112,6 +128,11 @@ pub struct Open {
     pub sampled: u32,
     /// `--sample-bytes`: the allocations this one stands for, × [`WEIGHT_ONE`].
     pub weight: u64,
+    /// [`cookie::INNER_CLOSED`]: the stack pointer at the entry of the first C allocation
+    /// function called inside this call (0: none yet). Only that function's return closes the
+    /// call; a deeper one (the exception object of a `bad_alloc`, a `new_handler`'s own
+    /// allocations) does not.
+    pub inner_sp: u64,
 }
 
 /// The weight of an allocation that stands for itself alone (fixed point: 1.0).
@@ -182,7 +203,8 @@ pub mod counter {
     pub const SITES_FULL: u32 = 5;
     /// Allocator calls not tracked because the thread table was full.
     pub const THREADS_FULL: u32 = 6;
-    /// Allocator calls left without their `ret` (an exception, a longjmp).
+    /// Allocator calls left without their return (an exception through `operator new`, a
+    /// longjmp).
     pub const ABANDONED: u32 = 7;
     /// Allocations whose result no probe could see (a tail call out of the allocator).
     pub const UNSEEN: u32 = 8;

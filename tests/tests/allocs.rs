@@ -560,3 +560,73 @@ fn bad_input_is_one_line_and_exit_2() {
         assert!(out.stderr[0].starts_with("oi-trace: error: "), "{out:#?}");
     }
 }
+
+fn more(variant: &str, flags: &[&str]) -> PathBuf {
+    FixtureBuild::new("allocs_more")
+        .variant(variant, flags)
+        .build()
+}
+
+/// Every site the `allocs_more` fixture printed, exactly, and one count per request: the
+/// workers' `new` → `malloc` and `delete` → `free` are one allocation and one free each (their
+/// inner entries seen as nested), with 4 threads allocating at once.
+fn assert_more_exact(printed: &Printed, report: &Value) {
+    let sites = by_innermost(report);
+    for (name, want) in &printed.sites {
+        let got = sites
+            .get(name)
+            .unwrap_or_else(|| panic!("no site for {name} in {report:#}"));
+        assert_eq!(
+            got[..5],
+            want[..],
+            "{name}: [allocs, frees, bytes, live_allocs, live_bytes]"
+        );
+    }
+    let worker = printed.sites["shop::worker"];
+    assert_eq!(worker[0], 4 * 200 * 2, "the fixture's own count");
+    assert_eq!(report["totals"]["dropped"], 0);
+}
+
+/// 4 threads allocating at once, exceptions thrown through a function whose block a
+/// unique_ptr frees while the stack unwinds, and `operator new` failing with `bad_alloc` under
+/// a `new_handler`: exact per-site counts at -O0 and -O2 without frame pointers, and the target
+/// alive and untraced afterwards (`journey` checks it). `operator new` → `malloc` and
+/// `operator delete` → `free` count once each: the inner entries are nested calls.
+#[test]
+fn threads_exceptions_and_bad_alloc_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    for binary in [
+        more("allocs_more_o0", &["-O0"]),
+        more("allocs_more_o2", &["-O2", "-fomit-frame-pointer"]),
+    ] {
+        let (printed, report) = journey(&binary, &[]);
+        assert_more_exact(&printed, &report);
+        assert_eq!(printed.sites["shop::new_fails"][0], 20);
+        let nested = report["counters"]["nested_calls"].as_u64().unwrap();
+        // Per worker round, malloc inside new and free inside delete at least.
+        assert!(nested >= 4 * 200 * 2, "nested calls: {nested}");
+    }
+}
+
+/// An allocator linked into the executable (its own `operator new`/`delete`, a bump arena that
+/// never calls malloc, used by libstdc++ too): hooked where it is defined, its calls closed by
+/// its own return instructions, and counted exactly.
+#[test]
+fn allocator_linked_into_the_executable_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    for binary in [
+        more("allocs_arena_o0", &["-O0", "-DARENA"]),
+        more(
+            "allocs_arena_o2",
+            &["-O2", "-fomit-frame-pointer", "-DARENA"],
+        ),
+    ] {
+        let (printed, report) = journey(&binary, &[]);
+        assert!(!printed.sites.contains_key("shop::new_fails"));
+        assert_more_exact(&printed, &report);
+    }
+}

@@ -1,18 +1,34 @@
-//! The allocation profiler's kernel side: one uprobe program on the entry and on every return
-//! instruction of every allocator function a process maps (the malloc family, every `operator
-//! new`/`delete`, jemalloc's and tcmalloc's own names), keeping the live blocks, the
-//! allocating stacks and per-stack counts and lifetime histograms in maps.
+//! The allocation profiler's kernel side: one uprobe program on the entry of every allocator
+//! function a process maps (the malloc family, every `operator new`/`delete`, jemalloc's and
+//! tcmalloc's own names), on the return of its C allocation functions (uretprobes), and on the
+//! return instructions of the `operator new` variants that need them, keeping the live blocks,
+//! the allocating stacks and per-stack counts and lifetime histograms in maps.
 //!
-//! One call per user request, counted at the outermost allocator call by the stack pointer: at
-//! an allocator's first instruction `rsp` points at its return slot, and at its `ret` (or a
-//! tail jump out of it) at the same slot. A thread keeps only its outermost open call
-//! ([`Open`]); an entry at a lower stack pointer is nested (`operator new` → `malloc`,
-//! `realloc` → `malloc`) and ignored; an entry at the same stack pointer belongs to the open
-//! call only when that call tail-jumped to a hooked function (`operator delete` → `jmp free`),
-//! otherwise the open call was left without its `ret` (an exception, a longjmp) and is
-//! replaced. A `ret` at the open slot closes the call with its result in rax; a `ret` above it
-//! shows the call was left. Frees are counted at the entry; allocations at the return, where
-//! the block's address is known (posix_memalign's from `*memptr`).
+//! One count per user request, at the outermost allocator call, by the stack pointer: at an
+//! allocator's first instruction `rsp` points at its return slot. A thread keeps one record
+//! ([`Open`]).
+//! - Allocations are counted when they return, where the block's address is known
+//!   (posix_memalign's from `*memptr`). A C allocation function (`malloc`, `calloc`,
+//!   `realloc`, `posix_memalign`, `aligned_alloc`, jemalloc's `*allocx`, `tc_malloc` …) returns
+//!   through a uretprobe: nothing unwinds through C code, so hijacking its return address is
+//!   safe, and on 6.18 the return runs through the kernel's trampoline (the `uretprobe` system
+//!   call), cheaper than a trap plus an out-of-line step at a `ret`. An `operator new` can
+//!   throw, and an exception unwinding through a hijacked return address kills the process, so
+//!   it never gets a uretprobe: where it takes its block from a hooked C allocator it calls
+//!   directly (libstdc++'s `operator new` → `malloc`), the return of the first such nested
+//!   call closes it ([`cookie::INNER_CLOSED`], `Open::inner_sp`: not a deeper one, such as the
+//!   `bad_alloc` object's); otherwise probes on its `ret` instructions do (a `ret` at the
+//!   open slot closes the call with rax, one above it shows the call was left), and on its tail
+//!   jumps (to a hooked function: the callee's entry at the same stack pointer is part of the
+//!   call; out: the call ends there, its result unseen).
+//! - An entry at a lower stack pointer than the open allocation is nested (`operator new` →
+//!   `malloc`) and ignored; one at the same stack pointer is a tail callee of a C function or a
+//!   marked tail jump, otherwise the open call was left without its return (an exception, a
+//!   longjmp) and is replaced.
+//! - Frees are counted at their entry and need no return probe: the free stays as the thread's
+//!   pending free (pointer, stack pointer) until its next hooked entry, and a free of the same
+//!   pointer at the same or a lower stack pointer is the same request (`operator delete` →
+//!   `free`, by a tail jump or a call) and is not counted again.
 //!
 //! Blocks live in a bounded hash map (address → size, usable size, time, stack, thread): a free
 //! finds its block there, adds its lifetime to its site's histogram and removes it; a free of a
@@ -31,9 +47,9 @@ use aya_ebpf::{
             bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_prandom_u32,
         },
     },
-    macros::{map, uprobe},
+    macros::{map, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray},
-    programs::ProbeContext,
+    programs::{ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
@@ -101,6 +117,14 @@ pub fn oi_allocs(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// The same program as a uretprobe, for kernels without multi-uprobe links (a multi-uprobe
+/// link attaches `oi_allocs` itself with its return flag). The cookie says which probe hit.
+#[uretprobe]
+pub fn oi_allocs_return(ctx: RetProbeContext) -> u32 {
+    on_hit(&ProbeContext::new(ctx.as_ptr()));
+    0
+}
+
 #[inline(always)]
 fn on_hit(ctx: &ProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -118,6 +142,8 @@ fn on_hit(ctx: &ProbeContext) {
     match cookie::kind(cookie) {
         cookie::ENTRY => on_entry(ctx, pid_tgid, cookie, sp),
         cookie::RETURN => on_leave(pid_tgid, sp, Some(rax)),
+        // The return popped the return address: the entry's stack pointer was 8 lower.
+        cookie::UPROBE_RETURN => on_return(pid_tgid, sp - 8, rax, cookie::function(cookie)),
         cookie::TAIL => on_tail(pid_tgid, sp),
         cookie::TAIL_IF => {
             if condition_holds(cookie::condition(cookie), eflags) {
@@ -152,38 +178,57 @@ fn in_scope(tgid: u32) -> bool {
 /// The first instruction of a hooked function.
 #[inline(always)]
 fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
-    if let Some(open) = THREADS.get_ptr_mut(pid_tgid) {
-        // SAFETY: `open` points at this thread's map value, which only this thread touches.
-        let (open_sp, tail) = unsafe { ((*open).sp, (*open).tail) };
-        if open_sp > sp {
-            count(counter::NESTED);
-            debug!(
-                ctx,
-                "nested allocator call at sp {:x} inside the one at {:x}: counted once",
-                sp,
-                open_sp
-            );
-            return;
-        }
-        if open_sp == sp && tail != 0 {
-            // The callee of the open call's tail jump.
-            // SAFETY: as above.
-            unsafe { (*open).tail = 0 };
-            count(counter::NESTED);
-            return;
-        }
-        count(counter::ABANDONED);
-        debug!(
-            ctx,
-            "allocator call at sp {:x} was left without its return", open_sp
-        );
-    }
     let function = cookie::function(cookie);
     // SAFETY: as in `on_hit`.
     let (rdi, rsi, rdx) = unsafe {
         let r = &*ctx.regs;
         (r.rdi, r.rsi, r.rdx)
     };
+    if let Some(open) = THREADS.get_ptr_mut(pid_tgid) {
+        // SAFETY: `open` points at this thread's map value, which only this thread touches.
+        let o = unsafe { *open };
+        if function::is_free(o.function as u64) {
+            // The thread's pending free: the same request when this is a free of the same
+            // pointer from inside it; stale otherwise (replaced below).
+            if function::is_free(function) && rdi == o.arg && o.sp >= sp {
+                count(counter::NESTED);
+                return;
+            }
+        } else if o.sp > sp {
+            if o.flags as u64 & cookie::INNER_CLOSED != 0
+                && o.inner_sp == 0
+                && cookie::flags(cookie) & cookie::C_RETURN != 0
+            {
+                // SAFETY: as above.
+                unsafe { (*open).inner_sp = sp };
+            }
+            count(counter::NESTED);
+            debug!(
+                ctx,
+                "nested allocator call at sp {:x} inside the one at {:x}: counted once", sp, o.sp
+            );
+            return;
+        } else if o.sp == sp && (o.tail != 0 || o.flags as u64 & cookie::C_RETURN != 0) {
+            // The callee of the open call's tail jump: it finishes the call, its way.
+            // SAFETY: as above.
+            unsafe {
+                (*open).tail = 0;
+                (*open).flags |= (cookie::flags(cookie) & cookie::INNER_CLOSED) as u32;
+            }
+            count(counter::NESTED);
+            return;
+        } else {
+            count(counter::ABANDONED);
+            debug!(
+                ctx,
+                "allocator call (kind {}) at sp {:x} was left without its return (entry of kind {} at sp {:x})",
+                o.function,
+                o.sp,
+                function,
+                sp
+            );
+        }
+    }
     let mut open = Open {
         sp,
         function: function as u32,
@@ -193,6 +238,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     };
     if function::is_free(function) {
         free_block(rdi, clock());
+        open.arg = rdi;
     } else {
         (open.size, open.arg) = match function {
             function::CALLOC => (times(rdi, rsi), 0),
@@ -259,7 +305,10 @@ fn on_tail(pid_tgid: u64, sp: u64) {
         return;
     };
     // SAFETY: as in `on_entry`.
-    let open_sp = unsafe { (*open).sp };
+    let (open_sp, f) = unsafe { ((*open).sp, (*open).function) };
+    if function::is_free(f as u64) {
+        return;
+    }
     if open_sp == sp {
         // SAFETY: as in `on_entry`.
         unsafe { (*open).tail = 1 };
@@ -269,7 +318,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
 }
 
 /// A `ret` (result in rax) or a jump out to code that returns in the function's place (result
-/// unseen, or in rdi).
+/// unseen, or in rdi), of a function of kind `function`.
 #[inline(always)]
 fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
     let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
@@ -277,6 +326,9 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
     };
     // SAFETY: as in `on_entry`; copied before the value is removed.
     let o = unsafe { *open };
+    if function::is_free(o.function as u64) {
+        return;
+    }
     if o.sp > sp {
         // A return of a nested call.
         return;
@@ -286,14 +338,52 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
         count(counter::ABANDONED);
         return;
     }
-    if function::is_free(o.function as u64) {
-        return;
-    }
     let Some(result) = result else {
         count(counter::UNSEEN);
         return;
     };
     allocated(&o, result, pid_tgid as u32);
+}
+
+/// The return (uretprobe) of a C allocation function of kind `function` entered at stack
+/// pointer `entry_sp`, with `result` in rax.
+#[inline(always)]
+fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
+    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+        return;
+    };
+    // SAFETY: as in `on_entry`; copied before the value is removed.
+    let o = unsafe { *open };
+    if function::is_free(o.function as u64) {
+        return;
+    }
+    if o.sp > entry_sp {
+        closes_outer(pid_tgid, &o, entry_sp, result, function);
+        return;
+    }
+    let _ = THREADS.remove(&pid_tgid);
+    if o.sp < entry_sp {
+        count(counter::ABANDONED);
+        return;
+    }
+    allocated(&o, result, pid_tgid as u32);
+}
+
+/// A nested C allocation function of kind `function`, entered at `entry_sp`, returned
+/// `result`: it closes the open call `o` when that is an `operator new` that takes its block
+/// from it (the first such call inside it), and it gave one.
+#[inline(always)]
+fn closes_outer(pid_tgid: u64, o: &Open, entry_sp: u64, result: u64, function: u64) {
+    if o.flags as u64 & cookie::INNER_CLOSED == 0
+        || o.inner_sp != entry_sp
+        || result == 0
+        || function == function::POSIX_MEMALIGN
+        || function::is_free(function)
+    {
+        return;
+    }
+    let _ = THREADS.remove(&pid_tgid);
+    allocated(o, result, pid_tgid as u32);
 }
 
 #[inline(always)]

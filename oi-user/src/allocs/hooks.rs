@@ -5,15 +5,22 @@
 //! `operator new`/`delete` variant by its mangled name, jemalloc's `*allocx` and `je_` names,
 //! tcmalloc's `tc_` names ([`classify`]). Aliases (one address, several names) are hooked once.
 //!
-//! Each function gets a probe on its entry and on every instruction that leaves it (from
-//! `debuginfo::code`): a `ret` closes the call with rax; a tail jump to another hooked function
-//! (directly, or through a PLT stub whose GOT slot names one: `operator delete` → `free@plt`)
-//! marks the call so that the callee's entry is part of it; a tail jump to another function of
-//! the same file (a static one found by its call frame information: glibc's `memalign` → its
-//! `_mid_memalign`; or an exported one through the file's own PLT: tcmalloc's slow paths)
-//! hooks that function's returns too (two levels deep), so the call closes there with its
-//! result; any other jump out (to `memset` from calloc, through a register) ends the call at
-//! the jump, its result unseen except calloc's, which is memset's first argument (rdi).
+//! Each function gets a probe on its entry. Beyond it:
+//! - a free (`free`, every `operator delete`, `dallocx` …) nothing: it is counted at its entry;
+//! - a C allocation function (`malloc`, `calloc`, `realloc`, `posix_memalign`, `aligned_alloc`,
+//!   jemalloc's `*allocx`, `tc_malloc` …) a uretprobe: no C++ exception unwinds through C code,
+//!   so the hijacked return address is safe (see the eBPF program's docs);
+//! - an `operator new` (it can throw: never a uretprobe) that calls or jumps to a hooked C
+//!   allocation function (libstdc++'s `operator new` → `malloc`) nothing but probes on its
+//!   tail jumps to hooked functions: the C function's return closes it;
+//! - any other `operator new` (tcmalloc's, one defined by the program) a probe on every
+//!   instruction that leaves it (from `debuginfo::code`): a `ret` closes the call with rax; a
+//!   tail jump to another hooked function (directly, or through a PLT stub whose GOT slot names
+//!   one) marks the call so that the callee's entry is part of it; a tail jump to another
+//!   function of the same file (a static one found by its call frame information, or an
+//!   exported one through the file's own PLT: tcmalloc's slow paths) hooks that function's
+//!   returns too (two levels deep), so the call closes there with its result; any other jump
+//!   out ends the call at the jump, its result unseen.
 //!
 //! Pure: reads the files, never touches a process. A function one of whose exits cannot carry
 //! a uprobe is not hooked (its calls could not all be closed) and said so.
@@ -96,6 +103,16 @@ pub fn classify(name: &str) -> Option<u64> {
     })
 }
 
+/// Whether `name` is a C++ allocation function (it can throw): `operator new`/`new[]` in every
+/// variant, tcmalloc's `tc_new*`.
+fn is_cxx_new(name: &str) -> bool {
+    name.starts_with("_Znw")
+        || name.starts_with("_Zna")
+        || name
+            .strip_prefix("tc_")
+            .is_some_and(|b| b.starts_with("new"))
+}
+
 /// Whether `binary` is glibc's libc, or a program linked statically with it: it defines
 /// `__libc_start_main` (tcmalloc defines `__libc_malloc` too, to replace glibc's).
 pub fn is_glibc(binary: &Binary) -> bool {
@@ -135,6 +152,9 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
     };
     let mut by_address: HashMap<u64, Hooked> = HashMap::new();
     let mut sizes: HashMap<u64, u64> = HashMap::new();
+    // Addresses one of whose names is an `operator new` (tcmalloc: `malloc` and `tc_malloc`
+    // are one function, `_Znwm` and `tc_new` another).
+    let mut cxx_new: HashSet<u64> = HashSet::new();
     for sym in obj.symbols().chain(obj.dynamic_symbols()) {
         if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
             continue;
@@ -144,6 +164,9 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
             continue;
         };
         sizes.entry(sym.address()).or_insert(sym.size());
+        if is_cxx_new(name) {
+            cxx_new.insert(sym.address());
+        }
         by_address.entry(sym.address()).or_insert(Hooked {
             name: name.to_string(),
             address: sym.address(),
@@ -174,42 +197,83 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
                 continue;
             }
         };
+        let entry_offset = offset + (entry.address - h.address);
         let mut mine = vec![Site {
-            file_offset: offset + (entry.address - h.address),
+            file_offset: entry_offset,
             cookie: cookie::encode(cookie::ENTRY, h.function, flags),
         }];
-        let exits = part_exits(
-            binary,
-            h,
-            h.address,
-            bytes,
-            offset,
-            &by_address,
-            &mut helpers_done,
-            0,
-        );
-        match exits {
-            Ok(e) => mine.extend(e),
-            Err(why) => {
-                out.skipped.push(format!("{} ({why})", h.name));
-                continue;
+        if function::is_free(h.function) {
+            // Counted at the entry.
+        } else if !cxx_new.contains(&h.address) {
+            // A C function: its return through a uretprobe (at the entry probe's place, where
+            // [rsp] is still the return address).
+            mine[0].cookie |= cookie::C_RETURN;
+            mine.push(Site {
+                file_offset: entry_offset,
+                cookie: cookie::encode(cookie::UPROBE_RETURN, h.function, flags),
+            });
+        } else if calls_hooked_allocation(binary, h.address, bytes, &by_address, &cxx_new) {
+            mine[0].cookie |= cookie::INNER_CLOSED;
+            // Its tail jumps to hooked functions (`_Znam: jmp _Znwm@plt`): the callee's entry
+            // at this stack pointer is this call, not a new one.
+            match tail_jumps_to_hooks(binary, h, bytes, offset, &by_address) {
+                Ok(tails) => mine.extend(tails),
+                Err(why) => {
+                    out.skipped.push(format!("{} ({why})", h.name));
+                    continue;
+                }
             }
+            if mine[1..]
+                .iter()
+                .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
+            {
+                mine[0].cookie |= cookie::TAIL_AT_ENTRY;
+            }
+            mine.retain(|s| {
+                s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY
+            });
+        } else {
+            let exits = part_exits(
+                binary,
+                h,
+                h.address,
+                bytes,
+                offset,
+                &by_address,
+                &mut helpers_done,
+                0,
+            );
+            match exits {
+                Ok(e) => mine.extend(e),
+                Err(why) => {
+                    out.skipped.push(format!("{} ({why})", h.name));
+                    continue;
+                }
+            }
+            // A first instruction that already jumps to a hooked function carries one probe:
+            // an entry that marks its own tail.
+            if mine[1..]
+                .iter()
+                .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
+            {
+                mine[0].cookie |= cookie::TAIL_AT_ENTRY;
+            }
+            mine.retain(|s| {
+                s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY
+            });
         }
-        // A first instruction that already jumps to a hooked function (`_Znam: jmp _Znwm`)
-        // carries one probe: an entry that marks its own tail.
-        let entry_offset = mine[0].file_offset;
-        if mine[1..]
-            .iter()
-            .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
-        {
-            mine[0].cookie |= cookie::TAIL_AT_ENTRY;
-        }
-        mine.retain(|s| s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY);
         sites.extend(mine);
         out.functions.push(h.clone());
     }
-    sites.sort_by_key(|s| s.file_offset);
-    sites.dedup_by_key(|s| s.file_offset);
+    // One entry probe and at most one uretprobe per offset.
+    let key = |s: &Site| {
+        (
+            s.file_offset,
+            cookie::kind(s.cookie) == cookie::UPROBE_RETURN,
+        )
+    };
+    sites.sort_by_key(key);
+    sites.dedup_by_key(|s| key(s));
     out.sites = sites;
     out
 }
@@ -321,6 +385,90 @@ fn part_exits(
     Ok(out)
 }
 
+/// The probes on the tail jumps of `h` (its code `bytes` at file offset `offset`) that lead to
+/// hooked functions (directly or through a PLT slot naming one).
+fn tail_jumps_to_hooks(
+    binary: &Binary,
+    h: &Hooked,
+    bytes: &[u8],
+    offset: u64,
+    hooked: &HashMap<u64, Hooked>,
+) -> Result<Vec<Site>, String> {
+    let mut out = Vec::new();
+    for site in code::return_sites_of(&[Part {
+        address: h.address,
+        bytes,
+    }]) {
+        let (conditional, target) = match site.kind {
+            ReturnKind::TailCall { target } => (false, target),
+            ReturnKind::ConditionalTailCall { target } => (true, target),
+            _ => continue,
+        };
+        let leads_to_hook = hooked.contains_key(&target)
+            || plt_target(binary, target).is_some_and(|n| classify(&n).is_some());
+        if !leads_to_hook {
+            continue;
+        }
+        if let Some(refusal) = site.refusal {
+            return Err(format!(
+                "its tail jump at {:#x} cannot carry a uprobe: {refusal}",
+                site.address
+            ));
+        }
+        let at = offset + (site.address - h.address);
+        let c = if conditional {
+            let Some(cc) = usize::try_from(at)
+                .ok()
+                .and_then(|o| binary.bytes().get(o..o + usize::from(site.len)))
+                .and_then(condition_code)
+            else {
+                return Err(format!("cannot read the jump at {:#x}", site.address));
+            };
+            cookie::with_condition(cookie::encode(cookie::TAIL_IF, h.function, 0), cc)
+        } else {
+            cookie::encode(cookie::TAIL, h.function, 0)
+        };
+        out.push(Site {
+            file_offset: at,
+            cookie: c,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether the code of the `operator new` at `address` calls or jumps to a hooked C allocation
+/// function whose return gives the block in rax (in this file, or through a PLT slot naming
+/// one): then that call's return closes it. Not another `operator new` (nothrow `new` →
+/// `new`): that one's own closing would happen at a lower stack pointer.
+fn calls_hooked_allocation(
+    binary: &Binary,
+    address: u64,
+    bytes: &[u8],
+    hooked: &HashMap<u64, Hooked>,
+    cxx_new: &HashSet<u64>,
+) -> bool {
+    use iced_x86::{Decoder, DecoderOptions, OpKind};
+    // A C allocation function: its uretprobe sees the block in rax.
+    let gives_block = |f: u64| !function::is_free(f) && f != function::POSIX_MEMALIGN;
+    let end = address + bytes.len() as u64;
+    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+    decoder.iter().any(|insn| {
+        // Calls, jumps and conditional jumps with a direct target.
+        if insn.op_count() != 1 || insn.op0_kind() != OpKind::NearBranch64 {
+            return false;
+        }
+        let target = insn.near_branch_target();
+        if target == 0 || (address..end).contains(&target) {
+            return false;
+        }
+        if let Some(h) = hooked.get(&target) {
+            return gives_block(h.function) && !cxx_new.contains(&target);
+        }
+        plt_target(binary, target)
+            .is_some_and(|name| !is_cxx_new(&name) && classify(&name).is_some_and(gives_block))
+    })
+}
+
 /// The address and size of the function `name` defines in `binary`, if it does. An IFUNC
 /// (`memset`) is no function: its symbol is the resolver that picks one at load time.
 fn defined(binary: &Binary, name: &str) -> Option<(u64, u64)> {
@@ -372,8 +520,8 @@ mod tests {
         assert_eq!(classify("_ZN4shop3newEv"), None);
     }
 
-    /// Debian's glibc: every allocator function is hooked, memalign's tail jump into its
-    /// static helper closes at the helper's returns, calloc's jump to memset leaves with rdi.
+    /// Debian's glibc: every allocator function is hooked; the allocation functions have an
+    /// entry and a uretprobe, `free` its entry only.
     #[test]
     fn glibc_hooks() {
         let libc = Binary::open("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
@@ -394,10 +542,66 @@ mod tests {
             );
         }
         assert!(hooks.skipped.is_empty(), "{:?}", hooks.skipped);
-        let leaves_rdi = hooks.sites.iter().any(|s| {
-            cookie::function(s.cookie) == function::CALLOC
-                && cookie::flags(s.cookie) & cookie::RESULT_IN_RDI != 0
-        });
-        assert!(leaves_rdi);
+        let kinds = |f: u64| -> Vec<u64> {
+            hooks
+                .sites
+                .iter()
+                .filter(|s| cookie::function(s.cookie) == f)
+                .map(|s| cookie::kind(s.cookie))
+                .collect()
+        };
+        assert!(kinds(function::FREE).iter().all(|k| *k == cookie::ENTRY));
+        for f in [function::MALLOC, function::CALLOC, function::REALLOC] {
+            let k = kinds(f);
+            assert!(k.contains(&cookie::UPROBE_RETURN), "{f}: {k:?}");
+            assert!(
+                k.iter()
+                    .all(|k| *k == cookie::ENTRY || *k == cookie::UPROBE_RETURN),
+                "{f}: {k:?}"
+            );
+        }
+    }
+
+    /// Debian's libstdc++: `operator new` calls `malloc` (closed by its return, no probe of its
+    /// own beyond the entry); `new[]` jumps to `new` (a tail probe or a marked entry); nothrow
+    /// `new` calls `new`, another C++ function, so its own returns are probed.
+    #[test]
+    fn libstdcxx_new_is_closed_by_malloc() {
+        let Ok(lib) = Binary::open("/lib/x86_64-linux-gnu/libstdc++.so.6") else {
+            eprintln!("SKIPPED: no libstdc++");
+            return;
+        };
+        let hooks = file_hooks(&lib, true);
+        let entry_of = |name: &str| {
+            let h = hooks
+                .functions
+                .iter()
+                .find(|h| h.name == name)
+                .unwrap_or_else(|| panic!("{name} not hooked: {:?}", hooks.skipped));
+            let offset = file_offset_of(&lib, h.address).unwrap();
+            hooks
+                .sites
+                .iter()
+                .find(|s| {
+                    cookie::kind(s.cookie) == cookie::ENTRY
+                        && s.file_offset >= offset
+                        && s.file_offset < offset + 16
+                })
+                .expect("entry")
+                .cookie
+        };
+        assert_ne!(cookie::flags(entry_of("_Znwm")) & cookie::INNER_CLOSED, 0);
+        assert_eq!(
+            cookie::flags(entry_of("_ZnwmRKSt9nothrow_t")) & cookie::INNER_CLOSED,
+            0
+        );
+        assert_eq!(cookie::flags(entry_of("_ZdlPv")) & cookie::C_RETURN, 0);
+        assert!(
+            hooks
+                .sites
+                .iter()
+                .all(|s| cookie::kind(s.cookie) != cookie::UPROBE_RETURN),
+            "no uretprobe in libstdc++"
+        );
     }
 }

@@ -3,9 +3,11 @@
 //! LD_PRELOAD, no restart, nothing stopped.
 //!
 //! How: `hooks` finds every allocator entry point in every file the processes map and where
-//! its probes go (entry, every `ret`, tail jumps); one eBPF program
+//! its probes go (every entry; a uretprobe on C allocation functions, which no exception
+//! unwinds through; `ret` instructions and tail jumps only of an `operator new` that does not
+//! take its block from a hooked C allocator; nothing more on frees); one eBPF program
 //! (`oi-ebpf/src/bin/allocs.rs`) counts each request once, at the outermost allocator call (by
-//! the stack pointer), keeps live blocks, stacks and per-stack counts and lifetime histograms
+//! the stack pointer, frees by a per-thread pending free), keeps live blocks, stacks and per-stack counts and lifetime histograms
 //! in bounded maps; user space attaches (multi-uprobe links where the kernel has them), waits
 //! in the core's event loop, and at each report reads the maps, symbolizes the stacks with
 //! inlined frames (`symbolize`), and names types and classes (`names`, `report`).
@@ -37,7 +39,7 @@ use std::{
 use oi_common::allocs::MAX_BUCKETS;
 
 use crate::{
-    calls::{Scope, files_of, program::Attachment, select::File},
+    calls::{Scope, files_of, select::File},
     cli::allocs::{AllocsArgs, AllocsFormat},
     debuginfo::{Binary, dwarf::with_debug_info},
     error::{Error, Result},
@@ -49,7 +51,7 @@ use crate::{
     session::monotonic_ns,
     symbolize::Symbolizer,
 };
-use program::{Program, Settings};
+use program::{FileAttachment, Program, Settings};
 use report::{Classes, Context, Report};
 
 /// The default lifetime bounds: a log scale from 1 ms to 1 min.
@@ -106,7 +108,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         program.unwinder.track(pid)?;
     }
     let attach_start = Instant::now();
-    let mut attachments: Vec<Attachment> = Vec::new();
+    let mut attachments: Vec<FileAttachment> = Vec::new();
     let mut probes = 0;
     for (file, h) in files.iter().zip(&hooks) {
         if h.sites.is_empty() {
@@ -404,6 +406,11 @@ fn summary(report: &Report, args: &AllocsArgs) {
     warn(
         c.threads_full,
         "allocator call(s) not tracked: too many threads inside allocators at once",
+    );
+    warn(
+        report.unwind.processes_untracked,
+        "process(es) without unwind tables: the unwinder's process table was full; their \
+         stacks follow frame pointers beyond the allocator's caller",
     );
     warn(
         c.unseen,

@@ -1,6 +1,8 @@
 //! The allocation program from user space: load `oi-ebpf/src/bin/allocs.rs` with this run's
 //! settings, attach it to the hooks of each file (through the call-tree profiler's attach
-//! code: multi-uprobe links where the kernel has them), and read what its maps hold.
+//! code: multi-uprobe links where the kernel has them, the uretprobes as a second link with the
+//! return flag, or as perf events of the program's uretprobe twin elsewhere), and read what its
+//! maps hold.
 //!
 //! What the maps mean is `oi_common::allocs`. Never writes a map the program relies on while
 //! probes fire, except the removal of a thread's open call once the thread is gone.
@@ -10,13 +12,15 @@ use std::path::Path;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray},
+    programs::UProbe,
 };
-use oi_common::allocs::{Block, MAX_BUCKETS, Open, SiteStats, Stack, counter};
+use oi_common::allocs::{Block, MAX_BUCKETS, Open, SiteStats, Stack, cookie, counter};
 
 use super::hooks::Site;
 use crate::{
     calls::program::{
-        Attachment, Loaded, Mechanism, attach_program, detach_program, load_profiler, raise_limits,
+        Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
+        raise_limits,
     },
     error::{Error, Result},
     event_loop::StderrLog,
@@ -25,6 +29,8 @@ use crate::{
 };
 
 const PROGRAM: &str = "oi_allocs";
+/// The same program as a uretprobe, for one perf event per probe.
+const RETURN_PROGRAM: &str = "oi_allocs_return";
 const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/allocs"));
 
 /// What the program is told at load time.
@@ -55,6 +61,13 @@ pub struct Snapshot {
     pub live: Vec<(u64, Block)>,
     /// Sums over the CPUs, indexed by `counter::*`.
     pub counters: [u64; counter::COUNT as usize],
+}
+
+/// The probes of one file: entries (and `ret` instructions), and uretprobes.
+pub struct FileAttachment {
+    entries: Attachment,
+    returns: Option<Attachment>,
+    pub probes: usize,
 }
 
 pub struct Program {
@@ -109,6 +122,17 @@ impl Program {
             multi,
             logger,
         } = load_profiler(&mut loader, OBJECT, PROGRAM, "allocation", settings.verbose)?;
+        if mechanism == Mechanism::PerfEvents {
+            let uretprobe: &mut UProbe = ebpf
+                .program_mut(RETURN_PROGRAM)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| Error::internal(format!("eBPF program {RETURN_PROGRAM} missing")))?;
+            uretprobe.load().map_err(|e| {
+                Error::internal(format!(
+                    "the kernel refused eBPF program {RETURN_PROGRAM}: {e}"
+                ))
+            })?;
+        }
         let unwinder = Unwinder::new(&mut ebpf)?;
         let mut take = |name: &str| {
             ebpf.take_map(name)
@@ -137,28 +161,73 @@ impl Program {
         self.mechanism
     }
 
-    /// Attaches the program to `sites` of the file `path` (only in process `pid`, if given).
+    /// Attaches the program to `sites` of the file `path` (only in process `pid`, if given):
+    /// the uretprobes apart from the rest.
     pub fn attach(
         &mut self,
         path: &Path,
         sites: &[Site],
         pid: Option<u32>,
         progress: &mut dyn FnMut(usize),
-    ) -> Result<Attachment> {
-        let pairs: Vec<(u64, u64)> = sites.iter().map(|s| (s.file_offset, s.cookie)).collect();
-        attach_program(
+    ) -> Result<FileAttachment> {
+        let (returns, others): (Vec<&Site>, Vec<&Site>) = sites
+            .iter()
+            .partition(|s| cookie::kind(s.cookie) == cookie::UPROBE_RETURN);
+        let pairs = |s: &[&Site]| -> Vec<(u64, u64)> {
+            s.iter().map(|s| (s.file_offset, s.cookie)).collect()
+        };
+        let entries = attach_program_as(
             &mut self.ebpf,
             PROGRAM,
             self.multi.as_ref(),
             path,
-            &pairs,
+            &pairs(&others),
             pid,
+            false,
             progress,
-        )
+        )?;
+        let returns = if returns.is_empty() {
+            None
+        } else {
+            let name = match self.mechanism {
+                Mechanism::MultiLink => PROGRAM,
+                Mechanism::PerfEvents => RETURN_PROGRAM,
+            };
+            match attach_program_as(
+                &mut self.ebpf,
+                name,
+                self.multi.as_ref(),
+                path,
+                &pairs(&returns),
+                pid,
+                true,
+                progress,
+            ) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    detach_program(&mut self.ebpf, PROGRAM, entries);
+                    return Err(e);
+                }
+            }
+        };
+        Ok(FileAttachment {
+            probes: entries.probes + returns.as_ref().map_or(0, |a| a.probes),
+            entries,
+            returns,
+        })
     }
 
-    pub fn detach(&mut self, attachment: Attachment) {
-        detach_program(&mut self.ebpf, PROGRAM, attachment);
+    pub fn detach(&mut self, attachment: FileAttachment) {
+        // Entries first: a call entered after its return probe is gone is abandoned, never
+        // closed by a stray return.
+        detach_program(&mut self.ebpf, PROGRAM, attachment.entries);
+        if let Some(returns) = attachment.returns {
+            let name = match self.mechanism {
+                Mechanism::MultiLink => PROGRAM,
+                Mechanism::PerfEvents => RETURN_PROGRAM,
+            };
+            detach_program(&mut self.ebpf, name, returns);
+        }
     }
 
     /// Reads every site, every live block and the counters.

@@ -375,6 +375,22 @@ pub(crate) fn attach_program(
     pid: Option<u32>,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Attachment> {
+    attach_program_as(ebpf, name, multi, path, sites, pid, false, progress)
+}
+
+/// [`attach_program`], as uretprobes when `returns` (a multi-uprobe link with the return flag;
+/// elsewhere `name` must be a uretprobe program).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attach_program_as(
+    ebpf: &mut Ebpf,
+    name: &str,
+    multi: Option<&MultiProgram>,
+    path: &Path,
+    sites: &[(u64, u64)],
+    pid: Option<u32>,
+    returns: bool,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Attachment> {
     let mut attachment = Attachment::default();
     match multi {
         Some(multi) => {
@@ -382,7 +398,7 @@ pub(crate) fn attach_program(
                 let offsets: Vec<u64> = batch.iter().map(|s| s.0).collect();
                 let cookies: Vec<u64> = batch.iter().map(|s| s.1).collect();
                 let link = multi
-                    .attach(path, &offsets, &cookies, pid)
+                    .attach_as(path, &offsets, &cookies, pid, returns)
                     .map_err(|e| attach_error(&e, path))?;
                 attachment.probes += link.probes;
                 attachment.multi.push(link);

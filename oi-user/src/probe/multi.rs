@@ -149,6 +149,20 @@ impl MultiProgram {
         cookies: &[u64],
         pid: Option<u32>,
     ) -> Result<MultiLink, MultiError> {
+        self.attach_as(path, offsets, cookies, pid, false)
+    }
+
+    /// [`Self::attach`], as uretprobes when `returns` (`BPF_F_UPROBE_MULTI_RETURN`: the program
+    /// runs when the function at each offset returns, through the kernel's return trampoline).
+    pub fn attach_as(
+        &self,
+        path: &Path,
+        offsets: &[u64],
+        cookies: &[u64],
+        pid: Option<u32>,
+        returns: bool,
+    ) -> Result<MultiLink, MultiError> {
+        const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
         assert_eq!(offsets.len(), cookies.len(), "one cookie per offset");
         let error = |source| MultiError::Attach {
             path: path.display().to_string(),
@@ -170,6 +184,11 @@ impl MultiProgram {
         multi.cookies = cookies.as_ptr() as u64;
         multi.cnt = offsets.len() as u32;
         multi.pid = pid.unwrap_or(0);
+        multi.flags = if returns {
+            BPF_F_UPROBE_MULTI_RETURN
+        } else {
+            0
+        };
         // SAFETY: the path, offsets and cookies outlive the call.
         let fd = unsafe { sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr) }.map_err(error)?;
         Ok(MultiLink {

@@ -402,6 +402,36 @@ fn rows_that_do_not_fit_are_counted() {
     assert!(stats.rows <= u64::from(capacity));
 }
 
+/// A process table full: the process that does not fit is counted (once, however often it is
+/// tracked again), never an error, and a process forgotten makes room.
+#[test]
+fn processes_that_do_not_fit_are_counted() {
+    let exe = build(&["-O2", "-fomit-frame-pointer"]);
+    let first = start(&exe);
+    let second = start(&exe);
+    let (a, b) = (first.0.id() as i32, second.0.id() as i32);
+    let (target, mode) = (a as u32, 0u32);
+    let mut loader = EbpfLoader::new();
+    loader
+        .btf(None)
+        .override_global("TARGET_TGID", &target, true)
+        .override_global("MODE", &mode, true);
+    size_maps(&mut loader);
+    loader.map_max_entries("UNWIND_MAPPINGS", 1);
+    let mut ebpf = loader.load(OBJECT).expect("load stack_check");
+    let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
+    unwinder.track(a).expect("track the first");
+    unwinder.track(b).expect("a full table is no error");
+    unwinder.track(b).expect("again");
+    let stats = unwinder.stats();
+    assert_eq!(stats.processes_untracked, 1, "{stats:?}");
+    assert!(stats.rows > 0, "{stats:?}");
+    unwinder.forget(a);
+    unwinder.forget(b);
+    unwinder.track(b).expect("room again");
+    assert_eq!(unwinder.stats().processes_untracked, 1);
+}
+
 /// Cost per hit of a uprobe on the fixture's innermost function, by what the program does:
 /// nothing (a bare uprobe), a frame-pointer walk (`bpf_get_stack`), the CFI walk
 /// (`user_stack`). Not a test: `cargo test --release -p oi-user unwind_cost -- --ignored

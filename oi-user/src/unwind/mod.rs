@@ -59,6 +59,9 @@ pub struct UnwindStats {
     pub rows: u64,
     /// Rows that did not fit (the row array, or a process's mapping list, was full).
     pub rows_dropped: u64,
+    /// Processes the kernel's table of processes had no room for (`MAX_UNWIND_PROCESSES`):
+    /// their stacks are stepped by the frame pointer, beyond the allocator's caller.
+    pub processes_untracked: u64,
     /// Frames the kernel stepped by the frame pointer for want of a row.
     pub frames_without_cfi: u64,
     /// Stacks the kernel cut before their end (frame limit, unreadable or unfollowable frame).
@@ -119,6 +122,9 @@ pub struct Unwinder {
     files: HashMap<FileKey, FileTable>,
     processes: HashMap<i32, Tracked>,
     rows_dropped: u64,
+    /// Processes refused because the kernel's process table was full, until they are forgotten.
+    untracked: std::collections::HashSet<i32>,
+    processes_untracked: u64,
 }
 
 fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -149,6 +155,8 @@ impl Unwinder {
             files: HashMap::new(),
             processes: HashMap::new(),
             rows_dropped: 0,
+            untracked: std::collections::HashSet::new(),
+            processes_untracked: 0,
         })
     }
 
@@ -156,6 +164,9 @@ impl Unwinder {
     /// tells the kernel the process's mappings. Cheap when nothing changed since the last call
     /// (one read of `/proc/PID/maps`): call it again to pick up `dlopen`.
     pub fn track(&mut self, pid: i32) -> Result<()> {
+        if self.untracked.contains(&pid) {
+            return Ok(());
+        }
         let seen: Vec<procfs::Mapping> = procfs::mappings(pid)?
             .into_iter()
             .filter(|m| m.executable)
@@ -206,19 +217,32 @@ impl Unwinder {
         }
         let old = self.processes.insert(pid, Tracked { seen, files });
         // The kernel switches to the new list at once (a hash update replaces the value whole).
-        let written = self
-            .mappings
-            .insert(pid as u32, value, 0)
-            .map_err(map_err(MAPPINGS_MAP));
+        let written = self.mappings.insert(pid as u32, value, 0);
         if let Some(old) = old {
             self.release(&old.files);
         }
-        written
+        match written {
+            Ok(()) => Ok(()),
+            // The process table is full (a new key; an update of a tracked one never fails
+            // so): counted and reported, the run goes on with frame-pointer stacks for it.
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::E2BIG) =>
+            {
+                if let Some(t) = self.processes.remove(&pid) {
+                    self.release(&t.files);
+                }
+                self.untracked.insert(pid);
+                self.processes_untracked += 1;
+                Ok(())
+            }
+            Err(e) => Err(map_err(MAPPINGS_MAP)(e)),
+        }
     }
 
     /// Drops a process: the kernel forgets its mappings, and files no other tracked process
     /// maps give their rows back.
     pub fn forget(&mut self, pid: i32) {
+        self.untracked.remove(&pid);
         let _ = self.mappings.remove(&(pid as u32));
         if let Some(t) = self.processes.remove(&pid) {
             self.release(&t.files);
@@ -237,6 +261,7 @@ impl Unwinder {
             files: loaded.clone().count() as u64,
             rows: loaded.map(|t| u64::from(t.rows)).sum(),
             rows_dropped: self.rows_dropped,
+            processes_untracked: self.processes_untracked,
             frames_without_cfi: kernel(counter::FRAMES_WITHOUT_CFI),
             truncated_stacks: kernel(counter::TRUNCATED_STACKS),
         }
