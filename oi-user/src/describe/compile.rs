@@ -3,7 +3,7 @@
 //! `sizeof`s folded, giving the plan's [`DescribedArray`]. Every mismatch is a
 //! [`DescribeError`] at the line that caused it; nothing is guessed.
 
-use super::expr::{Ast, Expr};
+use super::expr::{Ast, BinOp, Expr};
 use super::parse::{At, DescribeError, Description, FieldSpec, Layout};
 use crate::typegraph::{Kind, TemplateArg, TypeGraph, TypeId};
 
@@ -21,6 +21,19 @@ pub struct DescribedArray {
     pub cap: Expr,
     pub heap: Expr,
     pub inline: Option<Expr>,
+    /// Layout `control_bytes`: `data` is slot 0, `cap` the slots scanned; the stream's
+    /// count is that of the full slots, then those elements (`len` must equal it).
+    #[serde(default)]
+    pub swiss: Option<Swiss>,
+}
+
+/// The per-slot expressions of a Swiss table; [`Expr::Arg`] is their argument.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Swiss {
+    /// Address of slot `i`'s control byte (`Arg` = i).
+    pub ctrl_at: Expr,
+    /// Non-zero when the slot is full (`Arg` = its control byte).
+    pub full: Expr,
 }
 
 impl DescribedArray {
@@ -120,6 +133,20 @@ pub fn compile(
         len,
         heap: cx.expr(&a.heap)?,
         inline: a.inline.as_ref().map(|c| cx.expr(c)).transpose()?,
+        swiss: match &a.swiss {
+            None => None,
+            Some(sw) => {
+                let ctrl = cx.expr(&sw.ctrl)?;
+                let ctrl_at = match &sw.ctrl_at {
+                    Some(e) => cx.fold_in(&e.v, e.line, &[("i", Expr::Arg), ("ctrl", ctrl)])?,
+                    None => Expr::Bin(BinOp::Add, Box::new(ctrl), Box::new(Expr::Arg)),
+                };
+                Some(Swiss {
+                    ctrl_at,
+                    full: cx.fold_in(&sw.full.v, sw.full.line, &[("c", Expr::Arg)])?,
+                })
+            }
+        },
     };
     Ok((out, elem, a.owned))
 }
@@ -202,11 +229,19 @@ impl Ctx<'_> {
     }
 
     fn fold(&self, a: &Ast, line: usize) -> Result<Expr, DescribeError> {
+        self.fold_in(a, line, &[])
+    }
+
+    /// [`Ctx::fold`] where the names of `extra` (a per-slot argument) come first.
+    fn fold_in(&self, a: &Ast, line: usize, extra: &[(&str, Expr)]) -> Result<Expr, DescribeError> {
+        let f = |x: &Ast| self.fold_in(x, line, extra);
         Ok(match a {
             Ast::Num(n) => Expr::Const(*n),
             Ast::This => Expr::This,
             Ast::Name(n) => {
-                if let Some((_, e)) = self.fields.iter().find(|(f, _)| f == n) {
+                if let Some((_, e)) = extra.iter().find(|(x, _)| x == n) {
+                    e.clone()
+                } else if let Some((_, e)) = self.fields.iter().find(|(f, _)| f == n) {
                     e.clone()
                 } else if let Some((_, Bound::Value(v))) = self.args.iter().find(|(f, _)| f == n) {
                     Expr::Const(*v)
@@ -220,13 +255,9 @@ impl Ctx<'_> {
             Ast::SizeOf(t) => Expr::Const(self.tg.size(self.type_of(t, line)?)),
             Ast::AlignOf(t) => Expr::Const(self.tg.align(self.type_of(t, line)?)),
             Ast::OffsetOf(p) => Expr::Const(self.member(p, line)?.0),
-            Ast::Load(x, w) => Expr::Load(Box::new(self.fold(x, line)?), *w),
-            Ast::Un(op, x) => Expr::Un(*op, Box::new(self.fold(x, line)?)),
-            Ast::Bin(op, x, y) => Expr::Bin(
-                *op,
-                Box::new(self.fold(x, line)?),
-                Box::new(self.fold(y, line)?),
-            ),
+            Ast::Load(x, w) => Expr::Load(Box::new(f(x)?), *w),
+            Ast::Un(op, x) => Expr::Un(*op, Box::new(f(x)?)),
+            Ast::Bin(op, x, y) => Expr::Bin(*op, Box::new(f(x)?), Box::new(f(y)?)),
         })
     }
 }

@@ -67,6 +67,9 @@ pub enum Expr {
     },
     /// The object's address.
     This,
+    /// The argument of a per-slot expression of `control_bytes`: the control byte `c` in
+    /// `full`, the slot index `i` in `ctrl_at` (0 elsewhere).
+    Arg,
     /// Unsigned integer of `width` bytes read from the target at the address.
     Load(Box<Expr>, u8),
     Un(UnOp, Box<Expr>),
@@ -132,8 +135,20 @@ impl Expr {
         obj: &[u8],
         load: &mut dyn FnMut(u64, u8) -> Result<u64, E>,
     ) -> Result<Option<u64>, E> {
+        self.eval_arg(this, obj, 0, load)
+    }
+
+    /// [`Expr::eval`] with `arg` as the value of [`Expr::Arg`].
+    pub fn eval_arg<E>(
+        &self,
+        this: u64,
+        obj: &[u8],
+        arg: u64,
+        load: &mut dyn FnMut(u64, u8) -> Result<u64, E>,
+    ) -> Result<Option<u64>, E> {
         Ok(Some(match self {
             Expr::Const(c) => *c,
+            Expr::Arg => arg,
             Expr::This => this,
             Expr::Field { off, width } => {
                 match crate::containers::uint(obj, *off, u64::from(*width)) {
@@ -142,22 +157,22 @@ impl Expr {
                 }
             }
             Expr::Load(a, w) => {
-                let Some(a) = a.eval(this, obj, load)? else {
+                let Some(a) = a.eval_arg(this, obj, arg, load)? else {
                     return Ok(None);
                 };
                 load(a, *w)?
             }
             Expr::Un(op, a) => {
-                let Some(a) = a.eval(this, obj, load)? else {
+                let Some(a) = a.eval_arg(this, obj, arg, load)? else {
                     return Ok(None);
                 };
                 op.apply(a)
             }
             Expr::Bin(op, a, b) => {
-                let Some(a) = a.eval(this, obj, load)? else {
+                let Some(a) = a.eval_arg(this, obj, arg, load)? else {
                     return Ok(None);
                 };
-                let Some(b) = b.eval(this, obj, load)? else {
+                let Some(b) = b.eval_arg(this, obj, arg, load)? else {
                     return Ok(None);
                 };
                 op.apply(a, b)

@@ -50,6 +50,19 @@ pub struct ArrayDesc {
     /// Layout `owned_pointers`: each element is a `T*` to an owned `T`, walked and charged
     /// its `sizeof(T)` (as a `unique_ptr` is).
     pub owned: bool,
+    /// Layout `control_bytes` (a Swiss table): `data` is `slots`, `cap` is `capacity`, and
+    /// only the slots whose control byte passes `full` are elements.
+    pub swiss: Option<SwissDesc>,
+}
+
+/// The `control_bytes` keys beyond those of an array.
+#[derive(Debug, Clone)]
+pub struct SwissDesc {
+    pub ctrl: At<Ast>,
+    /// Of `c`, the control byte.
+    pub full: At<Ast>,
+    /// Of `i`, the slot index; `ctrl + i` when absent.
+    pub ctrl_at: Option<At<Ast>>,
 }
 
 #[derive(Debug, Clone)]
@@ -162,6 +175,19 @@ struct RawContainer {
     fields: BTreeMap<String, Spanned<RawField>>,
     array: Option<RawArray>,
     owned_pointers: Option<RawArray>,
+    control_bytes: Option<RawSwiss>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSwiss {
+    ctrl: Spanned<String>,
+    slots: Spanned<String>,
+    capacity: Spanned<String>,
+    full: Spanned<String>,
+    ctrl_at: Option<Spanned<String>>,
+    len: Spanned<String>,
+    heap: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -282,13 +308,35 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
                     cap: a.cap.as_ref().map(&at_expr).transpose()?,
                     heap: at_expr(&a.heap)?,
                     inline: a.inline.as_ref().map(&at_expr).transpose()?,
+                    swiss: None,
+                })
+            }
+            "control_bytes" => {
+                let t = c.control_bytes.as_ref().ok_or_else(|| {
+                    err(
+                        lline,
+                        "layout \"control_bytes\" needs a [container.control_bytes] table".into(),
+                    )
+                })?;
+                Layout::Array(ArrayDesc {
+                    owned: false,
+                    data: at_expr(&t.slots)?,
+                    len: at_expr(&t.len)?,
+                    cap: Some(at_expr(&t.capacity)?),
+                    heap: at_expr(&t.heap)?,
+                    inline: None,
+                    swiss: Some(SwissDesc {
+                        ctrl: at_expr(&t.ctrl)?,
+                        full: at_expr(&t.full)?,
+                        ctrl_at: t.ctrl_at.as_ref().map(&at_expr).transpose()?,
+                    }),
                 })
             }
             other => {
                 return Err(err(
                     lline,
                     format!(
-                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\")"
+                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\", \"control_bytes\")"
                     ),
                 ));
             }

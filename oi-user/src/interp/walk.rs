@@ -31,6 +31,8 @@ pub const MAX_ELEMENTS: u64 = 1 << 28;
 pub const MAX_DEPTH: u32 = 50_000;
 /// Elements read per chunk of a large array.
 const CHUNK_BYTES: u64 = 32 << 20;
+/// A Swiss table whose full control bytes do not number its `len` (the JIT's `SwissCount`).
+pub const SWISS_COUNT: &str = "full slots differ from the table's size";
 /// Most heap bytes a described container may claim (the decoder's bound on byte counts).
 pub const MAX_DESCRIBED_HEAP: u64 = 1 << 47;
 /// Longest captured string key.
@@ -160,6 +162,41 @@ impl Walker<'_> {
         }
         let bytes = self.read(addr, self.plan.nodes[id].static_size)?;
         self.walk(id, addr, &bytes)
+    }
+
+    /// The indexes of a Swiss table's full slots among its `cap` (`control_bytes`): each
+    /// control byte read through a chunk of the control bytes read at once, from slot `i`'s
+    /// byte up to at most the byte of the last slot (as `ctrl_at` grows by at least 1).
+    fn swiss_full(
+        &self,
+        sw: &crate::describe::compile::Swiss,
+        addr: u64,
+        obj: &[u8],
+        cap: u64,
+    ) -> Result<Vec<u64>, WalkError> {
+        let ev = |e: &crate::describe::expr::Expr, arg: u64| -> Result<u64, WalkError> {
+            e.eval_arg(addr, obj, arg, &mut |a, n| self.load(a, n))?
+                .ok_or_else(|| corrupt(addr, "field outside its object"))
+        };
+        let mut full = Vec::new();
+        let (mut base, mut chunk) = (0u64, Vec::new());
+        for i in 0..cap {
+            let at = ev(&sw.ctrl_at, i)?;
+            let off = at.wrapping_sub(base);
+            let c = match chunk.get(off as usize) {
+                Some(c) if off < chunk.len() as u64 => *c,
+                _ => {
+                    let n = (cap - i).min(CHUNK_BYTES);
+                    chunk = self.read(at, n)?;
+                    base = at;
+                    chunk[0]
+                }
+            };
+            if ev(&sw.full, u64::from(c))? != 0 {
+                full.push(i);
+            }
+        }
+        Ok(full)
     }
 
     /// Walks `count` elements of node `elem`, `stride` apart from `addr`, reading them in
@@ -423,6 +460,29 @@ impl Walker<'_> {
                     None => false,
                 };
                 let heap = if inline { 0 } else { heap };
+                if let Some(sw) = &l.swiss {
+                    if cap > MAX_ELEMENTS {
+                        return Err(corrupt(addr, format!("implausible element count {cap}")));
+                    }
+                    let full = self.swiss_full(sw, addr, obj, cap)?;
+                    if full.len() as u64 != len {
+                        return Err(corrupt(addr, SWISS_COUNT));
+                    }
+                    if heap > MAX_DESCRIBED_HEAP {
+                        return Err(corrupt(addr, format!("implausible heap bytes {heap}")));
+                    }
+                    self.emit(addr);
+                    self.emit(len);
+                    self.emit(cap);
+                    self.emit(heap);
+                    if self.dynamic(*elem) {
+                        for i in full {
+                            let at = data.wrapping_add(i.wrapping_mul(l.elem_size));
+                            self.walk_at(*elem, at)?;
+                        }
+                    }
+                    return Ok(());
+                }
                 self.emit(addr);
                 self.emit_len(len, addr)?;
                 self.emit_len(cap, addr)?;

@@ -41,6 +41,7 @@ use super::{
 };
 use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
+use crate::describe::compile::{DescribedArray, Swiss};
 use crate::describe::expr::{BinOp, Expr, UnOp};
 use crate::interp::heap::MAX_HEAPS;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DESCRIBED_HEAP, MAX_ELEMENTS, VISITED_CAPACITY};
@@ -710,8 +711,23 @@ impl Gen<'_, '_> {
     /// of the object (checked against its length here, at compile time, as the interpreter
     /// checks them against the bytes it holds), `load`s from the target (0 at address 0).
     fn expr(&mut self, e: &Expr, addr: Value, len: u64) -> Result<Value, Stop> {
+        self.expr_arg(e, addr, len, None)
+    }
+
+    /// [`Gen::expr`] with `arg` as [`Expr::Arg`] (0 when None, as `Expr::eval`).
+    fn expr_arg(
+        &mut self,
+        e: &Expr,
+        addr: Value,
+        len: u64,
+        arg: Option<Value>,
+    ) -> Result<Value, Stop> {
         Ok(match e {
             Expr::Const(c) => self.c(*c),
+            Expr::Arg => match arg {
+                Some(v) => v,
+                None => self.c(0),
+            },
             Expr::This => addr,
             Expr::Field { off, width } => {
                 let w = u64::from(*width);
@@ -721,7 +737,7 @@ impl Gen<'_, '_> {
                 }
             }
             Expr::Load(a, w) => {
-                let a = self.expr(a, addr, len)?;
+                let a = self.expr_arg(a, addr, len, arg)?;
                 let v = self.b.declare_var(I64);
                 let zero = self.c(0);
                 self.b.def_var(v, zero);
@@ -734,7 +750,7 @@ impl Gen<'_, '_> {
                 self.b.use_var(v)
             }
             Expr::Un(op, a) => {
-                let a = self.expr(a, addr, len)?;
+                let a = self.expr_arg(a, addr, len, arg)?;
                 let ins = self.b.ins();
                 match op {
                     UnOp::Neg => ins.ineg(a),
@@ -755,8 +771,8 @@ impl Gen<'_, '_> {
                 }
             }
             Expr::Bin(op, a, b) => {
-                let a = self.expr(a, addr, len)?;
-                let b = self.expr(b, addr, len)?;
+                let a = self.expr_arg(a, addr, len, arg)?;
+                let b = self.expr_arg(b, addr, len, arg)?;
                 self.bin(*op, a, b)
             }
         })
@@ -1170,6 +1186,9 @@ impl Gen<'_, '_> {
                     }
                     None => heap,
                 };
+                if let Some(sw) = &l.swiss {
+                    return self.swiss(l, sw, *elem, [addr, data, n, cap, heap], len, k);
+                }
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
@@ -1307,6 +1326,69 @@ impl Gen<'_, '_> {
             self.tally(e);
         }
         Ok(())
+    }
+
+    /// A Swiss table (`control_bytes`), as the interpreter: the capacity checked, the full
+    /// slots counted and checked against `len`, the heap checked, then the full slots
+    /// walked in a second scan of the control bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn swiss(
+        &mut self,
+        l: &DescribedArray,
+        sw: &Swiss,
+        elem: NodeId,
+        [addr, slots, n, cap, heap]: [Value; 5],
+        len: u64,
+        k: u64,
+    ) -> G {
+        self.check_count(cap, addr);
+        let count = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(count, zero);
+        self.loop_n(cap, |g, i| {
+            let f = g.swiss_full(sw, addr, len, i)?;
+            let c = g.b.use_var(count);
+            let c = g.b.ins().iadd(c, f);
+            g.b.def_var(count, c);
+            Ok(())
+        })?;
+        let full = self.b.use_var(count);
+        let differ = self.b.ins().icmp(IntCC::NotEqual, full, n);
+        self.fail_if(differ, ErrorCode::SwissCount, addr);
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
+        self.fail_if(big, ErrorCode::Described, addr);
+        self.emit(&[addr, n, cap, heap]);
+        if self.reg.sizes {
+            let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let d = self.b.ins().isub(t, m);
+            let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
+            let zero = self.c(0);
+            let e = self.b.ins().select(ge, d, zero);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
+        if !self.dynamic(elem) {
+            return Ok(());
+        }
+        let stride = l.elem_size;
+        self.loop_n(cap, |g, i| {
+            let f = g.swiss_full(sw, addr, len, i)?;
+            g.if_then(f, |g| {
+                let off = g.b.ins().imul_imm_s(i, stride as i64);
+                let at = g.b.ins().iadd(slots, off);
+                g.walk_at(elem, at, k)
+            })
+        })
+    }
+
+    /// 1 when slot `i`'s control byte passes `full`, else 0.
+    fn swiss_full(&mut self, sw: &Swiss, addr: Value, len: u64, i: Value) -> Result<Value, Stop> {
+        let at = self.expr_arg(&sw.ctrl_at, addr, len, Some(i))?;
+        let c = self.ld_uint(at, 0, 1);
+        let f = self.expr_arg(&sw.full, addr, len, Some(c))?;
+        let nz = self.b.ins().icmp_imm_s(IntCC::NotEqual, f, 0);
+        Ok(self.b.ins().uextend(I64, nz))
     }
 
     /// `Walker::walk_array` for a vector's elements (strings take the interpreter's fast

@@ -185,6 +185,7 @@ pub enum ErrorCode {
     Variant = 17,
     Key = 18,
     Described = 19,
+    SwissCount = 20,
 }
 
 impl ErrorCode {
@@ -210,6 +211,7 @@ impl ErrorCode {
             17 => Variant,
             18 => Key,
             19 => Described,
+            20 => SwissCount,
             _ => return None,
         })
     }
@@ -236,6 +238,7 @@ impl ErrorCode {
             Variant => "variant".into(),
             Key => "key".into(),
             Described => "implausible heap bytes".into(),
+            SwissCount => crate::interp::walk::SWISS_COUNT.into(),
         }
     }
 }

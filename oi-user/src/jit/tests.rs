@@ -438,6 +438,113 @@ heap = "cap * 8"
     }
 }
 
+const SWISS_TOML: &str = r#"
+[[container]]
+name = "fx::Swiss"
+args = ["T"]
+elem = "T"
+layout = "control_bytes"
+[container.fields]
+ctrl = "ctrl_"
+slots = "slots_"
+size = "size_"
+capacity = "capacity_"
+[container.control_bytes]
+ctrl = "ctrl"
+slots = "slots"
+capacity = "capacity"
+full = "i8(c) >= 0"
+len = "size"
+heap = "(capacity > 0) * (align(capacity + 16, alignof(T)) + capacity * sizeof(T))"
+
+[[container]]
+name = "fx::Grouped"
+args = ["T"]
+elem = "T"
+layout = "control_bytes"
+[container.fields]
+ctrl = "ctrl_"
+slots = "slots_"
+size = "size_"
+capacity = "capacity_"
+[container.control_bytes]
+ctrl = "ctrl"
+slots = "slots"
+capacity = "capacity"
+full = "c < 0x80"
+ctrl_at = "ctrl + i / 15 * 16 + i % 15"
+len = "size"
+heap = "capacity / 15 * 16 + capacity * sizeof(T)"
+"#;
+
+#[test]
+fn jit_described_swiss_tables() {
+    let f = crate::describe::parse::to_feature("swiss.toml", SWISS_TOML);
+    for n in [0u64, 1, 7, 40, 300] {
+        let addr = make_n("swisses", n as i32);
+        let s = same("probe_swisses", &["arg0"], &[&f], &[addr]);
+        let w = &s[0];
+        // The capacity the fixture chose: 0, or 2^k − 1 ≥ 2n + 1.
+        let c = if n == 0 {
+            0
+        } else {
+            (1u64..).map(|k| (1 << k) - 1).find(|c| *c > 2 * n).unwrap()
+        };
+        let sheap = if c == 0 {
+            0
+        } else {
+            (c + 16).div_ceil(8) * 8 + 32 * c
+        };
+        assert_eq!(w[..4], [addr, n, c, sheap], "n = {n}");
+        // Then per full slot: string length and heap capacity.
+        let strings = &w[4..4 + 2 * n as usize];
+        let g = &w[4 + 2 * n as usize..];
+        let gc = (2 * n / 15 + 1) * 15;
+        assert_eq!(
+            g[..4],
+            [addr + 32, n, gc, gc / 15 * 16 + 32 * gc],
+            "n = {n}"
+        );
+        let gstrings = &g[4..4 + 2 * n as usize];
+        let l = &g[4 + 2 * n as usize..];
+        let lheap = if c == 0 {
+            0
+        } else {
+            (c + 16).div_ceil(8) * 8 + 8 * c
+        };
+        assert_eq!(
+            l,
+            [addr + 64, n, c, lheap],
+            "n = {n}: the longs read nothing"
+        );
+        // Slot order: element j sits at slot 2j (< c), so slot order is j's order; lengths are j % 12 or 40 + j (every fifth), as the fixture made them.
+        let lens: Vec<u64> = strings.iter().step_by(2).copied().collect();
+        let want: Vec<u64> = (0..n)
+            .map(|j| if j % 5 == 4 { 40 + j } else { j % 12 })
+            .collect();
+        assert_eq!(lens, want, "n = {n}");
+        let glens: Vec<u64> = gstrings.iter().step_by(2).copied().collect();
+        let want: Vec<u64> = (0..n).map(|j| if j % 3 > 0 { 3 } else { 50 + j }).collect();
+        assert_eq!(glens, want, "n = {n}");
+        // The decoder: each table's sizeof + heap (the slots hold the strings), and each
+        // string's heap capacity.
+        let m = measurer("probe_swisses", &["arg0"], &[&f]);
+        let (roots, streams) = interp(&m, &[addr]).expect("interp");
+        let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
+        let caps: u64 = strings
+            .iter()
+            .chain(gstrings)
+            .skip(1)
+            .step_by(2)
+            .sum();
+        assert_eq!(
+            total,
+            96 + sheap + (gc / 15 * 16 + 32 * gc) + lheap + caps,
+            "n = {n}"
+        );
+    }
+}
+
 #[test]
 fn jit_nested_vectors_and_plain_ints() {
     same("probe_nested", &["arg0"], &[], &[make("nested")]);

@@ -173,6 +173,32 @@ struct OwnedPtrs {
     uint64_t cap;
 };
 
+// Swiss tables (`control_bytes`), described in tests.rs. `Swiss`: capacity 0 (a static
+// empty group, no slots) or 2^k - 1, one control byte per slot (full: high bit clear; 0x80
+// empty, 0xfe deleted), a sentinel and 15 cloned bytes, then the slots. `Grouped`: groups
+// of 15 slots whose control bytes fill 15 of 16 bytes (the 16th, 0 here, is no slot's).
+template <typename T>
+struct Swiss {
+    int8_t* ctrl_;
+    T* slots_;
+    uint64_t size_;
+    uint64_t capacity_;
+};
+
+template <typename T>
+struct Grouped {
+    unsigned char* ctrl_;
+    T* slots_;
+    uint64_t size_;
+    uint64_t capacity_;
+};
+
+struct Swisses {
+    Swiss<std::string> s;
+    Grouped<std::string> g;
+    Swiss<long> l;
+};
+
 struct Smalls {
     SmallVec<int, 4> few;
     SmallVec<int, 4> many;
@@ -211,9 +237,39 @@ PROBE(std::vector<int>, probe_ints)
 PROBE(Everything, probe_everything)
 PROBE(Smalls, probe_smalls)
 PROBE(OwnedPtrs, probe_owned)
+PROBE(Swisses, probe_swisses)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
     asm volatile("" ::"r"(a), "r"(b));
+}
+
+static int8_t swiss_empty_group[16] = {-128, -128, -128, -128, -128, -128, -128, -128,
+                                      -128, -128, -128, -128, -128, -128, -128, -1};
+
+// n elements in each table, at slots 2j mod capacity (distinct: the capacity is odd).
+template <typename T, typename V>
+static void fill_swiss(Swiss<T>& t, int n, V value) {
+    t.size_ = uint64_t(n);
+    if (n == 0) {
+        t.ctrl_ = swiss_empty_group;
+        t.slots_ = nullptr;
+        t.capacity_ = 0;
+        return;
+    }
+    uint64_t c = 1;
+    while (c < 2 * uint64_t(n) + 1) c = 2 * c + 1;
+    size_t ctrl = (c + 16 + 7) / 8 * 8;
+    auto* block = static_cast<unsigned char*>(::operator new(ctrl + c * sizeof(T)));
+    t.ctrl_ = reinterpret_cast<int8_t*>(block);
+    t.slots_ = reinterpret_cast<T*>(block + ctrl);
+    t.capacity_ = c;
+    for (uint64_t i = 0; i < c + 16; i++) block[i] = i % 2 ? 0xfe : 0x80;
+    block[c] = 0xff;
+    for (int j = 0; j < n; j++) {
+        uint64_t at = 2 * uint64_t(j) % c;
+        block[at] = uint8_t(j & 0x7f);
+        new (t.slots_ + at) T(value(j));
+    }
 }
 
 extern "C" {
@@ -411,6 +467,24 @@ void* make_owned(int n) {
     auto* o = new OwnedPtrs{new std::string*[n + 3], uint64_t(n), uint64_t(n + 3)};
     for (int i = 0; i < n; i++) o->items[i] = new std::string(str(i, i % 40));
     return o;
+}
+
+void* make_swisses(int n) {
+    auto* w = new Swisses();
+    fill_swiss(w->s, n, [](int j) { return str(j, j % 5 == 4 ? 40 + j : j % 12); });
+    fill_swiss(w->l, n, [](int j) { return long(j); });
+    uint64_t groups = 2 * uint64_t(n) / 15 + 1;
+    uint64_t c = groups * 15;
+    auto* block = static_cast<unsigned char*>(::operator new(groups * 16 + c * sizeof(std::string)));
+    w->g = Grouped<std::string>{block, reinterpret_cast<std::string*>(block + groups * 16),
+                                uint64_t(n), c};
+    for (uint64_t i = 0; i < groups * 16; i++) block[i] = i % 16 == 15 ? 0 : 0x80;
+    for (int j = 0; j < n; j++) {
+        uint64_t at = 2 * uint64_t(j);
+        block[at / 15 * 16 + at % 15] = uint8_t(j & 0x7f);
+        new (w->g.slots_ + at) std::string(str(j, j % 3 ? 3 : 50 + j));
+    }
+    return w;
 }
 
 void* make_ints(int n) {
