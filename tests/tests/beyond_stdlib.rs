@@ -133,6 +133,19 @@ fn abseil_inlined_vector_inline_and_spilled() {
     absl_probes(O2, INLINED_VECTOR);
 }
 
+const FLAT_HASH: &[&str] = &[
+    "take_i64_map",
+    "take_str_vec_map",
+    "take_i64_set",
+    "take_empty_set",
+];
+
+#[test]
+fn abseil_flat_hash_map_and_set() {
+    absl_probes(O0, FLAT_HASH);
+    absl_probes(O2, FLAT_HASH);
+}
+
 const REPEATED_PTR_FIELD: &[&str] = &["take_tags", "take_no_tags"];
 
 #[test]

@@ -158,9 +158,59 @@ impl Ctx<'_> {
 
     /// Offset and declared type of a member path of the container.
     fn member(&self, path: &str, line: usize) -> Result<(u64, TypeId), DescribeError> {
-        let parts: Vec<&str> = path.split('.').collect();
-        crate::containers::field(self.tg, self.id, &parts)
-            .map_err(|_| self.err(line, format!("{} has no member {path}", self.qualified)))
+        self.path_in(self.id, path)
+            .ok_or_else(|| self.err(line, format!("{} has no member {path}", self.qualified)))
+    }
+
+    /// A member path of type `id`, after base flattening; a step may name a member of a
+    /// union (Abseil's `map_slot_type`), at offset 0 as every union member is.
+    fn path_in(&self, id: TypeId, path: &str) -> Option<(u64, TypeId)> {
+        let (mut off, mut cur) = (0u64, id);
+        for name in path.split('.') {
+            let r = self.tg.resolve(cur);
+            let (o, t) = match self.tg.as_struct(r) {
+                Some(st) if st.is_union => st
+                    .members
+                    .iter()
+                    .find(|m| m.name.as_deref() == Some(name))
+                    .map(|m| (m.bit_offset / 8, m.ty))?,
+                _ => crate::containers::field(self.tg, r, &[name]).ok()?,
+            };
+            off = off.checked_add(o)?;
+            cur = t;
+        }
+        Some((off, cur))
+    }
+
+    /// `pointee:PATH`: the pointer member is the longest prefix of PATH that is one; the
+    /// rest of PATH is a member path in the type it points to (`slots_.value`).
+    fn pointee(&self, path: &str, line: usize) -> Result<TypeId, DescribeError> {
+        let target = |p: &str| {
+            let ty = self.path_in(self.id, p)?.1;
+            match &self.tg.get(self.tg.resolve(ty)).kind {
+                Kind::Pointer { target: Some(t) } => Some(*t),
+                _ => None,
+            }
+        };
+        if let Some(t) = target(path) {
+            return Ok(t);
+        }
+        let mut cuts: Vec<usize> = path.match_indices('.').map(|(i, _)| i).collect();
+        cuts.reverse();
+        for i in cuts {
+            if let Some(t) = target(&path[..i])
+                && let Some((_, ty)) = self.path_in(t, &path[i + 1..])
+            {
+                return Ok(ty);
+            }
+        }
+        Err(self.err(
+            line,
+            format!(
+                "{path} is not a pointer member of {} (nor one followed by a member path in its target)",
+                self.qualified
+            ),
+        ))
     }
 
     fn field(&self, name: &str, spec: &At<FieldSpec>) -> Result<Expr, DescribeError> {
@@ -208,11 +258,7 @@ impl Ctx<'_> {
             return Ok(self.member(path, line)?.1);
         }
         if let Some(path) = name.strip_prefix("pointee:") {
-            let ty = self.member(path, line)?.1;
-            return match &self.tg.get(self.tg.resolve(ty)).kind {
-                Kind::Pointer { target: Some(t) } => Ok(*t),
-                _ => Err(self.err(line, format!("{path} is not a pointer to a type"))),
-            };
+            return self.pointee(path, line);
         }
         match self.args.iter().find(|(n, _)| n == name) {
             Some((_, Bound::Type(t))) => Ok(*t),
