@@ -1,5 +1,6 @@
 //! One description against one instantiation in the type graph: template arguments bound,
-//! fields found by member path (after base flattening) and their widths checked, names and
+//! fields found by member path (after base flattening, through union members) and their
+//! widths checked, names and
 //! `sizeof`s folded, giving the plan's [`DescribedArray`]. Every mismatch is a
 //! [`DescribeError`] at the line that caused it; nothing is guessed.
 
@@ -10,7 +11,7 @@ use crate::typegraph::{Kind, TemplateArg, TypeGraph, TypeId};
 /// A described array, ready for the walkers (the plan's `Op::Described`).
 ///
 /// Stream: `address, len, cap, heap` (heap already 0 when `inline` holds), then the `len`
-/// elements of `elem_size` bytes from `data`.
+/// elements of `elem_size` bytes from `data` (with `swiss`: the full slots among `cap`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DescribedArray {
     /// sizeof the container.

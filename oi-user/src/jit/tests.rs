@@ -531,12 +531,7 @@ fn jit_described_swiss_tables() {
         let m = measurer("probe_swisses", &["arg0"], &[&f]);
         let (roots, streams) = interp(&m, &[addr]).expect("interp");
         let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        let caps: u64 = strings
-            .iter()
-            .chain(gstrings)
-            .skip(1)
-            .step_by(2)
-            .sum();
+        let caps: u64 = strings.iter().chain(gstrings).skip(1).step_by(2).sum();
         assert_eq!(
             total,
             96 + sheap + (gc / 15 * 16 + 32 * gc) + lheap + caps,

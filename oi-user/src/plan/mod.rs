@@ -24,7 +24,8 @@
 //!   pointer starts, charged here (0: not the start of a block, a block no larger than a
 //!   lone allocation of the target, or a block already charged in this sample).
 //! - `Described` (a container described in a TOML file, `describe`): `address, len, cap,
-//!   heap` (heap 0 when the description's `inline` condition holds), then each element.
+//!   heap` (heap 0 when the description's `inline` condition holds), then each element; a
+//!   Swiss table (`control_bytes`): len is the count of full slots, then those elements.
 //! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
 //!   chosen node's words.
 //! - `Leaf` with a [`Scalar`] (`--values` only): the value's bytes, zero-extended, in one
