@@ -413,6 +413,36 @@ inline = "data == this + offsetof(buf_)"
         assert!(e.to_string().starts_with("t.toml:6: unknown layout"), "{e}");
     }
 
+    const SWISS: &str = r#"
+[[container]]
+name = "t::Table"
+elem = "pointee:slots_"
+layout = "control_bytes"
+
+[container.control_bytes]
+ctrl = "load(this, 8)"
+slots = "load(this + 8, 8)"
+capacity = "load(this + 24, 8)"
+full = "c < 0x80"
+ctrl_at = "ctrl + i / 15 * 16 + i % 15"
+len = "load(this + 16, 8)"
+heap = "capacity * 17"
+"#;
+
+    #[test]
+    fn reads_control_bytes() {
+        let d = parse_file("s.toml", SWISS).expect("parses");
+        let Layout::Array(a) = &d[0].layout;
+        let sw = a.swiss.as_ref().expect("control_bytes");
+        assert_eq!((sw.full.line, a.heap.line), (11, 14));
+        assert!(sw.ctrl_at.is_some() && a.cap.is_some() && a.inline.is_none());
+        let head = &SWISS[..SWISS.find("[container.control_bytes]").expect("table")];
+        let e = parse_file("s.toml", head).unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        let e = parse_file("s.toml", &SWISS.replace("full = ", "fulll = ")).unwrap_err();
+        assert_eq!(e.line, 11, "{e}");
+    }
+
     #[test]
     fn shipped_descriptions_parse() {
         let d = Descriptions::load(&[]).expect("shipped files parse");
