@@ -223,15 +223,7 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
                     continue;
                 }
             }
-            if mine[1..]
-                .iter()
-                .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
-            {
-                mine[0].cookie |= cookie::TAIL_AT_ENTRY;
-            }
-            mine.retain(|s| {
-                s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY
-            });
+            merge_tail_at_entry(&mut mine, entry_offset);
         } else {
             let exits = part_exits(
                 binary,
@@ -250,17 +242,7 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
                     continue;
                 }
             }
-            // A first instruction that already jumps to a hooked function carries one probe:
-            // an entry that marks its own tail.
-            if mine[1..]
-                .iter()
-                .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
-            {
-                mine[0].cookie |= cookie::TAIL_AT_ENTRY;
-            }
-            mine.retain(|s| {
-                s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY
-            });
+            merge_tail_at_entry(&mut mine, entry_offset);
         }
         sites.extend(mine);
         out.functions.push(h.clone());
@@ -276,6 +258,18 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
     sites.dedup_by_key(|s| key(s));
     out.sites = sites;
     out
+}
+
+/// A first instruction that already jumps to a hooked function carries one probe: the entry
+/// (`mine[0]`), marked as its own tail, instead of an entry and a tail at the same offset.
+fn merge_tail_at_entry(mine: &mut Vec<Site>, entry_offset: u64) {
+    if mine[1..]
+        .iter()
+        .any(|s| s.file_offset == entry_offset && cookie::kind(s.cookie) == cookie::TAIL)
+    {
+        mine[0].cookie |= cookie::TAIL_AT_ENTRY;
+    }
+    mine.retain(|s| s.file_offset != entry_offset || cookie::kind(s.cookie) == cookie::ENTRY);
 }
 
 /// The probes on the exits of `h`'s code (`bytes` at ELF address `start`, file offset
