@@ -134,10 +134,9 @@ pub fn size(c: &Compiled, obj: usize) -> Result<u64, Error> {
     }
 }
 
-/// The walk of sizes on the caller's stack; `None` for anything but a finished walk (no room
-/// on this stack, a fault, a corrupt object, too deep), which [`measure`] then handles.
+/// The frame of a one-root walk of `obj` into this thread's buffers (no heap ranges yet).
 #[inline]
-fn size_direct(env: &mut Env, c: &Compiled, walker: &LocalWalker, obj: usize) -> Option<u64> {
+fn start_frame(env: &mut Env, c: &Compiled, obj: usize) {
     let frame = &mut env.frame;
     frame.out = env.out.as_mut_ptr() as u64;
     frame.out_len = env.out.len() as u64;
@@ -148,6 +147,14 @@ fn size_direct(env: &mut Env, c: &Compiled, walker: &LocalWalker, obj: usize) ->
     frame.bias = c.bias;
     frame.args[0] = obj as u64;
     frame.heaps_len = 0;
+}
+
+/// The walk of sizes on the caller's stack; `None` for anything but a finished walk (no room
+/// on this stack, a fault, a corrupt object, too deep), which [`measure`] then handles.
+#[inline]
+fn size_direct(env: &mut Env, c: &Compiled, walker: &LocalWalker, obj: usize) -> Option<u64> {
+    start_frame(env, c, obj);
+    let frame = &mut env.frame;
     frame.generation = env.generation;
     let (status, _) = guard::run_direct(walker, frame).ok()??;
     if status == jit::STATUS_DONE && frame.out_used == 0 {
@@ -240,16 +247,8 @@ fn walk_native(
     walker: &LocalWalker,
     obj: usize,
 ) -> Result<Option<(usize, u64)>, Error> {
+    start_frame(env, c, obj);
     let frame = &mut env.frame;
-    frame.out = env.out.as_mut_ptr() as u64;
-    frame.out_len = env.out.len() as u64;
-    frame.scratch = env.scratch.0 as u64;
-    frame.scratch_len = SCRATCH_BYTES;
-    frame.nargs = 1;
-    frame.unseeded = 0;
-    frame.bias = c.bias;
-    frame.args[0] = obj as u64;
-    frame.heaps_len = 0;
     if c.heap_blocks {
         // The interpreter this falls back to reads the same ranges from our maps.
         frame.set_heaps(&oi_trace::interp::heap::ranges_of(std::process::id() as i32));
