@@ -232,10 +232,12 @@ fn compile(src: &Path, out: &Path, flags: &[String], link: &[String], inputs: &[
 pub struct Lines {
     rx: Receiver<String>,
     seen: Vec<String>,
+    /// The process writing them, whose kernel stacks a timeout reports.
+    writer: i32,
 }
 
 impl Lines {
-    fn spawn(stream: impl std::io::Read + Send + 'static) -> Self {
+    fn spawn(stream: impl std::io::Read + Send + 'static, writer: i32) -> Self {
         let (tx, rx) = channel();
         thread::spawn(move || {
             for line in BufReader::new(stream).lines() {
@@ -248,6 +250,7 @@ impl Lines {
         Self {
             rx,
             seen: Vec::new(),
+            writer,
         }
     }
 
@@ -265,8 +268,9 @@ impl Lines {
                 }
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
                     panic!(
-                        "no line starting with {prefix:?} within {timeout:?}; saw: {:#?}",
-                        self.seen
+                        "no line starting with {prefix:?} within {timeout:?}; saw: {:#?}\nthe writer's threads in the kernel:\n{}",
+                        self.seen,
+                        kernel_stacks(self.writer)
                     )
                 }
             }
@@ -316,7 +320,7 @@ impl Fixture {
             .expect("start fixture");
         let pid = child.id() as i32;
         let stdin = child.stdin.take();
-        let mut stdout = Lines::spawn(child.stdout.take().expect("stdout"));
+        let mut stdout = Lines::spawn(child.stdout.take().expect("stdout"), pid);
         stdout.expect("ready", Duration::from_secs(20));
         Self {
             child,
@@ -425,7 +429,7 @@ impl OiTrace {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start oi-trace");
-        let stderr = Lines::spawn(child.stderr.take().expect("stderr"));
+        let stderr = Lines::spawn(child.stderr.take().expect("stderr"), child.id() as i32);
         let stdout = child.stdout.take().map(|mut s| {
             thread::spawn(move || {
                 let mut buf = String::new();
@@ -466,9 +470,11 @@ impl OiTrace {
                 break status;
             }
             if Instant::now() > deadline {
+                // Where each thread waits, read before the kill: a hang's only witness.
+                let stacks = kernel_stacks(self.pid());
                 let _ = self.child.kill();
                 panic!(
-                    "oi-trace did not exit within {timeout:?}; stderr: {:#?}",
+                    "oi-trace did not exit within {timeout:?}; its threads in the kernel:\n{stacks}\nstderr: {:#?}",
                     self.stderr.rest()
                 );
             }
@@ -490,6 +496,33 @@ impl Drop for OiTrace {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Every thread of `pid` with its state and its kernel stack (`/proc/PID/task/TID/stack`,
+/// readable by root), for the message of a test that timed out waiting for the process.
+pub fn kernel_stacks(pid: i32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("(pid {pid} has no /proc entry)");
+    };
+    let mut out = String::new();
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        let comm = read("comm");
+        let state = read("status")
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or_default()
+            .to_string();
+        out += &format!(
+            "thread {} ({}) {state} wchan {}\n{}",
+            task.file_name().to_string_lossy(),
+            comm.trim(),
+            read("wchan"),
+            read("stack")
+        );
+    }
+    out
 }
 
 /// Runs `oi-trace` to completion with a timeout.
