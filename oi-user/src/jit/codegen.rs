@@ -21,6 +21,11 @@
 //! refuse (a string capacity or a bucket count beyond any allocation) make such a walk
 //! fail as corrupt, so that its caller asks the interpreter and the decoder instead.
 //!
+//! A walker with sizes and no stream (OIL's `size`) walks the roots inline in its entry, and
+//! may be optimistic about the visited set (`generate_totals_optimistic`): a few compiled
+//! shortcuts that only hold for intact objects end such a walk as corrupt otherwise, and
+//! its caller then runs the exact walker.
+//!
 //! Never emits a call outside the functions generated here, and never a syscall.
 
 use std::collections::HashMap;

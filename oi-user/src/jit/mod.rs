@@ -45,6 +45,10 @@
 //! lives in `frame.scratch` (≥ [`SCRATCH_BYTES`]) as an open-addressing table whose slots
 //! carry a generation tag: each root takes the next generation, so a fresh sample costs
 //! nothing to reset (start from zeroed memory and keep `frame.generation` between calls).
+//! OIL's optimistic count-only walker (`in_process::LocalWalker::compile_totals_optimistic`)
+//! has no table: it assumes every insertion succeeds, records the keys (32 at most) in its
+//! own frame and compares them at the end, returning [`STATUS_REVISIT`] when one repeats or
+//! they do not fit; its total is then the exact walker's to give.
 
 pub mod cache;
 mod codegen;
