@@ -29,6 +29,11 @@
 
 extern "C" {
 struct oil_type;
+// What a thread's walks keep between calls (its stack's bounds, when to re-check the fault
+// handler): owned by liboil, zeroed before a thread's first call, one per thread.
+struct oil_thread {
+    std::uintptr_t opaque[3];
+};
 typedef void (*oil_append_fn)(void* ctx, const char* bytes, std::size_t len);
 const oil_type* oil_type_lookup(const char* type_name, std::size_t type_size,
                                 const void* const* hints, std::size_t nhints,
@@ -36,6 +41,8 @@ const oil_type* oil_type_lookup(const char* type_name, std::size_t type_size,
                                 oil_append_fn error, void* error_ctx);
 int oil_size(const oil_type* type, const void* object, std::uint64_t* size, oil_append_fn error,
              void* error_ctx);
+// The steady state of oil_size: the size, or UINT64_MAX when oil_size must be asked.
+std::uint64_t oil_size_steady(const oil_type* type, const void* object, oil_thread* thread);
 int oil_report(const oil_type* type, const void* object, int format, oil_append_fn append,
                void* out_ctx, void* error_ctx);
 std::uint64_t oil_compilations(void);
@@ -107,20 +114,42 @@ const oil_type* lookup_of(const T& obj, const Options& opts) {
     return lookup(typeid(T), sizeof(T), hints, n, opts);
 }
 
+// The walker of T without features, cached here after the first call (one load; no lookup
+// by name, not even the library's cache).
 template <class T>
-inline const oil_type* type_of(const T& obj, const Options& opts) {
+inline const oil_type* type_of(const T& obj) {
     static_assert(std::is_class<T>::value || std::is_union<T>::value,
                   "oil measures objects of class, struct or union type");
-    if (!opts.features.empty()) return lookup_of(obj, opts);
-    // The common case: the walker of T, cached here after the first call (one load; no
-    // lookup by name, not even the library's cache).
     static std::atomic<const oil_type*> cached{nullptr};
     const oil_type* t = cached.load(std::memory_order_acquire);
     if (__builtin_expect(t == nullptr, 0)) {
-        t = lookup_of(obj, opts);
+        t = lookup_of(obj, Options{});
         cached.store(t, std::memory_order_release);
     }
     return t;
+}
+
+template <class T>
+inline const oil_type* type_of(const T& obj, const Options& opts) {
+    if (!opts.features.empty()) return lookup_of(obj, opts);
+    return type_of<T>(obj);
+}
+
+// This thread's oil_thread: a thread_local of the module that includes oil.h (in an
+// executable, one %fs-relative access; liboil's own thread-locals would each cost a call).
+inline oil_thread* thread_state() noexcept {
+    static thread_local oil_thread state{};
+    return &state;
+}
+
+// The general path of oil::size (the first call of a type, a corrupt object...), kept out of
+// line so that the steady state stays small where it is inlined.
+__attribute__((noinline)) inline std::size_t size_general(const oil_type* t, const void* obj) {
+    Text error;
+    std::uint64_t s = 0;
+    if (oil_size(t, obj, &s, &append, &error) != 0)
+        throw Error(error.failed ? "oil: out of memory" : error.text);
+    return static_cast<std::size_t>(s);
 }
 
 template <class T>
@@ -150,13 +179,21 @@ std::string tree(const T& obj, const Options& opts = {}) {
 
 // The object's inclusive size in bytes: the `size` of the report's root.
 template <class T>
-std::size_t size(const T& obj, const Options& opts = {}) {
+std::size_t size(const T& obj, const Options& opts) {
     const oil_type* t = detail::type_of(obj, opts);
-    detail::Text error;
-    std::uint64_t s = 0;
-    if (oil_size(t, &obj, &s, &detail::append, &error) != 0)
-        throw Error(error.failed ? "oil: out of memory" : error.text);
-    return static_cast<std::size_t>(s);
+    std::uint64_t s = oil_size_steady(t, &obj, detail::thread_state());
+    if (__builtin_expect(s != UINT64_MAX, 1)) return static_cast<std::size_t>(s);
+    return detail::size_general(t, &obj);
+}
+
+// The same without options (an overload rather than a default argument: no Options object
+// is built and destroyed at each call).
+template <class T>
+std::size_t size(const T& obj) {
+    const oil_type* t = detail::type_of<T>(obj);
+    std::uint64_t s = oil_size_steady(t, &obj, detail::thread_state());
+    if (__builtin_expect(s != UINT64_MAX, 1)) return static_cast<std::size_t>(s);
+    return detail::size_general(t, &obj);
 }
 
 // How many walkers this process has built (a test's way to see that concurrent first calls

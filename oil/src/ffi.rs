@@ -161,6 +161,35 @@ pub unsafe extern "C" fn oil_size(
     }
 }
 
+/// What [`oil_size_steady`] returns when it did not measure (then call [`oil_size`]).
+pub const OIL_NOT_MEASURED: u64 = u64::MAX;
+
+/// The steady state of `oil::size`: the inclusive size of `object`, or
+/// [`OIL_NOT_MEASURED`] when this call cannot give it without the general path (the first
+/// call of a type, a corrupt object, a shared pointee, no room on this stack...), which
+/// [`oil_size`] then takes (it gives the same number if the size really is `u64::MAX`).
+/// `thread` is the calling thread's own `oil_thread`, zeroed before its first use and used
+/// by no other thread. Touches no thread-local of this library and panics nowhere (so it
+/// needs no `catch_unwind`): a walk entered on the caller's stack, with its faults contained.
+///
+/// # Safety
+/// `ty` is null or a handle from [`oil_type_lookup`], `object` points to an object of that
+/// type, `thread` is null or as said above.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn oil_size_steady(
+    ty: *const OilType,
+    object: *const c_void,
+    thread: *mut crate::guard::ThreadState,
+) -> u64 {
+    if ty.is_null() || thread.is_null() {
+        return OIL_NOT_MEASURED;
+    }
+    // SAFETY: handles are `&'static Compiled` cast by `oil_type_lookup`, never freed; the
+    // thread state is the caller's, for this thread only.
+    let (c, st) = unsafe { (&*ty.cast::<crate::resolve::Compiled>(), &mut *thread) };
+    crate::run::size_steady(c, object as usize, st).unwrap_or(OIL_NOT_MEASURED)
+}
+
 /// Sends the report of `object` in `format` ([`OIL_JSON`], [`OIL_JSON_PRETTY`],
 /// [`OIL_TREE`]) to `append(out_ctx, …)`; 0 on success, -1 on failure (the message goes to
 /// `append(error_ctx, …)`).
@@ -203,3 +232,6 @@ pub unsafe extern "C" fn oil_report(
 pub extern "C" fn oil_compilations() -> u64 {
     crate::compilations()
 }
+
+// `oil_thread` in oil.h is three words.
+const _: () = assert!(std::mem::size_of::<crate::guard::ThreadState>() == 24);

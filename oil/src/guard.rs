@@ -12,8 +12,8 @@
 //!
 //! ## How a fault is caught, soundly
 //! A `SIGSEGV`/`SIGBUS` handler, installed once, recognises a fault of the walk this thread
-//! is running (the faulting instruction is in that walker's code and the stack pointer is on
-//! the stack the walk runs on) and makes the walk return [`STATUS_FAULT`] to its caller,
+//! is running (the faulting instruction is in walker code, and the walk is found from it as
+//! said below) and makes the walk return [`STATUS_FAULT`] to its caller,
 //! discarding the walk's frames. Only frames of generated code are ever discarded (no
 //! destructors, no locks, no allocations, nothing that `longjmp`-like recovery could leave
 //! half done), and registers are restored as the calling convention says. Every other signal
@@ -22,12 +22,17 @@
 //!
 //! A walk runs on one of two stacks:
 //! - **the caller's own stack** ([`run_direct`]), when the thread's stack has room for it (its
-//!   bounds are read once per thread): the walker is entered through a small trampoline
-//!   (`oil_walk_direct`) that saves the callee-saved registers and the stack pointer; a
-//!   caught fault resumes at the trampoline's return path with that stack pointer, which
-//!   pops the registers and returns `STATUS_FAULT`. The walker is told how much of the stack
-//!   it may use (`WalkFrame::stack_len`) and returns `STATUS_STACK` rather than go further,
-//!   so it never reaches the guard page. This costs a call: it is the steady-state path.
+//!   bounds are read once per thread, into a [`ThreadState`] the caller keeps): the walker is
+//!   entered through a small trampoline (`oil_walk_direct`) that saves the callee-saved
+//!   registers. Nothing about the walk is recorded for the handler: it recognises a direct
+//!   walk from the fault itself. The instruction is in registered walker code
+//!   ([`register_code`]), and that code keeps frame pointers, so the chain of walker frames
+//!   above the fault leads to the entry's, whose return address is the trampoline's; the
+//!   stack pointer that call left is where the walk resumes, in the trampoline's return
+//!   path, which pops the registers and returns `STATUS_FAULT`. The walker is told how much
+//!   of the stack it may use (`WalkFrame::stack_len`) and returns `STATUS_STACK` rather than
+//!   go further, so it never reaches the guard page. This costs a call and no thread-local
+//!   of this library: it is the steady-state path.
 //! - **a stack of its own** ([`run_walker`], in a `corosensei` coroutine, recovered with
 //!   corosensei's trap support), for types that nest deeper than the caller's stack allows
 //!   and for threads whose stack is small or unknown (a fiber).
@@ -54,9 +59,10 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::ops::Range;
 use std::ptr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use corosensei::stack::{Stack, StackPointer};
 use corosensei::trap::CoroutineTrapHandler;
@@ -86,21 +92,30 @@ struct Active {
     code_end: usize,
 }
 
-/// What a thread's walks and the signal handler share, in one thread-local (a shared
-/// library reaches each thread-local through a call to `__tls_get_addr`: one per walk).
+/// What a thread's direct walks need between calls ([`run_direct`]). C++ callers keep it in
+/// a `thread_local` of their own (`oil_thread` in `oil.h`, one `%fs`-relative access in an
+/// executable), so that the steady state reaches no thread-local of this library (each is a
+/// call to `__tls_get_addr` from a shared library); Rust callers use [`with_thread_state`].
+/// All zero at first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThreadState {
+    /// This thread's stack, `[low, high)`, once read; (1, 1): unknown, never walk on it.
+    low: usize,
+    high: usize,
+    /// Walks left before the installed actions are read again (0: read them now).
+    walks_to_check: usize,
+}
+
+/// What a walk on a stack of its own and the signal handler share (a direct walk needs no
+/// per-thread record: the handler finds it from the faulting frame, see [`recover`]).
 struct PerThread {
     /// The walk in progress on a stack of its own.
     active: Cell<Option<Active>>,
-    /// The walk in progress on the caller's stack.
-    direct: Cell<Option<Direct>>,
-    /// The trampoline's stack pointer during a direct walk (written by the trampoline).
-    saved_sp: Cell<usize>,
-    /// Where the last caught fault was.
+    /// Where the last caught fault of such a walk was.
     fault_addr: Cell<usize>,
-    /// This thread's stack, `[low, high)`, once read ((0, 0): unknown).
-    stack: Cell<Option<(usize, usize)>>,
-    /// Walks since this thread last read the installed actions (0: never).
-    since_check: Cell<u32>,
+    /// The direct walks' state of Rust callers.
+    state: Cell<ThreadState>,
 }
 
 thread_local! {
@@ -109,13 +124,54 @@ thread_local! {
     static THREAD: PerThread = const {
         PerThread {
             active: Cell::new(None),
-            direct: Cell::new(None),
-            saved_sp: Cell::new(0),
             fault_addr: Cell::new(0),
-            stack: Cell::new(None),
-            since_check: Cell::new(0),
+            state: Cell::new(ThreadState { low: 0, high: 0, walks_to_check: 0 }),
         }
     };
+}
+
+/// Runs `f` with this thread's [`ThreadState`] (the Rust callers' copy).
+pub fn with_thread_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    THREAD.with(|t| {
+        let mut st = t.state.get();
+        let r = f(&mut st);
+        t.state.set(st);
+        r
+    })
+}
+
+/// Most walkers whose code is registered for direct walks ([`register_code`]).
+const MAX_CODE_RANGES: usize = 4096;
+/// The code of every walker that may run on a caller's stack, `[start, end)`: the signal
+/// handler's test that a fault (and each frame above it) is in generated walker code.
+/// Append-only; an entry is written before the count that publishes it.
+static CODE_RANGES: [[AtomicUsize; 2]; MAX_CODE_RANGES] =
+    [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; MAX_CODE_RANGES];
+static CODE_COUNT: AtomicUsize = AtomicUsize::new(0);
+static CODE_REGISTER: Mutex<()> = Mutex::new(());
+
+/// Registers a walker's code so that it may run on a caller's stack ([`run_direct`]); false
+/// when the table is full (then run it with [`run_walker`]). Walkers are never unregistered:
+/// OIL keeps them for the life of the process (a stale range would only make the handler
+/// look at a frame chain that it then does not recognise).
+pub fn register_code(code: Range<usize>) -> bool {
+    let _serial = CODE_REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    let n = CODE_COUNT.load(Ordering::Acquire);
+    let Some(slot) = CODE_RANGES.get(n) else {
+        return false;
+    };
+    slot[0].store(code.start, Ordering::Relaxed);
+    slot[1].store(code.end, Ordering::Relaxed);
+    CODE_COUNT.store(n + 1, Ordering::Release);
+    true
+}
+
+/// Whether `addr` is in registered walker code (async-signal-safe: atomic loads only).
+fn in_walker_code(addr: usize) -> bool {
+    let n = CODE_COUNT.load(Ordering::Acquire).min(MAX_CODE_RANGES);
+    CODE_RANGES[..n]
+        .iter()
+        .any(|r| (r[0].load(Ordering::Relaxed)..r[1].load(Ordering::Relaxed)).contains(&addr))
 }
 
 /// A private stack: reserved, not committed (`MAP_NORESERVE`: only the pages a walk
@@ -189,7 +245,13 @@ pub fn run_walker(
     frame: &mut WalkFrame,
 ) -> Result<(u64, usize), GuardError> {
     THREAD.with(|t| {
-        ensure_handlers(t)?;
+        let mut st = t.state.get();
+        if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
+            ensure_handlers()?;
+            st.walks_to_check = RECHECK_EVERY;
+        }
+        st.walks_to_check -= 1;
+        t.state.set(st);
         Ok(in_coroutine(t, stack, walker, frame))
     })
 }
@@ -233,21 +295,12 @@ pub fn on_stack<R>(stack: &mut WalkStack, f: impl FnOnce() -> R) -> R {
     corosensei::on_stack(stack, f)
 }
 
-/// A walk in progress on the caller's own stack ([`run_direct`]), as the signal handler
-/// needs it.
-#[derive(Clone, Copy)]
-struct Direct {
-    code_start: usize,
-    code_end: usize,
-    /// The lowest stack pointer the walk may have: `stack_len` below the trampoline's.
-    sp_low: usize,
-}
-
-// The trampoline that enters a walker on the caller's stack. `oil_walk_direct(entry, frame,
-// saved_sp)` saves the callee-saved registers, stores its stack pointer at `*saved_sp` and
-// calls `entry(frame)`; the handler resumes a faulting walk at `oil_walk_direct_resume` with
-// that stack pointer and `rax = STATUS_FAULT`, which restores the registers and returns, as
-// if the walker had returned STATUS_FAULT.
+// The trampoline that enters a walker on the caller's stack. `oil_walk_direct(entry, frame)`
+// saves the callee-saved registers and calls `entry(frame)`, whose return address is
+// `oil_walk_direct_return`; it returns (status, 0) in rax:rdx. The handler resumes a faulting
+// walk at `oil_walk_direct_resume` with the stack pointer the call left (found from the
+// walker's frame chain, see `recover`), `rax = STATUS_FAULT` and `rdx` = the faulting
+// address, which restores the registers and returns, as if the walker had returned.
 std::arch::global_asm!(
     ".pushsection .text.oil_walk_direct,\"ax\",@progbits",
     ".p2align 4",
@@ -271,10 +324,13 @@ std::arch::global_asm!(
     // Six pushes after the return address: rsp is 16-byte aligned after 8 more bytes.
     "sub rsp, 8",
     ".cfi_adjust_cfa_offset 8",
-    "mov [rdx], rsp",
     "mov rax, rdi",
     "mov rdi, rsi",
     "call rax",
+    ".globl oil_walk_direct_return",
+    ".hidden oil_walk_direct_return",
+    "oil_walk_direct_return:",
+    "xor edx, edx",
     ".globl oil_walk_direct_resume",
     ".hidden oil_walk_direct_resume",
     "oil_walk_direct_resume:",
@@ -298,8 +354,17 @@ std::arch::global_asm!(
     ".popsection",
 );
 
+/// What the trampoline returns (in rax:rdx): the walker's status and, with [`STATUS_FAULT`],
+/// the faulting address.
+#[repr(C)]
+struct DirectResult {
+    status: u64,
+    fault_addr: usize,
+}
+
 unsafe extern "sysv64" {
-    fn oil_walk_direct(entry: usize, frame: *mut WalkFrame, saved_sp: *mut usize) -> u64;
+    fn oil_walk_direct(entry: usize, frame: *mut WalkFrame) -> DirectResult;
+    fn oil_walk_direct_return();
     fn oil_walk_direct_resume();
 }
 
@@ -317,19 +382,30 @@ const DIRECT_MIN: usize = 256 << 10;
 /// How many bytes of the caller's stack a walk entered from here may use: `None` when the
 /// thread's stack is unknown, or this is not it (a fiber), or it has too little room.
 #[inline]
-fn direct_room(t: &PerThread) -> Option<usize> {
-    let (low, high) = t.stack.get().unwrap_or_else(|| {
-        let b = thread_stack().unwrap_or((0, 0));
-        t.stack.set(Some(b));
-        b
-    });
-    let probe = 0u8;
-    let sp = std::hint::black_box(&probe) as *const u8 as usize;
-    if !(low < sp && sp < high) {
+fn direct_room(st: &mut ThreadState) -> Option<usize> {
+    if st.high == 0 {
+        let (low, high) = thread_stack().unwrap_or((1, 1));
+        st.low = low;
+        st.high = high;
+    }
+    let sp = stack_pointer();
+    if !(st.low < sp && sp < st.high) {
         return None;
     }
-    let room = (sp - low).checked_sub(DIRECT_RESERVE)?;
+    let room = (sp - st.low).checked_sub(DIRECT_RESERVE)?;
     (room >= DIRECT_MIN).then_some(room)
+}
+
+/// The current stack pointer (a register read: an address taken of a local would cost a
+/// store and a reload on the steady state's path).
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: reads rsp into a register; touches no memory, no flags, no stack.
+    unsafe {
+        std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags));
+    }
+    sp
 }
 
 /// The calling thread's stack bounds, from pthread (for the main thread glibc derives them
@@ -355,49 +431,40 @@ fn thread_stack() -> Option<(usize, usize)> {
     }
 }
 
-/// Runs `walker` on `frame` on the calling thread's own stack, with faults contained, when
-/// that stack has room for it: `Ok(None)` when it has not (use [`run_walker`]). Sets
-/// `frame.stack_len` to the room: the walker returns `STATUS_STACK` rather than use more
-/// (then run it with [`run_walker`]). Returns the walker's status, or [`STATUS_FAULT`] with
-/// the faulting address.
+/// Runs the walker whose entry is at `entry` (its code registered with [`register_code`]) on
+/// `frame`, on the calling thread's own stack, with faults contained, when that stack has
+/// room for it: `Ok(None)` when it has not (use [`run_walker`]). `st` is this thread's state
+/// (the caller's `oil_thread`, or [`with_thread_state`]). Sets `frame.stack_len` to the room:
+/// the walker returns `STATUS_STACK` rather than use more (then run it with [`run_walker`]).
+/// Returns the walker's status, or [`STATUS_FAULT`] with the faulting address.
+///
+/// # Safety
+/// `entry` is the entry of a live walker whose code is registered, `frame` points to a frame
+/// it accepts, with the buffers it names writable and unused elsewhere during the call.
 #[inline]
-pub fn run_direct(
-    walker: &LocalWalker,
-    frame: &mut WalkFrame,
+pub unsafe fn run_direct(
+    st: &mut ThreadState,
+    entry: usize,
+    frame: *mut WalkFrame,
 ) -> Result<Option<(u64, usize)>, GuardError> {
-    THREAD.with(|t| {
-        let Some(room) = direct_room(t) else {
-            return Ok(None);
-        };
-        ensure_handlers(t)?;
-        let code = walker.code_range();
-        frame.stack_len = room as u64;
-        let probe = 0u8;
-        let sp = std::hint::black_box(&probe) as *const u8 as usize;
-        t.direct.set(Some(Direct {
-            code_start: code.start,
-            code_end: code.end,
-            // The walker's entry is a few frames below `sp` and its last frame may reach into
-            // its own 32 KiB margin: the check allows 64 KiB more, still inside the reserve.
-            sp_low: sp.saturating_sub(room + (64 << 10)),
-        }));
-        t.fault_addr.set(0);
-        // SAFETY: the entry has the signature the trampoline calls it with; the frame and
-        // the buffers it names are the caller's and outlive the call; `stack_len` keeps the
-        // walk within the room measured below the current stack pointer; a fault in the
-        // walk is turned into a return of STATUS_FAULT by `handler`, which discards only
-        // generated frames below the trampoline's. The walker writes only to `frame`, `out`
-        // and `scratch` (raw memory the compiler sees escape through the call).
-        let status = unsafe {
-            oil_walk_direct(
-                walker.entry_address(),
-                std::ptr::from_mut(frame),
-                t.saved_sp.as_ptr(),
-            )
-        };
-        t.direct.set(None);
-        Ok(Some((status, t.fault_addr.get())))
-    })
+    let Some(room) = direct_room(st) else {
+        return Ok(None);
+    };
+    if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
+        ensure_handlers()?;
+        st.walks_to_check = RECHECK_EVERY;
+    }
+    st.walks_to_check -= 1;
+    // SAFETY: writing the frame the caller owns.
+    unsafe { (*frame).stack_len = room as u64 };
+    // SAFETY: the entry has the signature the trampoline calls it with; the frame and the
+    // buffers it names are the caller's and outlive the call; `stack_len` keeps the walk
+    // within the room measured below the current stack pointer; a fault in the walk is
+    // turned into a return of STATUS_FAULT by `handler`, which discards only generated
+    // frames below the trampoline's. The walker writes only to `frame`, `out` and `scratch`
+    // (raw memory the compiler sees escape through the call).
+    let r = unsafe { oil_walk_direct(entry, frame) };
+    Ok(Some((r.status, r.fault_addr)))
 }
 
 /// The handlers that were installed before ours (leaked boxes, swapped atomically so the
@@ -413,7 +480,7 @@ static MAYBE_REPLACED: AtomicBool = AtomicBool::new(true);
 
 /// Walks of a thread between two reads of the installed actions (for changes made without
 /// libc's `sigaction`/`signal`).
-pub const RECHECK_EVERY: u32 = 4096;
+pub const RECHECK_EVERY: usize = 4096;
 
 fn prev_of(sig: c_int) -> &'static AtomicPtr<libc::sigaction> {
     if sig == libc::SIGBUS {
@@ -462,17 +529,12 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
     r
 }
 
-/// Makes sure our handler is the one installed for SIGSEGV and SIGBUS. In the steady state
-/// one atomic load and a thread-local count; the installed actions are read (two system
-/// calls) only after a `sigaction`/`signal` call on them, at a thread's first walk, and
-/// every [`RECHECK_EVERY`] walks.
-#[inline]
-fn ensure_handlers(t: &PerThread) -> Result<(), GuardError> {
-    let since = t.since_check.get();
-    if since != 0 && since < RECHECK_EVERY && !MAYBE_REPLACED.load(Ordering::Acquire) {
-        t.since_check.set(since + 1);
-        return Ok(());
-    }
+/// Makes sure our handler is the one installed for SIGSEGV and SIGBUS: reads the installed
+/// actions (two system calls) and installs ours where it is not. Walks call it only after a
+/// `sigaction`/`signal` call on them, at a thread's first walk, and every [`RECHECK_EVERY`]
+/// walks of a thread (the countdown in [`ThreadState`] or in the coroutine path's caller).
+#[cold]
+fn ensure_handlers() -> Result<(), GuardError> {
     {
         let _serial = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
         // Cleared before reading: a change made while we check raises it again.
@@ -486,7 +548,6 @@ fn ensure_handlers(t: &PerThread) -> Result<(), GuardError> {
             }
         }
     }
-    t.since_check.set(1);
     Ok(())
 }
 
@@ -539,28 +600,34 @@ extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
     unsafe { chain(sig, info, ctx) }
 }
 
+/// Most frames [`recover`] follows up from a faulting walker frame to the trampoline's: a
+/// walk nests at most `MAX_DEPTH` levels, each a frame or less (tail calls replace theirs).
+const MAX_CHAIN: usize = 1 << 16;
+
 /// Makes the interrupted walk of this thread return [`STATUS_FAULT`] if the fault is its own
-/// (the instruction in its walker's code, the stack pointer on its stack); false if not.
+/// (the instruction in walker code, and, for a direct walk, a chain of walker frames up to
+/// the trampoline; for a walk on a stack of its own, the stack pointer on that stack); false
+/// if not.
 fn recover(t: &PerThread, info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
     // SAFETY: with SA_SIGINFO, `ctx` is the interrupted thread's ucontext_t.
     let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
     let gregs = &mut uc.uc_mcontext.gregs;
     let rip = gregs[libc::REG_RIP as usize] as usize;
     let rsp = gregs[libc::REG_RSP as usize] as usize;
-    if let Some(d) = t.direct.get() {
-        let saved = t.saved_sp.get();
-        if (d.code_start..d.code_end).contains(&rip) && (d.sp_low..saved).contains(&rsp) {
-            t.direct.set(None);
-            // SAFETY: `info` is the kernel's siginfo for this synchronous fault.
-            t.fault_addr.set(unsafe { (*info).si_addr() } as usize);
-            // The fault is in generated walker code running below the trampoline's frame
-            // (checked just above): resume in the trampoline's return path with its stack
-            // pointer, which restores the caller's registers and returns STATUS_FAULT.
-            gregs[libc::REG_RSP as usize] = saved as i64;
-            gregs[libc::REG_RIP as usize] = oil_walk_direct_resume as *const () as i64;
-            gregs[libc::REG_RAX as usize] = STATUS_FAULT as i64;
-            return true;
-        }
+    let rbp = gregs[libc::REG_RBP as usize] as usize;
+    if in_walker_code(rip)
+        && let Some(resume_sp) = direct_walk_frame(rsp, rbp)
+    {
+        // SAFETY: `info` is the kernel's siginfo for this synchronous fault.
+        let addr = unsafe { (*info).si_addr() } as usize;
+        // The fault is in generated walker code entered by the trampoline, whose call left
+        // the stack pointer `resume_sp` (checked just above): resume in its return path,
+        // which restores the caller's registers and returns (STATUS_FAULT, addr).
+        gregs[libc::REG_RSP as usize] = resume_sp as i64;
+        gregs[libc::REG_RIP as usize] = oil_walk_direct_resume as *const () as i64;
+        gregs[libc::REG_RAX as usize] = STATUS_FAULT as i64;
+        gregs[libc::REG_RDX as usize] = addr as i64;
+        return true;
     }
     if let Some(a) = t.active.get()
         && (a.code_start..a.code_end).contains(&rip)
@@ -582,6 +649,36 @@ fn recover(t: &PerThread, info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool 
         return true;
     }
     false
+}
+
+/// The stack pointer the trampoline's call left, if the walker frame at `rbp` (the
+/// interrupted frame pointer of walker code, `rsp` its stack pointer) was entered by it: the
+/// frame chain (walker code keeps frame pointers: `[fp]` the caller's, `[fp + 8]` the return
+/// address) is followed up through walker frames only, to the entry's frame, whose return
+/// address is `oil_walk_direct_return`. Each link must lie above the last on this stack.
+/// Needs no record of the walk: the steady state stores nothing for the handler.
+fn direct_walk_frame(rsp: usize, rbp: usize) -> Option<usize> {
+    let back = oil_walk_direct_return as *const () as usize;
+    let mut fp = rbp;
+    let mut floor = rsp;
+    for _ in 0..MAX_CHAIN {
+        if fp < floor || !fp.is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: `fp` is the frame pointer of walker code on this thread's stack (the fault
+        // is in walker code, which keeps rbp as its frame pointer, and every link followed
+        // was a walker frame's), at or above the interrupted stack pointer: live stack.
+        let (caller_fp, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
+        if ret == back {
+            return Some(fp + 16);
+        }
+        if !in_walker_code(ret) {
+            return None;
+        }
+        floor = fp + 16;
+        fp = caller_fp;
+    }
+    None
 }
 
 /// Passes a signal that is not ours to the handler installed before ours, or lets the
@@ -715,6 +812,7 @@ mod tests {
         );
         // The same on this thread's own stack (a test thread's 2 MiB leave room): a fault
         // resumes in the trampoline with the caller's registers intact.
+        assert!(register_code(w.code_range()));
         let direct = |addr: u64, scratch: &mut [u64]| {
             let mut out = vec![0u8; 512];
             let mut frame = WalkFrame {
@@ -726,9 +824,12 @@ mod tests {
                 ..Default::default()
             };
             frame.args[0] = addr;
-            let (status, fault) = run_direct(&w, &mut frame)
-                .expect("run")
-                .expect("room on a test thread's stack");
+            // SAFETY: the walker's code is registered and alive; the frame's buffers outlive
+            // the call.
+            let (status, fault) =
+                with_thread_state(|st| unsafe { run_direct(st, w.entry_address(), &mut frame) })
+                    .expect("run")
+                    .expect("room on a test thread's stack");
             out.truncate(frame.out_used as usize);
             (status, fault, out)
         };
@@ -737,7 +838,6 @@ mod tests {
         assert_eq!(s, STATUS_FAULT);
         assert!((hole..hole + 4096).contains(&(fault as u64)), "{fault:#x}");
         assert_eq!(std::hint::black_box(keep), [1, 2, 3]);
-        assert!(THREAD.with(|t| t.direct.get().is_none()));
         let (s, _, out) = direct(good, &mut scratch);
         assert_eq!(
             (s, out),

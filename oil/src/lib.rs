@@ -11,10 +11,13 @@
 //! `plan` → a walker compiled into this process with cranelift-jit (`jit::in_process`, the
 //! same IR as the walker oi-trace injects) → run on the calling thread (`run`, with faults
 //! contained by `guard`) → decoded by `report`. The plan of each (type, module, features) is
-//! built once per process (`cache`), and with it two walkers, each compiled at its first use:
-//! one that writes the stream for `json`/`tree` (then decoded), and one that only adds up
-//! the size for `size` (no stream, no decoding). In the steady state `size` is a call into
-//! the compiled walker on the caller's own stack (`guard`): no system call, no allocation.
+//! built once per process (`cache`), and with it the walkers, each compiled at its first use:
+//! one that writes the stream for `json`/`tree` (then decoded), and two that only add up the
+//! size for `size` (no stream, no decoding): an optimistic one without the visited set, which
+//! says when an object shares a pointee, and the exact one for those. In the steady state
+//! `size` is one call from `oil.h` (`ffi::oil_size_steady`, with a per-thread state the
+//! header keeps) into the optimistic walker on the caller's own stack (`guard`): no system
+//! call, no allocation, no thread-local of this library.
 //!
 //! A corrupt object never kills the program: the native walk runs where a fault is caught,
 //! and then the interpreter, reading through `process_vm_readv` on our own pid, says which

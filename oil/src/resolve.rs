@@ -2,14 +2,17 @@
 //! module whose DWARF defines it (the modules holding the caller's code, the object's
 //! vtable and the `type_info` object, then every other loaded module), its definition there
 //! (`debuginfo::type_names`), the plan (`Measurer::for_type`, the same `typegraph` → `plan`
-//! code as oi-trace), and the walkers (`jit::in_process`): one that writes the stream for the
-//! reports and one that only adds up the size (`oil::size` needs no stream), each compiled
-//! at its first use.
+//! code as oi-trace), and the walkers (`jit::in_process`), each compiled at its first use:
+//! one that writes the stream for the reports, and two that only add up the size
+//! (`oil::size` needs no stream): the optimistic one of the steady state (no visited set; it
+//! says when a pointee was shared, see `LocalWalker::compile_totals_optimistic`) and the
+//! exact one for the objects it cannot do.
 //!
 //! Reads files (the modules and their separate debug files, as `debuginfo` finds them) and
 //! compiles; never reads the program's memory.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use oi_trace::debuginfo::Binary;
 use oi_trace::debuginfo::dwarf::{self, DwarfError};
@@ -19,7 +22,22 @@ use oi_trace::measure::Measurer;
 use oi_trace::plan::NodeId;
 
 use crate::Error;
+use crate::guard;
 use crate::modules::{self, Module};
+
+/// A compiled walker, and whether its code is registered for walks on the caller's stack
+/// (`guard::register_code`; else it runs on a walk stack).
+pub struct Walker {
+    pub local: LocalWalker,
+    pub direct: bool,
+}
+
+impl Walker {
+    fn new(local: LocalWalker) -> Self {
+        let direct = guard::register_code(local.code_range());
+        Self { local, direct }
+    }
+}
 
 /// Everything a measurement of one (type, features) needs, built once.
 pub struct Compiled {
@@ -28,10 +46,17 @@ pub struct Compiled {
     pub measurer: Measurer,
     /// The walker that writes the stream (and adds up the total) for the reports, compiled
     /// at the first report.
-    report_walker: OnceLock<Result<LocalWalker, Error>>,
+    report_walker: OnceLock<Result<Walker, Error>>,
     /// The walker that adds up the total only (no stream: `oil::size`), compiled at the
-    /// first size.
-    size_walker: OnceLock<Result<LocalWalker, Error>>,
+    /// first size the optimistic walker cannot give.
+    size_walker: OnceLock<Result<Walker, Error>>,
+    /// The optimistic walker of sizes (`LocalWalker::compile_totals_optimistic`: no visited
+    /// set), compiled at the first size; `oil::size`'s steady state.
+    optimistic: OnceLock<Option<Walker>>,
+    /// The optimistic walker's entry while the steady state may use it (0: not compiled,
+    /// not possible for this plan, or given up: a walk met a shared pointee, or nested
+    /// deeper than a caller's stack allows; then sizes take the exact walker).
+    pub steady_entry: AtomicUsize,
     pub root: NodeId,
     /// Load bias of the module whose DWARF describes the type (vtable ranges are ELF
     /// addresses of that module).
@@ -41,18 +66,43 @@ pub struct Compiled {
     pub heap_blocks: bool,
     /// A walk on a caller's stack ran out of room once: this type nests deeper than a
     /// thread's stack allows, so its walks go to the walk stack from then on (`run`).
-    pub deep: std::sync::atomic::AtomicBool,
+    pub deep: AtomicBool,
 }
 
 impl Compiled {
     /// The walker for a report (`report`) or for the size alone, if compiled already.
-    pub fn walker(&self, report: bool) -> Option<&Result<LocalWalker, Error>> {
+    pub fn walker(&self, report: bool) -> Option<&Result<Walker, Error>> {
         self.slot(report).get()
+    }
+
+    /// Whether the optimistic walker was tried already (compiled, or found impossible).
+    pub fn optimistic_tried(&self) -> bool {
+        self.optimistic.get().is_some()
+    }
+
+    /// Compiles the optimistic walker if it is the first call for it, and publishes its
+    /// entry for the steady state when it can run on a caller's stack. A plan that charges
+    /// heap blocks, or a failed compilation, leaves the exact walker to do the work.
+    /// Recurses as deep as the type nests: run it on a walk stack.
+    pub fn compile_optimistic(&self) {
+        self.optimistic.get_or_init(|| {
+            if self.heap_blocks {
+                return None;
+            }
+            let plan = self.measurer.plan();
+            let w = LocalWalker::compile_totals_optimistic(plan, &self.measurer.roots()).ok()?;
+            let w = Walker::new(w);
+            if w.direct && !self.deep.load(Ordering::Relaxed) {
+                self.steady_entry
+                    .store(w.local.entry_address(), Ordering::Release);
+            }
+            Some(w)
+        });
     }
 
     /// The walker, compiled now if it is the first call for it (concurrent first calls
     /// compile once). Recurses as deep as the type nests: run it on a walk stack.
-    pub fn compile_walker(&self, report: bool) -> &Result<LocalWalker, Error> {
+    pub fn compile_walker(&self, report: bool) -> &Result<Walker, Error> {
         self.slot(report).get_or_init(|| {
             let plan = self.measurer.plan();
             let roots = self.measurer.roots();
@@ -62,13 +112,13 @@ impl Compiled {
             } else {
                 LocalWalker::compile_totals(plan, &roots)
             };
-            walker.map_err(|e| {
+            walker.map(Walker::new).map_err(|e| {
                 Error::Build(format!("cannot compile the walk of `{}`: {e}", self.name))
             })
         })
     }
 
-    fn slot(&self, report: bool) -> &OnceLock<Result<LocalWalker, Error>> {
+    fn slot(&self, report: bool) -> &OnceLock<Result<Walker, Error>> {
         if report {
             &self.report_walker
         } else {
@@ -122,6 +172,8 @@ pub fn compile(
                     measurer,
                     report_walker: OnceLock::new(),
                     size_walker: OnceLock::new(),
+                    optimistic: OnceLock::new(),
+                    steady_entry: AtomicUsize::new(0),
                     root,
                     bias: module.bias,
                 });

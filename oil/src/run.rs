@@ -3,24 +3,27 @@
 //! `report` decoder, exactly as oi-trace decodes a sample. A size alone needs no decoding:
 //! the walker is compiled with sizes and adds up the total the decoder would find.
 //!
-//! Each thread keeps what a walk needs between calls (a walk stack, the visited-set table,
-//! an output buffer, the walker's frame and its generation counter), so that a call in the
-//! steady state costs the walk (entered with a call on the caller's stack, `guard`) and the
-//! decoding and nothing else: no system call, no allocation. Never writes to the measured
+//! The steady state of a size ([`size_steady`]) is the optimistic walker of sizes entered
+//! with a call on the caller's stack (`guard::run_direct`), with its frame on that stack:
+//! no visited-set table, no buffer, no thread-local of this library, no system call, no
+//! allocation. Everything else (the first call, reports, objects the optimistic walker
+//! cannot do) uses what each thread keeps between calls (a walk stack, the visited-set
+//! table, an output buffer, the walker's frame and its generation counter), so that those
+//! calls too cost the walk and the decoding and nothing else. Never writes to the measured
 //! object.
 
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::Ordering;
 
 use oi_trace::interp::RemoteReader;
-use oi_trace::jit::in_process::LocalWalker;
 use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
 use oi_trace::measure::{OutputFormat, WALK_STACK};
 use oi_trace::report;
 
-use crate::guard::{self, STATUS_FAULT, WalkStack};
-use crate::resolve::Compiled;
+use crate::guard::{self, STATUS_FAULT, ThreadState, WalkStack};
+use crate::resolve::{Compiled, Walker};
 use crate::{Error, Format};
 
 /// Output buffer a thread starts with, in bytes (grown to what a walk needs, then kept).
@@ -110,21 +113,22 @@ pub fn on_walk_stack<R>(f: impl FnOnce() -> Result<R, Error>) -> Result<R, Error
     })
 }
 
-/// The inclusive size of the object at `obj`: the steady state in one pass (the walker of
-/// sizes, compiled already, entered on the caller's stack), anything else through
-/// [`measure`].
+/// The inclusive size of the object at `obj`: the steady state ([`size_steady`]), else the
+/// first call (which compiles the optimistic walker and tries it), else the exact walker
+/// through [`measure`].
 pub fn size(c: &Compiled, obj: usize) -> Result<u64, Error> {
-    if obj != 0
-        && !c.heap_blocks
-        && !c.deep.load(Ordering::Relaxed)
-        && let Some(Ok(walker)) = c.walker(false)
-    {
-        let fast = ENV.with(|cell| {
-            let mut guard = cell.try_borrow_mut().ok()?;
-            let env = guard.as_mut()?;
-            size_direct(env, c, walker, obj)
-        });
-        if let Some(total) = fast {
+    if obj == 0 {
+        return Err(Error::Null);
+    }
+    if let Some(total) = guard::with_thread_state(|st| size_steady(c, obj, st)) {
+        return Ok(total);
+    }
+    if !c.optimistic_tried() {
+        on_walk_stack(|| {
+            c.compile_optimistic();
+            Ok(())
+        })?;
+        if let Some(total) = guard::with_thread_state(|st| size_steady(c, obj, st)) {
             return Ok(total);
         }
     }
@@ -134,8 +138,46 @@ pub fn size(c: &Compiled, obj: usize) -> Result<u64, Error> {
     }
 }
 
-/// The frame of a one-root walk of `obj` into this thread's buffers (no heap ranges yet).
+/// The steady state of `oil::size`: the optimistic walker, compiled already, on the caller's
+/// stack, its frame on that stack too (it reads only `nargs`, `args`, `unseeded`, `bias` and
+/// `stack_len`, and writes only the status, the totals and the error fields). `None` for
+/// anything but a finished walk (not compiled yet, no room on this stack, a fault, a corrupt
+/// object, a shared pointee), which [`size`] then handles; a shared pointee or a type that
+/// nests too deep for the caller's stack take the exact walker from then on.
 #[inline]
+pub fn size_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> Option<u64> {
+    let entry = c.steady_entry.load(Ordering::Acquire);
+    if entry == 0 || obj == 0 {
+        return None;
+    }
+    let mut frame = MaybeUninit::<WalkFrame>::uninit();
+    let f = frame.as_mut_ptr();
+    // SAFETY: writing fields of our own (uninitialised) frame through its raw pointer; the
+    // walker reads no other field (see above), and only the fields it wrote are read back.
+    unsafe {
+        (&raw mut (*f).nargs).write(1);
+        (&raw mut (*f).unseeded).write(0);
+        (&raw mut (*f).bias).write(c.bias);
+        (&raw mut (*f).args[0]).write(obj as u64);
+    }
+    // SAFETY: `entry` is the optimistic walker's, registered and alive for the life of the
+    // process (`Compiled` is never freed); the frame is ours and names no buffer.
+    let (status, _) = unsafe { guard::run_direct(st, entry, f) }.ok()??;
+    match status {
+        // SAFETY: the walker wrote the total before returning STATUS_DONE.
+        jit::STATUS_DONE => Some(unsafe { (&raw const (*f).total).read() }),
+        jit::STATUS_REVISIT | jit::STATUS_STACK => {
+            c.steady_entry.store(0, Ordering::Relaxed);
+            if status == jit::STATUS_STACK {
+                c.deep.store(true, Ordering::Relaxed);
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The frame of a one-root walk of `obj` into this thread's buffers (no heap ranges yet).
 fn start_frame(env: &mut Env, c: &Compiled, obj: usize) {
     let frame = &mut env.frame;
     frame.out = env.out.as_mut_ptr() as u64;
@@ -147,25 +189,6 @@ fn start_frame(env: &mut Env, c: &Compiled, obj: usize) {
     frame.bias = c.bias;
     frame.args[0] = obj as u64;
     frame.heaps_len = 0;
-}
-
-/// The walk of sizes on the caller's stack; `None` for anything but a finished walk (no room
-/// on this stack, a fault, a corrupt object, too deep), which [`measure`] then handles.
-#[inline]
-fn size_direct(env: &mut Env, c: &Compiled, walker: &LocalWalker, obj: usize) -> Option<u64> {
-    start_frame(env, c, obj);
-    let frame = &mut env.frame;
-    frame.generation = env.generation;
-    let (status, _) = guard::run_direct(walker, frame).ok()??;
-    if status == jit::STATUS_DONE && frame.out_used == 0 {
-        env.generation = frame.generation;
-        Some(frame.total)
-    } else {
-        // A walk cut short did not write its generation back: skip every tag it may have
-        // used before the next walk.
-        env.generation = env.generation.max(frame.generation) + jit::MAX_ROOTS as u64;
-        None
-    }
 }
 
 /// Measures the object at `obj` with `c`: its inclusive size, or its report in `format`.
@@ -244,7 +267,7 @@ fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
 fn walk_native(
     env: &mut Env,
     c: &Compiled,
-    walker: &LocalWalker,
+    walker: &Walker,
     obj: usize,
 ) -> Result<Option<(usize, u64)>, Error> {
     start_frame(env, c, obj);
@@ -256,17 +279,21 @@ fn walk_native(
     loop {
         frame.generation = env.generation;
         let internal = |e: guard::GuardError| Error::Internal(e.to_string());
-        let direct = if c.deep.load(Ordering::Relaxed) {
+        let direct = if c.deep.load(Ordering::Relaxed) || !walker.direct {
             None
         } else {
-            guard::run_direct(walker, frame).map_err(internal)?
+            let entry = walker.local.entry_address();
+            // SAFETY: the walker's code is registered and alive while `c` is (never freed);
+            // the frame and its buffers are this thread's and outlive the call.
+            guard::with_thread_state(|st| unsafe { guard::run_direct(st, entry, frame) })
+                .map_err(internal)?
         };
         let ran_direct = direct.is_some();
         let (status, _fault_addr) = match direct {
             Some(r) => r,
             None => {
                 frame.stack_len = RECOMMENDED_STACK;
-                guard::run_walker(&mut env.stack, walker, frame).map_err(internal)?
+                guard::run_walker(&mut env.stack, &walker.local, frame).map_err(internal)?
             }
         };
         match status {

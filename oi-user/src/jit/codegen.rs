@@ -21,6 +21,11 @@
 //! refuse (a string capacity or a bucket count beyond any allocation) make such a walk
 //! fail as corrupt, so that its caller asks the interpreter and the decoder instead.
 //!
+//! A walker with sizes and no stream (OIL's `size`) walks the roots inline in its entry, and
+//! may be optimistic about the visited set (`generate_totals_optimistic`): a few compiled
+//! shortcuts that only hold for intact objects end such a walk as corrupt otherwise, and
+//! its caller then runs the exact walker.
+//!
 //! Never emits a call outside the functions generated here, and never a syscall.
 
 use std::collections::HashMap;
@@ -37,7 +42,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 
 use super::{
     DEFAULT_STACK, ErrorCode, JitError, MAX_DEPTH, SCRATCH_BYTES, STATUS_BAD_FRAME, STATUS_CORRUPT,
-    STATUS_DONE, STATUS_FULL, STATUS_STACK, VISITED_SLOTS, WalkFrame,
+    STATUS_DONE, STATUS_FULL, STATUS_REVISIT, STATUS_STACK, VISITED_SLOTS, WalkFrame,
 };
 use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
@@ -82,6 +87,14 @@ const CTX_NHEAPS: i32 = 80;
 /// The running total of a walker compiled with sizes.
 const CTX_TOTAL: i32 = 88;
 const CTX_SIZE: u32 = 96;
+/// An optimistic walker's recorded visits (`generate_totals_optimistic`): how many, then the
+/// keys themselves.
+const CTX_NKEYS: i32 = 96;
+const CTX_KEYS: i32 = 104;
+/// Most visits an optimistic walker records before it gives up (`STATUS_REVISIT`): its
+/// end-of-walk check compares every pair, and objects with more pointers are better served
+/// by the visited-set table.
+const OPTIMISTIC_KEYS: u64 = 32;
 /// Largest byte count the decoder accepts (`report`'s `MAX_BYTES`).
 const MAX_BYTES: u64 = 1 << 47;
 
@@ -97,7 +110,7 @@ pub(super) fn generate(
     fc: TargetFrontendConfig,
     sizes: bool,
 ) -> Result<Vec<Function>, JitError> {
-    generate_with(plan, roots, fc, sizes, true)
+    generate_with(plan, roots, fc, sizes, true, false)
 }
 
 /// A walker with sizes that writes no stream: the same loads, checks and total, for a caller
@@ -107,7 +120,29 @@ pub(super) fn generate_totals(
     roots: &[NodeId],
     fc: TargetFrontendConfig,
 ) -> Result<Vec<Function>, JitError> {
-    generate_with(plan, roots, fc, true, false)
+    generate_with(plan, roots, fc, true, false, false)
+}
+
+/// [`generate_totals`] without the visited-set table: each pointer the walk would insert
+/// into the set (the roots' seeds, smart pointers, reference_wrappers, raw pointers) is
+/// assumed new, descended, and its key recorded in the walker's context; at the end the
+/// entry compares the recorded keys pairwise. If every key is distinct (and there were at
+/// most [`OPTIMISTIC_KEYS`]), every insertion of the exact walker would have succeeded too,
+/// so both walked the same objects and the total is the same; otherwise the walk ends with
+/// [`STATUS_REVISIT`] (at once when the record is full: shared or cyclic pointees cannot
+/// make it run long) and the caller runs the exact walker. Reads no `scratch`, `out` or
+/// `generation`. Plans that charge heap blocks (chase-raw-pointers) are not compiled so.
+pub(super) fn generate_totals_optimistic(
+    plan: &Plan,
+    roots: &[NodeId],
+    fc: TargetFrontendConfig,
+) -> Result<Vec<Function>, JitError> {
+    if plan.charges_heap_blocks() {
+        return Err(JitError::Codegen(
+            "an optimistic walker cannot charge heap blocks".into(),
+        ));
+    }
+    generate_with(plan, roots, fc, true, false, true)
 }
 
 fn generate_with(
@@ -116,10 +151,12 @@ fn generate_with(
     fc: TargetFrontendConfig,
     sizes: bool,
     stream: bool,
+    optimistic: bool,
 ) -> Result<Vec<Function>, JitError> {
     let mut reg = Registry {
         sizes,
         stream,
+        optimistic,
         statics: vec![None; plan.nodes.len()],
         ..Registry::default()
     };
@@ -152,6 +189,8 @@ struct Registry {
     sizes: bool,
     /// Write the stream (false: the total only, `generate_totals`).
     stream: bool,
+    /// Record visits instead of inserting them (`generate_totals_optimistic`).
+    optimistic: bool,
     /// `report::static_total` of each node, memoised.
     statics: Vec<Option<u64>>,
 }
@@ -275,8 +314,10 @@ impl Gen<'_, '_> {
 
     /// Leaves the cursor (and the total) in the context, for a callee or the caller.
     fn sync_out(&mut self) {
-        let cur = self.b.use_var(self.cur);
-        self.st_ctx(cur, CTX_CUR);
+        if self.reg.stream {
+            let cur = self.b.use_var(self.cur);
+            self.st_ctx(cur, CTX_CUR);
+        }
         if self.reg.sizes {
             let t = self.b.use_var(self.total);
             self.st_ctx(t, CTX_TOTAL);
@@ -285,8 +326,10 @@ impl Gen<'_, '_> {
 
     /// Takes the cursor (and the total) back from the context after a call.
     fn sync_in(&mut self) {
-        let cur = self.ld_ctx(CTX_CUR);
-        self.b.def_var(self.cur, cur);
+        if self.reg.stream {
+            let cur = self.ld_ctx(CTX_CUR);
+            self.b.def_var(self.cur, cur);
+        }
         if self.reg.sizes {
             let t = self.ld_ctx(CTX_TOTAL);
             self.b.def_var(self.total, t);
@@ -635,7 +678,51 @@ impl Gen<'_, '_> {
     fn visit_as(&mut self, addr: Value, tag: u64) -> Value {
         let t = self.c(tag);
         let key = self.b.ins().bxor(addr, t);
+        if self.reg.optimistic {
+            return self.record_visit(key);
+        }
         self.visit(key)
+    }
+
+    /// An optimistic walker's visit: the key recorded for the entry's final check, and 1
+    /// ("newly inserted"); [`STATUS_REVISIT`] when the record is full.
+    fn record_visit(&mut self, key: Value) -> Value {
+        let n = self.ld_ctx(CTX_NKEYS);
+        let full = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, n, OPTIMISTIC_KEYS);
+        let s = self.c(STATUS_REVISIT);
+        let ok = self.b.create_block();
+        self.b
+            .ins()
+            .brif(full, self.ret, &[BlockArg::Value(s)], ok, &[]);
+        self.b.switch_to_block(ok);
+        let off = self.b.ins().ishl_imm_s(n, 3);
+        let slot = self.b.ins().iadd(self.ctx, off);
+        self.b.ins().store(trusted(), key, slot, CTX_KEYS);
+        let n1 = self.b.ins().iadd_imm_s(n, 1);
+        self.st_ctx(n1, CTX_NKEYS);
+        self.c(1)
+    }
+
+    /// The optimistic entry's final check: [`STATUS_REVISIT`] if two recorded keys are
+    /// equal (the exact walker would not have descended the second time).
+    fn check_recorded(&mut self) -> G {
+        let n = self.ld_ctx(CTX_NKEYS);
+        self.loop_n(n, |g, i| {
+            let off = g.b.ins().ishl_imm_s(i, 3);
+            let slot = g.b.ins().iadd(g.ctx, off);
+            let ki = g.b.ins().load(I64, trusted(), slot, CTX_KEYS);
+            g.loop_n(i, |g, j| {
+                let off = g.b.ins().ishl_imm_s(j, 3);
+                let slot = g.b.ins().iadd(g.ctx, off);
+                let kj = g.b.ins().load(I64, trusted(), slot, CTX_KEYS);
+                let same = g.b.ins().icmp(IntCC::Equal, ki, kj);
+                let s = g.c(STATUS_REVISIT);
+                let ok = g.b.create_block();
+                g.b.ins().brif(same, g.ret, &[BlockArg::Value(s)], ok, &[]);
+                g.b.switch_to_block(ok);
+                Ok(())
+            })
+        })
     }
 
     /// Inserts `addr` into the visited set: 1 if newly inserted, else 0.
@@ -944,6 +1031,14 @@ impl Gen<'_, '_> {
                 self.two(addr, len, *key, *value, k, tail)
             }
             Op::String(l) => self.string(l, addr, len),
+            Op::Vector { layout, elem }
+                if self.reg.optimistic
+                    && !self.dynamic(*elem)
+                    && layout.elem_size > 0
+                    && self.st(*elem) == layout.elem_size =>
+            {
+                self.optimistic_flat_vector(layout, addr, len)
+            }
             Op::Vector { layout, elem } => {
                 let l = *layout;
                 let code = ErrorCode::Vector;
@@ -1249,6 +1344,45 @@ impl Gen<'_, '_> {
         }
     }
 
+    /// An optimistic walker's vector of elements that read nothing and count their own
+    /// size (ints, doubles, plain structs): `size + capacity · sizeof(T)`, which is what the
+    /// exact walk adds up (`size + (cap − len)·sizeof T + len·sizeof T`) when
+    /// `start ≤ finish ≤ end_of_storage` and the capacity is within `MAX_ELEMENTS`. Anything
+    /// else (a corrupt vector, or a `finish` past the storage, which the exact walk takes as
+    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Five
+    /// instructions beside the loads, where the exact arm needs four checks and two
+    /// divisions.
+    fn optimistic_flat_vector(
+        &mut self,
+        l: &crate::containers::vector::VectorLayout,
+        addr: Value,
+        len: u64,
+    ) -> G {
+        let code = ErrorCode::Vector;
+        let start = self.field(addr, len, l.start_off, code)?;
+        let finish = self.field(addr, len, l.finish_off, code)?;
+        let eos = self.field(addr, len, l.eos_off, code)?;
+        let es = l.elem_size;
+        let used = self.b.ins().isub(finish, start);
+        let all = self.b.ins().isub(eos, start);
+        // `eos < start` wraps `all` above the bound; then `finish < start` wraps `used`
+        // above `all`.
+        let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, used, all);
+        let most = MAX_ELEMENTS.saturating_add(1).saturating_mul(es) - 1;
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, all, most);
+        let bad = self.b.ins().bor(over, big);
+        self.fail_if(bad, code, addr);
+        let cap_bytes = if es.is_power_of_two() {
+            self.b.ins().band_imm_s(all, !(es as i64 - 1))
+        } else {
+            let cap = self.div(all, es);
+            self.b.ins().imul_imm_s(cap, es as i64)
+        };
+        let part = self.b.ins().iadd_imm_s(cap_bytes, l.size as i64);
+        self.tally(part);
+        Ok(())
+    }
+
     /// A pair's or map entry's part: its own bytes beside the two children, and the
     /// children that read nothing.
     fn tally_pair(&mut self, s: u64, a: NodeId, b: NodeId) {
@@ -1298,14 +1432,17 @@ impl Gen<'_, '_> {
             return self.fail(ErrorCode::String, addr);
         }
         let ptr = self.ld(addr, l.ptr_off);
-        let n = self.ld(addr, l.len_off);
-        let hi = self.b.ins().iadd_imm_s(addr, l.size as i64);
-        let ge = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedGreaterThanOrEqual, ptr, addr);
-        let lt = self.b.ins().icmp(IntCC::UnsignedLessThan, ptr, hi);
-        let inline = self.b.ins().band(ge, lt);
+        // A walker without a stream never uses the length (and the word lies between the two
+        // it does read: it cannot fault alone).
+        let n = if self.reg.stream {
+            self.ld(addr, l.len_off)
+        } else {
+            self.c(0)
+        };
+        // Inline iff `addr <= ptr < addr + size`: one unsigned comparison of `ptr - addr`
+        // (a pointer below the object wraps far above `size`).
+        let from = self.b.ins().isub(ptr, addr);
+        let inline = self.icmp_imm(IntCC::UnsignedLessThan, from, l.size);
         let zero = self.c(0);
         let cap = if in_obj(l.cap_off) {
             // Inside the object either way, so reading it when inline is harmless.
@@ -1469,12 +1606,19 @@ impl Gen<'_, '_> {
         // Room limits for one and for two elements; an `end` below 40 (no real buffer)
         // has none.
         let end = self.end;
-        let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, 2 * w as u64);
         let zero = self.c(0);
-        let l1 = self.b.ins().iadd_imm_s(end, -w);
-        let lim1 = self.b.ins().select(big, l1, zero);
-        let l2 = self.b.ins().iadd_imm_s(end, -2 * w);
-        let lim2 = self.b.ins().select(big, l2, zero);
+        let (lim1, lim2) = if self.reg.stream {
+            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, 2 * w as u64);
+            let l1 = self.b.ins().iadd_imm_s(end, -w);
+            let lim1 = self.b.ins().select(big, l1, zero);
+            let l2 = self.b.ins().iadd_imm_s(end, -2 * w);
+            let lim2 = self.b.ins().select(big, l2, zero);
+            (lim1, lim2)
+        } else {
+            // Nothing is written: always room.
+            let all = self.c(u64::MAX);
+            (all, all)
+        };
         let cur = self.b.use_var(self.cur);
         let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
 
@@ -2065,6 +2209,9 @@ fn build(
         let total = b.declare_var(I64);
         let zero = b.ins().iconst(I64, 0);
         b.def_var(total, zero);
+        // A walker without a stream keeps its cursor at 0 (the entry and `sync_in` of a
+        // stream walker set it).
+        b.def_var(cur, zero);
         let mut g = Gen {
             plan,
             b,
@@ -2114,7 +2261,9 @@ fn gen_node_fn(
         let ok = g.b.create_block();
         g.b.ins().brif(low, g.ret, &[BlockArg::Value(s)], ok, &[]);
         g.b.switch_to_block(ok);
-        g.end = g.ld_ctx(CTX_END);
+        if g.reg.stream {
+            g.end = g.ld_ctx(CTX_END);
+        }
         g.sync_in();
         g.inline.push((node, len));
         g.tail = true;
@@ -2139,12 +2288,19 @@ fn gen_entry(
         let frame = args[0];
         let fl =
             |g: &mut Gen<'_, '_>, off: usize| g.b.ins().load(I64, trusted(), frame, frame_off(off));
-        // Validate the frame first: nothing is written to `out` or `scratch` otherwise.
+        let stream = g.reg.stream;
+        let optimistic = g.reg.optimistic;
+        // Validate the frame first: nothing is written to `out` or `scratch` otherwise (an
+        // optimistic walker uses no scratch).
         let nargs = fl(g, offset_of!(WalkFrame, nargs));
-        let scratch_len = fl(g, offset_of!(WalkFrame, scratch_len));
         let wrong_n = g.icmp_imm(IntCC::NotEqual, nargs, roots.len() as u64);
-        let small = g.icmp_imm(IntCC::UnsignedLessThan, scratch_len, SCRATCH_BYTES);
-        let bad = g.b.ins().bor(wrong_n, small);
+        let bad = if optimistic {
+            wrong_n
+        } else {
+            let scratch_len = fl(g, offset_of!(WalkFrame, scratch_len));
+            let small = g.icmp_imm(IntCC::UnsignedLessThan, scratch_len, SCRATCH_BYTES);
+            g.b.ins().bor(wrong_n, small)
+        };
         let bad_b = g.b.create_block();
         let ok = g.b.create_block();
         g.b.ins().brif(bad, bad_b, &[], ok, &[]);
@@ -2159,33 +2315,49 @@ fn gen_entry(
         g.b.ins().return_(&[s]);
         g.b.switch_to_block(ok);
 
+        let ctx_size = if optimistic {
+            CTX_KEYS as u32 + 8 * OPTIMISTIC_KEYS as u32
+        } else {
+            CTX_SIZE
+        };
         let slot = g.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
-            CTX_SIZE,
+            ctx_size,
             3,
         ));
         g.ctx = g.b.ins().stack_addr(I64, slot, 0);
-        let out = fl(g, offset_of!(WalkFrame, out));
-        let out_len = fl(g, offset_of!(WalkFrame, out_len));
-        g.end = g.b.ins().iadd(out, out_len);
+        let zero = g.c(0);
+        // A walker without a stream never reads `out` (its cursor stays at 0).
+        let out = if stream {
+            fl(g, offset_of!(WalkFrame, out))
+        } else {
+            zero
+        };
+        if stream {
+            let out_len = fl(g, offset_of!(WalkFrame, out_len));
+            g.end = g.b.ins().iadd(out, out_len);
+            g.st_ctx(out, CTX_CUR);
+            let end = g.end;
+            g.st_ctx(end, CTX_END);
+        }
         g.b.def_var(g.cur, out);
-        g.st_ctx(out, CTX_CUR);
-        let end = g.end;
-        g.st_ctx(end, CTX_END);
-        let scratch = fl(g, offset_of!(WalkFrame, scratch));
-        g.st_ctx(scratch, CTX_TABLE);
+        if !optimistic {
+            let scratch = fl(g, offset_of!(WalkFrame, scratch));
+            g.st_ctx(scratch, CTX_TABLE);
+            let heaps =
+                g.b.ins()
+                    .iadd_imm_s(frame, offset_of!(WalkFrame, heaps) as i64);
+            g.st_ctx(heaps, CTX_HEAPS);
+            let nheaps = fl(g, offset_of!(WalkFrame, heaps_len));
+            let most = g.c(MAX_HEAPS as u64);
+            let nheaps = g.b.ins().umin(nheaps, most);
+            g.st_ctx(nheaps, CTX_NHEAPS);
+            g.st_ctx(zero, CTX_COUNT);
+        } else {
+            g.st_ctx(zero, CTX_NKEYS);
+        }
         let bias = fl(g, offset_of!(WalkFrame, bias));
         g.st_ctx(bias, CTX_BIAS);
-        let heaps =
-            g.b.ins()
-                .iadd_imm_s(frame, offset_of!(WalkFrame, heaps) as i64);
-        g.st_ctx(heaps, CTX_HEAPS);
-        let nheaps = fl(g, offset_of!(WalkFrame, heaps_len));
-        let most = g.c(MAX_HEAPS as u64);
-        let nheaps = g.b.ins().umin(nheaps, most);
-        g.st_ctx(nheaps, CTX_NHEAPS);
-        let zero = g.c(0);
-        g.st_ctx(zero, CTX_COUNT);
         g.st_ctx(zero, CTX_ERR_CODE);
         g.st_ctx(zero, CTX_ERR_ADDR);
         g.st_ctx(zero, CTX_TOTAL);
@@ -2202,13 +2374,21 @@ fn gen_entry(
         g.st_ctx(limit, CTX_LIMIT);
 
         let gen_v = g.b.declare_var(I64);
-        let generation = fl(g, offset_of!(WalkFrame, generation));
+        let generation = if optimistic {
+            zero
+        } else {
+            fl(g, offset_of!(WalkFrame, generation))
+        };
         g.b.def_var(gen_v, generation);
         let root_v = g.b.declare_var(I64);
         g.b.def_var(root_v, zero);
         let unseeded = fl(g, offset_of!(WalkFrame, unseeded));
-        // Calls only: node functions check the stack, the entry does not recurse.
-        g.budget = 0;
+        // A stream walker's entry only calls (node functions check the stack; the entry does
+        // not recurse). A walker without a stream walks the roots inline, as a node function
+        // would (depth 0 is a constant here, so its depth checks fold away): the calls, the
+        // context round trips and the frame of a node function are what a small object's walk
+        // would otherwise spend most of its time on.
+        g.budget = if stream { 0 } else { INLINE_BUDGET };
 
         // Error exits of the entry record the frame's out fields before returning.
         let real_ret = g.ret;
@@ -2228,12 +2408,14 @@ fn gen_entry(
                     frame,
                     frame_off(offset_of!(WalkFrame, err_root)),
                 );
-                let gv = g.b.use_var(gen_v);
-                let next = g.b.ins().iadd_imm_s(gv, 1);
-                g.b.def_var(gen_v, next);
-                g.st_ctx(next, CTX_GEN);
-                let zero = g.c(0);
-                g.st_ctx(zero, CTX_COUNT);
+                if !optimistic {
+                    let gv = g.b.use_var(gen_v);
+                    let next = g.b.ins().iadd_imm_s(gv, 1);
+                    g.b.def_var(gen_v, next);
+                    g.st_ctx(next, CTX_GEN);
+                    let zero = g.c(0);
+                    g.st_ctx(zero, CTX_COUNT);
+                }
                 let header = g.b.use_var(g.cur);
                 g.emit_raw_word(zero);
                 let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
@@ -2250,7 +2432,7 @@ fn gen_entry(
                     g.tally_const(part);
                 }
                 g.walk_at(root, addr, 0)?;
-                if !g.reg.stream {
+                if !stream {
                     continue;
                 }
                 let cur = g.b.use_var(g.cur);
@@ -2281,24 +2463,34 @@ fn gen_entry(
                 frame,
                 frame_off(offset_of!(WalkFrame, out_used)),
             );
-            let gv = g.b.use_var(gen_v);
-            g.b.ins().store(
-                trusted(),
-                gv,
-                frame,
-                frame_off(offset_of!(WalkFrame, generation)),
-            );
+            if !optimistic {
+                let gv = g.b.use_var(gen_v);
+                g.b.ins().store(
+                    trusted(),
+                    gv,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, generation)),
+                );
+            }
         };
+        let walked = walked.and_then(|()| {
+            if optimistic {
+                g.check_recorded()?;
+            }
+            Ok(())
+        });
         match walked {
             Ok(()) => {
-                // Past the end: the output did not fit; `out_used` says what it needs.
-                let cur = g.b.use_var(g.cur);
-                let over = g.b.ins().icmp(IntCC::UnsignedGreaterThan, cur, g.end);
-                let full = g.c(STATUS_FULL);
-                let ok = g.b.create_block();
-                g.b.ins()
-                    .brif(over, g.ret, &[BlockArg::Value(full)], ok, &[]);
-                g.b.switch_to_block(ok);
+                if stream {
+                    // Past the end: the output did not fit; `out_used` says what it needs.
+                    let cur = g.b.use_var(g.cur);
+                    let over = g.b.ins().icmp(IntCC::UnsignedGreaterThan, cur, g.end);
+                    let full = g.c(STATUS_FULL);
+                    let ok = g.b.create_block();
+                    g.b.ins()
+                        .brif(over, g.ret, &[BlockArg::Value(full)], ok, &[]);
+                    g.b.switch_to_block(ok);
+                }
                 let done = g.c(STATUS_DONE);
                 record(g, done);
                 let total = g.b.use_var(g.total);

@@ -40,6 +40,8 @@ enum Output {
     Sized,
     /// The total only.
     TotalOnly,
+    /// The total only, without the visited-set table (`compile_totals_optimistic`).
+    TotalOptimistic,
 }
 
 /// A walker compiled into this process. The code stays mapped as long as this value lives.
@@ -85,6 +87,17 @@ impl LocalWalker {
         Self::build(plan, roots, Output::TotalOnly)
     }
 
+    /// The walker of [`Self::compile_totals`] that assumes every pointer it follows reaches
+    /// an object not seen before in the walk (true of a valid object that shares nothing):
+    /// no visited-set table, no `scratch`, `out` or `generation` read. It records what it
+    /// assumed and checks it at the end: the same total as the exact walker, or
+    /// [`super::STATUS_REVISIT`] (a shared or cyclic pointee, or more than a few dozen
+    /// pointees), and then the caller runs the exact one. Not for plans that charge heap
+    /// blocks (an error).
+    pub fn compile_totals_optimistic(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
+        Self::build(plan, roots, Output::TotalOptimistic)
+    }
+
     fn build(plan: &Plan, roots: &[NodeId], output: Output) -> Result<Self, JitError> {
         check_plan(plan, roots)?;
         let isa = cranelift_native::builder()
@@ -96,6 +109,7 @@ impl LocalWalker {
             Output::Stream => codegen::generate(plan, roots, fc, false)?,
             Output::Sized => codegen::generate(plan, roots, fc, true)?,
             Output::TotalOnly => codegen::generate_totals(plan, roots, fc)?,
+            Output::TotalOptimistic => codegen::generate_totals_optimistic(plan, roots, fc)?,
         };
         let count = funcs.len();
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());

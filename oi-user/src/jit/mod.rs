@@ -45,6 +45,10 @@
 //! lives in `frame.scratch` (≥ [`SCRATCH_BYTES`]) as an open-addressing table whose slots
 //! carry a generation tag: each root takes the next generation, so a fresh sample costs
 //! nothing to reset (start from zeroed memory and keep `frame.generation` between calls).
+//! OIL's optimistic count-only walker (`in_process::LocalWalker::compile_totals_optimistic`)
+//! has no table: it assumes every insertion succeeds, records the keys (32 at most) in its
+//! own frame and compares them at the end, returning [`STATUS_REVISIT`] when one repeats or
+//! they do not fit; its total is then the exact walker's to give.
 
 pub mod cache;
 mod codegen;
@@ -144,6 +148,9 @@ pub const STATUS_CORRUPT: u64 = 2;
 pub const STATUS_STACK: u64 = 3;
 /// `nargs` or `scratch_len` do not match what the code was compiled for.
 pub const STATUS_BAD_FRAME: u64 = 4;
+/// An optimistic walker (`in_process::LocalWalker::compile_totals_optimistic`) met a pointee
+/// twice, or more pointees than it records: run the exact walker (with the visited set).
+pub const STATUS_REVISIT: u64 = 5;
 
 /// Scratch memory the visited sets need (2^18 slots of address + generation).
 pub const SCRATCH_BYTES: u64 = VISITED_SLOTS * 16;
@@ -267,6 +274,8 @@ pub enum JitError {
     BadFrame,
     #[error("the output buffer is too small: {0} bytes needed")]
     Full(u64),
+    #[error("the optimistic walk met a pointee twice (run the exact walker)")]
+    Revisit,
 }
 
 /// Compiles the walk of `roots` (plan nodes of the measured arguments, in argument order).
@@ -350,6 +359,7 @@ pub fn check_status(frame: &WalkFrame) -> Result<(), JitError> {
                 .map(ErrorCode::describe)
                 .unwrap_or_else(|| format!("error code {}", frame.err_code)),
         }),
+        STATUS_REVISIT => Err(JitError::Revisit),
         STATUS_STACK => Err(JitError::Stack(if frame.stack_len == 0 {
             DEFAULT_STACK
         } else {

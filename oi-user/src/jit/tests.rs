@@ -349,7 +349,118 @@ fn in_process_total(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> u64 {
         })
         .collect();
     assert_eq!(totals[0], totals[1], "the total with either buffer");
+    if !plan.charges_heap_blocks() {
+        // The optimistic walker gives the same total, or says a pointee was shared.
+        if let (STATUS_DONE, total) = optimistic_total(plan, roots, addrs) {
+            assert_eq!(total, totals[0], "the optimistic walker's total");
+        }
+    }
     totals[0]
+}
+
+/// The optimistic walker's (status, total), on a frame with only the fields it reads: no
+/// buffer, no scratch.
+fn optimistic_total(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> (u64, u64) {
+    let w = in_process::LocalWalker::compile_totals_optimistic(plan, roots).expect("compile");
+    let mut frame = WalkFrame {
+        nargs: addrs.len() as u64,
+        bias: lib().bias,
+        ..Default::default()
+    };
+    frame.args[..addrs.len()].copy_from_slice(addrs);
+    // SAFETY: the walker reads no buffer (none is named); the objects are live in this
+    // process; the test thread's stack is larger than the walker's default 256 KiB.
+    let s = unsafe { w.call(&mut frame) };
+    assert!(
+        s == STATUS_DONE || s == STATUS_REVISIT,
+        "{:?}",
+        check_status(&frame)
+    );
+    (s, frame.total)
+}
+
+/// `struct Node { unique_ptr<long> a, b; unique_ptr<Node> next; }` as a plan (24 bytes).
+fn unique_node_plan() -> Plan {
+    use crate::plan::{Node, Op};
+    let node = |name: &str, ty: &str, size: u64, op: Op| Node {
+        name: name.into(),
+        type_names: vec![ty.into()],
+        static_size: size,
+        is_primitive: matches!(op, Op::Leaf),
+        op,
+        dynamic: false,
+        readable: ty.into(),
+        value: None,
+        opaque_union: false,
+    };
+    let ptr = |t| Op::SmartPtr {
+        offset: 0,
+        target: Some(t),
+    };
+    let mut plan = Plan::default();
+    let members = vec![(0, 1), (8, 2), (16, 3)];
+    plan.nodes.extend([
+        node(
+            "a0",
+            "Node",
+            24,
+            Op::Struct {
+                members,
+                padding: 0,
+                adapter: false,
+            },
+        ),
+        node("a", "std::unique_ptr<long>", 8, ptr(4)),
+        node("b", "std::unique_ptr<long>", 8, ptr(4)),
+        node("next", "std::unique_ptr<Node>", 8, ptr(0)),
+        node("ptr_val", "long", 8, Op::Leaf),
+    ]);
+    plan.compute_dynamic();
+    plan
+}
+
+#[test]
+fn optimistic_totals_equal_exact_ones_or_hand_over() {
+    let plan = unique_node_plan();
+    let exact = in_process::LocalWalker::compile_totals(&plan, &[0]).expect("compile");
+    let exact_total = |addr: u64| {
+        let mut r = Run::new(&[addr], 0);
+        r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+        r.frame.scratch_len = SCRATCH_BYTES;
+        // SAFETY: as in `optimistic_total`, with the scratch table it needs.
+        let s = unsafe { exact.call(&mut r.frame) };
+        assert_eq!(s, STATUS_DONE, "{:?}", check_status(&r.frame));
+        r.frame.total
+    };
+    let leak = |v: [u64; 3]| Box::leak(Box::new(v)).as_mut_ptr() as u64;
+    let x = leak([7, 0, 0]);
+    let y = leak([8, 0, 0]);
+    let optimistic = |addr| optimistic_total(&plan, &[0], &[addr]);
+
+    // Nothing shared: both walkers, 24 + 8 + 8 (and a second node, 24 + 8).
+    let tail = leak([x + 16, 0, 0]);
+    let head = leak([x, y, tail]);
+    assert_eq!(exact_total(head), 24 + 8 + 8 + 24 + 8);
+    assert_eq!(optimistic(head), (STATUS_DONE, exact_total(head)));
+    // `a` and `b` own one object (a corrupt program): the exact walker counts it once, the
+    // optimistic one hands over.
+    let shared = leak([x, x, 0]);
+    assert_eq!(exact_total(shared), 24 + 8);
+    assert_eq!(optimistic(shared).0, STATUS_REVISIT);
+    // A node that owns itself: the exact walker stops at the seed; the optimistic one hands
+    // over at once (its record fills up), it does not run to the depth limit.
+    let cycle = leak([0, 0, 0]);
+    // SAFETY: our own leaked node.
+    unsafe { *(cycle as *mut u64).add(2) = cycle };
+    assert_eq!(exact_total(cycle), 24);
+    assert_eq!(optimistic(cycle).0, STATUS_REVISIT);
+    // More pointees than the record holds, all distinct: handed over, not miscounted.
+    let mut list = 0;
+    for i in 0..40 {
+        list = leak([leak([i, 0, 0]), 0, list]);
+    }
+    assert_eq!(exact_total(list), 40 * (24 + 8));
+    assert_eq!(optimistic(list).0, STATUS_REVISIT);
 }
 
 #[test]
