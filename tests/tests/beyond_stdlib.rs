@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use oi_e2e::FixtureBuild;
+use serde_json::Value;
 
 const O0: &[&str] = &["-O0"];
 const O2: &[&str] = &["-O2", "-fomit-frame-pointer"];
@@ -157,5 +158,46 @@ fn protobuf_repeated_ptr_field_of_strings() {
             REPEATED_PTR_FIELD,
             &["--containers", &file],
         );
+    }
+}
+
+/// The whole message and its repeated scalars, with the shipped protobuf.toml only.
+const WHOLE_MESSAGE: &[&str] = &[
+    "take_order",
+    "take_empty_order",
+    "take_prices",
+    "take_qty",
+    "take_no_qty",
+];
+
+/// The fixture's `Order` (strings short and long, a nested message, repeated messages,
+/// repeated scalars, a map, repeated strings): exactly the layout-derived footprint (JIT =
+/// remote), and within 5 % of the message's own `SpaceUsedLong()` (today they agree).
+#[test]
+fn protobuf_message_measured_whole() {
+    let file = containers("protobuf.toml");
+    for flags in [O0, O2] {
+        let exe = protobuf_fixture(flags);
+        check_probes_with(&exe, WHOLE_MESSAGE, &["--containers", &file]);
+        let probes = footprint_common::start_fixture(&exe).2;
+        for w in notes(&exe, "SPACE_USED ") {
+            let space: u64 = w[1].parse().expect("SPACE_USED number");
+            let index = probes
+                .iter()
+                .position(|p| p.symbol == w[0])
+                .unwrap_or_else(|| panic!("no probe {}", w[0]));
+            let args = ["--format", "json", "--containers", &file];
+            let (text, _) = footprint_common::run_probe_exe(&exe, index, &args);
+            let json: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+            let got = footprint_common::find(&json, "0")["size"]
+                .as_u64()
+                .expect("size");
+            assert!(
+                got.abs_diff(space) * 20 <= space,
+                "{flags:?} {}: oi-trace {got} B, SpaceUsedLong() {space} B",
+                w[0]
+            );
+        }
     }
 }
