@@ -331,6 +331,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
 }
 
 /// What one file holds.
+#[derive(Debug)]
 pub struct ParsedFile {
     pub containers: Vec<Description>,
     pub owned: Vec<OwnedRule>,
@@ -642,6 +643,86 @@ heap = "capacity * 17"
         assert_eq!(e.line, 5, "{e}");
         let e = parse_file("s.toml", &SWISS.replace("full = ", "fulll = ")).unwrap_err();
         assert_eq!(e.line, 11, "{e}");
+    }
+
+    const NEW_LAYOUTS: &str = r#"
+[[container]]
+name = "t::Tagged"
+elem = "double"
+layout = "tagged_pointer"
+[container.tagged_pointer]
+pointer = "load(this, 8) & ~3"
+owned = "(load(this, 8) & 3) == 2"
+
+[[container]]
+name = "t::Chained"
+args = ["K", "V"]
+elem = "t::Pair<{K}, {V}>"
+layout = "node_chains"
+[container.node_chains]
+buckets = "load(this, 8)"
+bucket_count = "load(this + 8, 8)"
+next_offset = "sizeof(K) + sizeof(V)"
+value_offset = "0"
+node_size = "sizeof(K) + sizeof(V) + 8"
+len = "load(this + 16, 8)"
+heap = "0"
+
+[[owned]]
+in = "*::Impl_"
+pointee_base = "t::Base"
+"#;
+
+    #[test]
+    fn reads_tagged_pointers_node_chains_and_owned_rules() {
+        let f = parse("n.toml", NEW_LAYOUTS).expect("parses");
+        assert_eq!(f.containers.len(), 2);
+        let Layout::Array(t) = &f.containers[0].layout;
+        // An array of at most one element: len is `owned && pointer != 0`.
+        assert_eq!((t.data.line, t.len.line), (7, 8));
+        assert!(t.chains.is_none() && t.swiss.is_none());
+        let mut names = Vec::new();
+        t.heap.v.type_names(&mut names);
+        assert_eq!(names, ["double"]);
+        let Layout::Array(c) = &f.containers[1].layout;
+        let ch = c.chains.as_ref().expect("node_chains");
+        assert_eq!(ch.node_size.line, 20);
+        assert_eq!(
+            f.containers[1].type_names(),
+            ["t::Pair<{K}, {V}>", "K", "V", "K", "V"]
+        );
+        assert_eq!(f.owned.len(), 1);
+        assert_eq!(
+            (f.owned[0].line, f.owned[0].holder.as_str()),
+            (25, "*::Impl_")
+        );
+        // A tagged pointer needs its target type.
+        let e = parse("n.toml", &NEW_LAYOUTS.replace("elem = \"double\"\n", "")).unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        let e = parse(
+            "n.toml",
+            &NEW_LAYOUTS.replace("node_size = ", "nodesize = "),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 20, "{e}");
+    }
+
+    #[test]
+    fn name_patterns() {
+        assert!(name_matches("*::Impl_", "oi::fixture::Order::Impl_"));
+        assert!(name_matches("*::Impl_", "a::Impl_<int>"));
+        assert!(!name_matches("*::Impl_", "Impl_"));
+        assert!(!name_matches("*::Impl_", "a::Impl_x"));
+        assert!(!name_matches("*::Impl_", "a::B<c::Impl_>"));
+        assert!(name_matches("*::Impl_", "a::B<c::Impl_>::Impl_"));
+        assert!(name_matches(
+            "google::protobuf::Map",
+            "google::protobuf::Map<int, int>"
+        ));
+        assert!(!name_matches(
+            "google::protobuf::Map",
+            "google::protobuf::MapPair<int, int>"
+        ));
     }
 
     #[test]
