@@ -285,8 +285,11 @@ impl Measurer {
         } else {
             HashMap::new()
         };
+        let named = crate::describe::names::resolve(&opts.descriptions, di, &mut b);
         let tg = b.graph;
-        let mut pb = PlanBuilder::new(&tg, opts).with_polymorphism(poly);
+        let mut pb = PlanBuilder::new(&tg, opts)
+            .with_polymorphism(poly)
+            .with_named_types(named);
         let root = pb.root(ty).map_err(|source| MeasureError::Plan {
             arg: "the object".into(),
             function: name.clone(),
@@ -397,13 +400,16 @@ impl Measurer {
         } else {
             HashMap::new()
         };
+        let named = crate::describe::names::resolve(&opts.descriptions, di, &mut b);
         let tg = b.graph;
         let locations = abi::parameter_locations(&tg, &param_types, ret);
         let explicit: Vec<usize> = (0..info.params.len())
             .filter(|&i| !info.params[i].artificial)
             .collect();
 
-        let mut pb = PlanBuilder::new(&tg, opts).with_polymorphism(poly);
+        let mut pb = PlanBuilder::new(&tg, opts)
+            .with_polymorphism(poly)
+            .with_named_types(named);
         let mut plans = Vec::new();
         for arg in args {
             let mut param = None;

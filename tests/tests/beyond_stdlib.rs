@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use oi_e2e::FixtureBuild;
+use serde_json::Value;
 
 const O0: &[&str] = &["-O0"];
 const O2: &[&str] = &["-O2", "-fomit-frame-pointer"];
@@ -157,5 +158,108 @@ fn protobuf_repeated_ptr_field_of_strings() {
             REPEATED_PTR_FIELD,
             &["--containers", &file],
         );
+    }
+}
+
+/// The whole message and its repeated scalars, with the shipped protobuf.toml only.
+const WHOLE_MESSAGE: &[&str] = &[
+    "take_order",
+    "take_empty_order",
+    "take_prices",
+    "take_qty",
+    "take_no_qty",
+];
+
+/// The fixture's `Order` (strings short and long, a nested message, repeated messages,
+/// repeated scalars, a map, repeated strings): exactly the layout-derived footprint (JIT =
+/// remote), and within 5 % of the message's own `SpaceUsedLong()` (today they agree).
+#[test]
+fn protobuf_message_measured_whole() {
+    let file = containers("protobuf.toml");
+    for flags in [O0, O2] {
+        let exe = protobuf_fixture(flags);
+        check_probes_any_map_order(&exe, WHOLE_MESSAGE, &["--containers", &file]);
+        let probes = footprint_common::start_fixture(&exe).2;
+        for w in notes(&exe, "SPACE_USED ") {
+            let space: u64 = w[1].parse().expect("SPACE_USED number");
+            let index = probes
+                .iter()
+                .position(|p| p.symbol == w[0])
+                .unwrap_or_else(|| panic!("no probe {}", w[0]));
+            let args = ["--format", "json", "--containers", &file];
+            let (text, _) = footprint_common::run_probe_exe(&exe, index, &args);
+            let json: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+            let got = footprint_common::find(&json, "0")["size"]
+                .as_u64()
+                .expect("size");
+            assert!(
+                got.abs_diff(space) * 20 <= space,
+                "{flags:?} {}: oi-trace {got} B, SpaceUsedLong() {space} B",
+                w[0]
+            );
+        }
+    }
+}
+
+/// [`check_probes_with`] where a protobuf `Map`'s elements may come in another order in the
+/// two runs: `InnerMap` seeds its hash with the time stamp counter, so the two fixture
+/// processes (jit, remote) put the same entries in other buckets. Each map's children are
+/// sorted before the outputs are compared; the walkers' byte-identity on one object is
+/// `jit::tests::jit_described_node_chains_tagged_and_owned_pointers`.
+fn check_probes_any_map_order(exe: &Path, symbols: &[&str], extra: &[&str]) {
+    let probes = footprint_common::start_fixture(exe).2;
+    let mut failures = Vec::new();
+    for s in symbols {
+        let index = probes
+            .iter()
+            .position(|p| p.symbol == *s)
+            .unwrap_or_else(|| panic!("{} has no probe {s}", exe.display()));
+        let run = |mode: &str| {
+            let mut args = vec!["--format", "json", "--mode", mode];
+            args.extend_from_slice(extra);
+            let (text, p) = footprint_common::run_probe_exe(exe, index, &args);
+            let mut json: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+            sort_map_entries(&mut json);
+            (json, p)
+        };
+        let (remote, p) = run("remote");
+        let (jit, _) = run("jit");
+        if jit != remote {
+            failures.push(format!("{s}: --mode jit differs from --mode remote"));
+            continue;
+        }
+        for (path, key, want) in &p.expect {
+            let got = footprint_common::find(&remote, path)[key.as_str()].as_u64();
+            if got != Some(*want) {
+                failures.push(format!(
+                    "{s} {path} {key}: got {got:?}, fixture says {want}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
+}
+
+/// Sorts the children of every `google::protobuf::Map` node by their text.
+fn sort_map_entries(v: &mut Value) {
+    match v {
+        Value::Array(items) => items.iter_mut().for_each(sort_map_entries),
+        Value::Object(node) => {
+            let is_map = node
+                .get("typeNames")
+                .and_then(Value::as_array)
+                .and_then(|t| t.first())
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.starts_with("google::protobuf::Map<"));
+            if let Some(members) = node.get_mut("members") {
+                sort_map_entries(members);
+                if is_map && let Value::Array(items) = members {
+                    items.sort_by_cached_key(Value::to_string);
+                }
+            }
+        }
+        _ => {}
     }
 }

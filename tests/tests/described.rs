@@ -31,6 +31,17 @@ heap = "cap * sizeof(T)"
 inline = "(flags & 1) == 0"
 "#;
 
+/// A `node_chains` table for SMALLVEC whose 4-byte nodes hold neither an int and a pointer.
+const NODE_CHAINS_TOO_SMALL: &str = r#"[container.node_chains]
+buckets = "data"
+bucket_count = "cap"
+next_offset = "sizeof(T)"
+value_offset = "0"
+node_size = "sizeof(T)"
+len = "size"
+heap = "0"
+"#;
+
 fn description(dir: &TempDir, name: &str, text: &str) -> String {
     let path = dir.file(name);
     std::fs::write(&path, text).expect("write description");
@@ -106,6 +117,22 @@ fn descriptions_that_do_not_fit_are_one_line_errors() {
             SMALLVEC.replace("len = \"size\"", "len = \"count\""),
             16,
             "unknown name count",
+        ),
+        // A plain type name the program's DWARF does not have (line 5: `elem`).
+        (
+            SMALLVEC.replace("elem = \"T\"", "elem = \"no::Such\""),
+            5,
+            "no type `no::Such`",
+        ),
+        // Node chains whose nodes cannot hold their value and next pointer (line 19:
+        // `node_size`).
+        (
+            SMALLVEC.replace("\"array\"", "\"node_chains\"").replace(
+                &SMALLVEC[SMALLVEC.find("[container.array]").expect("table")..],
+                NODE_CHAINS_TOO_SMALL,
+            ),
+            19,
+            "cannot hold the value",
         ),
     ];
     for (i, (text, line, what)) in cases.iter().enumerate() {

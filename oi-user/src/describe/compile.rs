@@ -5,6 +5,7 @@
 //! [`DescribeError`] at the line that caused it; nothing is guessed.
 
 use super::expr::{Ast, BinOp, Expr};
+use super::names::NamedTypes;
 use super::parse::{At, DescribeError, Description, FieldSpec, Layout};
 use crate::typegraph::{Kind, TemplateArg, TypeGraph, TypeId};
 
@@ -26,6 +27,19 @@ pub struct DescribedArray {
     /// count is that of the full slots, then those elements (`len` must equal it).
     #[serde(default)]
     pub swiss: Option<Swiss>,
+    /// Layout `node_chains`: `data` is the bucket array, `cap` the bucket count; the
+    /// elements are the nodes of every bucket's chain, in bucket then chain order. The
+    /// stream's heap adds `len · node_size`.
+    #[serde(default)]
+    pub chains: Option<Chains>,
+}
+
+/// A node-based hash map's node: where its value and its next pointer sit, and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Chains {
+    pub next_off: u64,
+    pub value_off: u64,
+    pub node_size: u64,
 }
 
 /// The per-slot expressions of a Swiss table; [`Expr::Arg`] is their argument.
@@ -58,6 +72,7 @@ struct Ctx<'a> {
     qualified: String,
     args: Vec<(String, Bound)>,
     fields: Vec<(String, Expr)>,
+    named: &'a NamedTypes,
 }
 
 /// Compiles `d` for struct `id`; returns the plan data, the element type and whether
@@ -66,6 +81,7 @@ pub fn compile(
     d: &Description,
     tg: &TypeGraph,
     id: TypeId,
+    named: &NamedTypes,
 ) -> Result<(DescribedArray, TypeId, bool), DescribeError> {
     let qualified = crate::typegraph::names::qualified_or_anon(tg, id);
     let targs = tg
@@ -102,6 +118,7 @@ pub fn compile(
         qualified,
         args,
         fields: Vec::new(),
+        named,
     };
     for (name, spec) in &d.fields {
         let e = cx.field(name, spec)?;
@@ -145,6 +162,30 @@ pub fn compile(
                 Some(Swiss {
                     ctrl_at,
                     full: cx.fold_in(&sw.full.v, sw.full.line, &[("c", Expr::Arg)])?,
+                })
+            }
+        },
+        chains: match &a.chains {
+            None => None,
+            Some(c) => {
+                let next_off = cx.constant(&c.next_offset, "next_offset")?;
+                let value_off = cx.constant(&c.value_offset, "value_offset")?;
+                let node_size = cx.constant(&c.node_size, "node_size")?;
+                let elem_size = tg.size(elem);
+                if value_off.saturating_add(elem_size) > node_size
+                    || next_off.saturating_add(8) > node_size
+                {
+                    return Err(d.error(
+                        c.node_size.line,
+                        format!(
+                            "a node of {node_size} bytes cannot hold the value ({elem_size} bytes at {value_off}) and the next pointer (at {next_off})"
+                        ),
+                    ));
+                }
+                Some(Chains {
+                    next_off,
+                    value_off,
+                    node_size,
                 })
             }
         },
@@ -267,8 +308,40 @@ impl Ctx<'_> {
                 line,
                 format!("template argument {name} is a value, not a type"),
             )),
-            None => Err(self.err(line, format!("unknown template argument {name}"))),
+            None if !super::names::is_spelled(self.d, name) => {
+                Err(self.err(line, format!("unknown template argument {name}")))
+            }
+            None => {
+                let spelled =
+                    super::names::substitute(self.d, self.tg, self.id, name).ok_or_else(|| {
+                        self.err(
+                            line,
+                            format!(
+                                "`{name}` names a template argument {} does not have",
+                                self.qualified
+                            ),
+                        )
+                    })?;
+                self.named.get(&spelled).copied().ok_or_else(|| {
+                    self.err(
+                        line,
+                        format!("no type `{spelled}` in the program's DWARF (nor a template argument of that name)"),
+                    )
+                })
+            }
         }
+    }
+
+    /// An expression that must not depend on the object (`node_size`, offsets in a node).
+    fn constant(&self, a: &At<Ast>, key: &str) -> Result<u64, DescribeError> {
+        self.expr(a)?.constant().ok_or_else(|| {
+            self.err(
+                a.line,
+                format!(
+                    "{key} must be a constant (sizeof, offsetof, numbers), not read from the object"
+                ),
+            )
+        })
     }
 
     fn expr(&self, a: &At<Ast>) -> Result<Expr, DescribeError> {

@@ -56,6 +56,21 @@ pub enum Ast {
     Bin(BinOp, Box<Ast>, Box<Ast>),
 }
 
+impl Ast {
+    /// Appends the types `sizeof` and `alignof` name.
+    pub fn type_names(&self, out: &mut Vec<String>) {
+        match self {
+            Ast::SizeOf(t) | Ast::AlignOf(t) => out.push(t.clone()),
+            Ast::Load(a, _) | Ast::Un(_, a) => a.type_names(out),
+            Ast::Bin(_, a, b) => {
+                a.type_names(out);
+                b.type_names(out);
+            }
+            Ast::Num(_) | Ast::Name(_) | Ast::This | Ast::OffsetOf(_) => {}
+        }
+    }
+}
+
 /// A compiled expression: what the walkers evaluate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Expr {
@@ -178,6 +193,16 @@ impl Expr {
                 op.apply(a, b)
             }
         }))
+    }
+
+    /// The value, when it reads nothing (no field, `this`, load or per-slot argument).
+    pub fn constant(&self) -> Option<u64> {
+        match self {
+            Expr::Const(c) => Some(*c),
+            Expr::Un(op, a) => Some(op.apply(a.constant()?)),
+            Expr::Bin(op, a, b) => Some(op.apply(a.constant()?, b.constant()?)),
+            _ => None,
+        }
     }
 
     /// Whether evaluating reads the target beyond the object (`load`).

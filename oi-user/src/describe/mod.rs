@@ -2,7 +2,7 @@
 //! containers"), matched against the type graph while the plan is built and compiled into
 //! plan ops that the interpreter, the JIT and the decoder already share.
 //!
-//! Three steps, one file each:
+//! Four steps, one file each:
 //! - [`parse`]: TOML → [`Description`]s with parsed expressions and the file/line of every
 //!   value, so that each later error names the line it comes from. Parsing never looks at
 //!   DWARF; a file that does not parse is refused at start (exit 2).
@@ -10,6 +10,9 @@
 //!   [`expr::Ast`] with names, and, once compiled against one instantiation, as a plan
 //!   [`expr::Expr`] whose fields are (offset, width) reads and whose `sizeof`s are constants.
 //!   [`expr::Expr::eval`] is the interpreter's meaning; the JIT compiles the same tree.
+//! - [`names`]: types a description names by spelling (`double`, `MapPair<{K}, {V}>`),
+//!   found in DWARF before the plan is built (the type graph holds only what the arguments
+//!   reach).
 //! - [`compile`]: one description against one struct of the type graph: binds the template
 //!   arguments, finds every field by member path (after base flattening) and checks its width,
 //!   resolves the element type, folds the expressions. A mismatch is an error naming the file
@@ -29,6 +32,7 @@
 
 pub mod compile;
 pub mod expr;
+pub mod names;
 pub mod parse;
 
 pub use parse::{DescribeError, Description, Descriptions};

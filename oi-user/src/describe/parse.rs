@@ -53,6 +53,33 @@ pub struct ArrayDesc {
     /// Layout `control_bytes` (a Swiss table): `data` is `slots`, `cap` is `capacity`, and
     /// only the slots whose control byte passes `full` are elements.
     pub swiss: Option<SwissDesc>,
+    /// Layout `node_chains` (a node-based hash map): `data` is `buckets`, `cap` is
+    /// `bucket_count`, the elements are the nodes of every bucket's chain.
+    pub chains: Option<ChainsDesc>,
+}
+
+/// The `node_chains` keys beyond those of an array; each folds to a constant.
+#[derive(Debug, Clone)]
+pub struct ChainsDesc {
+    pub next_offset: At<Ast>,
+    pub value_offset: At<Ast>,
+    pub node_size: At<Ast>,
+}
+
+impl ArrayDesc {
+    /// Every expression, for the type names they mention.
+    fn exprs(&self) -> Vec<&At<Ast>> {
+        let mut out = vec![&self.data, &self.len, &self.heap];
+        out.extend(self.cap.iter().chain(&self.inline));
+        if let Some(sw) = &self.swiss {
+            out.extend([&sw.ctrl, &sw.full]);
+            out.extend(&sw.ctrl_at);
+        }
+        if let Some(c) = &self.chains {
+            out.extend([&c.next_offset, &c.value_offset, &c.node_size]);
+        }
+        out
+    }
 }
 
 /// The `control_bytes` keys beyond those of an array.
@@ -95,10 +122,45 @@ impl Description {
     /// Whether the qualified DWARF name is this container: the name itself or it followed
     /// by `<` (as built-in containers are recognised, SEMANTICS.md §2).
     pub fn matches(&self, qualified: &str) -> bool {
-        qualified
-            .strip_prefix(&self.name)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('<'))
+        name_matches(&self.name, qualified)
     }
+
+    /// The types the description names: `elem` and the arguments of `sizeof`/`alignof`.
+    pub fn type_names(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.elem.iter().map(|e| e.v.clone()).collect();
+        let Layout::Array(a) = &self.layout;
+        for e in a.exprs() {
+            e.v.type_names(&mut out);
+        }
+        out
+    }
+}
+
+/// A qualified-name pattern: the name itself or it followed by `<`; a leading `*::` stands
+/// for any enclosing scopes (`*::Impl_` is every class named `Impl_` inside another).
+pub fn name_matches(pattern: &str, qualified: &str) -> bool {
+    let ends = |rest: &str| rest.is_empty() || rest.starts_with('<');
+    match pattern.strip_prefix('*') {
+        // `*::Impl_`: `::Impl_` outside every template argument list, then the end or `<`.
+        Some(tail) if tail.starts_with("::") => qualified.match_indices(tail).any(|(i, _)| {
+            let before = &qualified[..i];
+            before.matches('<').count() == before.matches('>').count()
+                && ends(&qualified[i + tail.len()..])
+        }),
+        _ => qualified.strip_prefix(pattern).is_some_and(ends),
+    }
+}
+
+/// `[[owned]]`: raw pointer members of the classes `holder` matches that own what they
+/// point to (protobuf's singular sub-messages), walked as a `unique_ptr` is without
+/// `--feature chase-raw-pointers`. With `pointee_base`, only pointers to a class that is
+/// or derives from it.
+#[derive(Debug, Clone)]
+pub struct OwnedRule {
+    pub file: String,
+    pub line: usize,
+    pub holder: String,
+    pub pointee_base: Option<String>,
 }
 
 /// Every description in force: the shipped ones, then those of `--containers` files in
@@ -106,20 +168,33 @@ impl Description {
 #[derive(Debug, Clone, Default)]
 pub struct Descriptions {
     pub list: Arc<Vec<Description>>,
+    pub owned: Arc<Vec<OwnedRule>>,
 }
 
 impl Descriptions {
     /// The shipped descriptions followed by `files` (name, text).
     pub fn load(files: &[(String, String)]) -> Result<Self, DescribeError> {
-        let mut list = Vec::new();
-        for (name, text) in SHIPPED {
-            list.extend(parse_file(name, text)?);
-        }
-        for (name, text) in files {
-            list.extend(parse_file(name, text)?);
+        let (mut list, mut owned) = (Vec::new(), Vec::new());
+        let named = SHIPPED.iter().map(|(n, t)| (*n, *t));
+        for (name, text) in named.chain(files.iter().map(|(n, t)| (n.as_str(), t.as_str()))) {
+            let f = parse(name, text)?;
+            list.extend(f.containers);
+            owned.extend(f.owned);
         }
         Ok(Self {
             list: Arc::new(list),
+            owned: Arc::new(owned),
+        })
+    }
+
+    /// Whether a pointer member of class `holder` to a class with these names (the class
+    /// and its bases, transitively) is owned by an `[[owned]]` rule.
+    pub fn owns(&self, holder: &str, pointee: &[String]) -> bool {
+        self.owned.iter().any(|r| {
+            name_matches(&r.holder, holder)
+                && r.pointee_base
+                    .as_ref()
+                    .is_none_or(|b| pointee.iter().any(|p| name_matches(b, p)))
         })
     }
 
@@ -161,6 +236,35 @@ pub fn load_files(paths: &[std::path::PathBuf]) -> Result<Vec<String>, String> {
 struct RawFile {
     #[serde(default)]
     container: Vec<RawContainer>,
+    #[serde(default)]
+    owned: Vec<RawOwned>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOwned {
+    #[serde(rename = "in")]
+    holder: Spanned<String>,
+    pointee_base: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTagged {
+    pointer: Spanned<String>,
+    owned: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChains {
+    buckets: Spanned<String>,
+    bucket_count: Spanned<String>,
+    next_offset: Spanned<String>,
+    value_offset: Spanned<String>,
+    node_size: Spanned<String>,
+    len: Spanned<String>,
+    heap: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +280,8 @@ struct RawContainer {
     array: Option<RawArray>,
     owned_pointers: Option<RawArray>,
     control_bytes: Option<RawSwiss>,
+    tagged_pointer: Option<RawTagged>,
+    node_chains: Option<RawChains>,
 }
 
 #[derive(Deserialize)]
@@ -219,8 +325,20 @@ fn line_of(text: &str, byte: usize) -> usize {
     text.get(..byte).map_or(1, |t| t.matches('\n').count() + 1)
 }
 
-/// Parses one description file (`file` is how errors name it).
+/// Parses one description file (`file` is how errors name it): its containers.
 pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeError> {
+    Ok(parse(file, text)?.containers)
+}
+
+/// What one file holds.
+#[derive(Debug)]
+pub struct ParsedFile {
+    pub containers: Vec<Description>,
+    pub owned: Vec<OwnedRule>,
+}
+
+/// Parses one description file: its containers and its `[[owned]]` rules.
+pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
     let err = |line: usize, what: String| DescribeError {
         file: file.to_string(),
         line,
@@ -309,6 +427,76 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
                     heap: at_expr(&a.heap)?,
                     inline: a.inline.as_ref().map(&at_expr).transpose()?,
                     swiss: None,
+                    chains: None,
+                })
+            }
+            // A tagged pointer is an array of at most one element: the pointee, when the
+            // pointer is set and `owned` holds (its bytes are the heap, as any element's).
+            "tagged_pointer" => {
+                let t = c.tagged_pointer.as_ref().ok_or_else(|| {
+                    err(
+                        lline,
+                        "layout \"tagged_pointer\" needs a [container.tagged_pointer] table".into(),
+                    )
+                })?;
+                let elem = c
+                    .elem
+                    .as_ref()
+                    .ok_or_else(|| err(lline, "layout \"tagged_pointer\" needs `elem`".into()))?;
+                let pointer = at_expr(&t.pointer)?;
+                let owned = at_expr(&t.owned)?;
+                let set = Ast::Bin(
+                    expr::BinOp::LogAnd,
+                    Box::new(owned.v),
+                    Box::new(Ast::Bin(
+                        expr::BinOp::Ne,
+                        Box::new(pointer.v.clone()),
+                        Box::new(Ast::Num(0)),
+                    )),
+                );
+                let len = At {
+                    line: owned.line,
+                    v: set,
+                };
+                let heap = At {
+                    line: len.line,
+                    v: Ast::Bin(
+                        expr::BinOp::Mul,
+                        Box::new(len.v.clone()),
+                        Box::new(Ast::SizeOf(elem.get_ref().clone())),
+                    ),
+                };
+                Layout::Array(ArrayDesc {
+                    owned: false,
+                    data: pointer,
+                    len,
+                    cap: None,
+                    heap,
+                    inline: None,
+                    swiss: None,
+                    chains: None,
+                })
+            }
+            "node_chains" => {
+                let t = c.node_chains.as_ref().ok_or_else(|| {
+                    err(
+                        lline,
+                        "layout \"node_chains\" needs a [container.node_chains] table".into(),
+                    )
+                })?;
+                Layout::Array(ArrayDesc {
+                    owned: false,
+                    data: at_expr(&t.buckets)?,
+                    len: at_expr(&t.len)?,
+                    cap: Some(at_expr(&t.bucket_count)?),
+                    heap: at_expr(&t.heap)?,
+                    inline: None,
+                    swiss: None,
+                    chains: Some(ChainsDesc {
+                        next_offset: at_expr(&t.next_offset)?,
+                        value_offset: at_expr(&t.value_offset)?,
+                        node_size: at_expr(&t.node_size)?,
+                    }),
                 })
             }
             "control_bytes" => {
@@ -330,13 +518,14 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
                         full: at_expr(&t.full)?,
                         ctrl_at: t.ctrl_at.as_ref().map(&at_expr).transpose()?,
                     }),
+                    chains: None,
                 })
             }
             other => {
                 return Err(err(
                     lline,
                     format!(
-                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\", \"control_bytes\")"
+                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\", \"control_bytes\", \"tagged_pointer\", \"node_chains\")"
                     ),
                 ));
             }
@@ -354,7 +543,20 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
             layout,
         });
     }
-    Ok(out)
+    let owned = raw
+        .owned
+        .iter()
+        .map(|o| OwnedRule {
+            file: file.to_string(),
+            line: line_of(text, o.holder.span().start),
+            holder: o.holder.get_ref().clone(),
+            pointee_base: o.pointee_base.clone(),
+        })
+        .collect();
+    Ok(ParsedFile {
+        containers: out,
+        owned,
+    })
 }
 
 #[cfg(test)]
@@ -441,6 +643,86 @@ heap = "capacity * 17"
         assert_eq!(e.line, 5, "{e}");
         let e = parse_file("s.toml", &SWISS.replace("full = ", "fulll = ")).unwrap_err();
         assert_eq!(e.line, 11, "{e}");
+    }
+
+    const NEW_LAYOUTS: &str = r#"
+[[container]]
+name = "t::Tagged"
+elem = "double"
+layout = "tagged_pointer"
+[container.tagged_pointer]
+pointer = "load(this, 8) & ~3"
+owned = "(load(this, 8) & 3) == 2"
+
+[[container]]
+name = "t::Chained"
+args = ["K", "V"]
+elem = "t::Pair<{K}, {V}>"
+layout = "node_chains"
+[container.node_chains]
+buckets = "load(this, 8)"
+bucket_count = "load(this + 8, 8)"
+next_offset = "sizeof(K) + sizeof(V)"
+value_offset = "0"
+node_size = "sizeof(K) + sizeof(V) + 8"
+len = "load(this + 16, 8)"
+heap = "0"
+
+[[owned]]
+in = "*::Impl_"
+pointee_base = "t::Base"
+"#;
+
+    #[test]
+    fn reads_tagged_pointers_node_chains_and_owned_rules() {
+        let f = parse("n.toml", NEW_LAYOUTS).expect("parses");
+        assert_eq!(f.containers.len(), 2);
+        let Layout::Array(t) = &f.containers[0].layout;
+        // An array of at most one element: len is `owned && pointer != 0`.
+        assert_eq!((t.data.line, t.len.line), (7, 8));
+        assert!(t.chains.is_none() && t.swiss.is_none());
+        let mut names = Vec::new();
+        t.heap.v.type_names(&mut names);
+        assert_eq!(names, ["double"]);
+        let Layout::Array(c) = &f.containers[1].layout;
+        let ch = c.chains.as_ref().expect("node_chains");
+        assert_eq!(ch.node_size.line, 20);
+        assert_eq!(
+            f.containers[1].type_names(),
+            ["t::Pair<{K}, {V}>", "K", "V", "K", "V"]
+        );
+        assert_eq!(f.owned.len(), 1);
+        assert_eq!(
+            (f.owned[0].line, f.owned[0].holder.as_str()),
+            (25, "*::Impl_")
+        );
+        // A tagged pointer needs its target type.
+        let e = parse("n.toml", &NEW_LAYOUTS.replace("elem = \"double\"\n", "")).unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        let e = parse(
+            "n.toml",
+            &NEW_LAYOUTS.replace("node_size = ", "nodesize = "),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 20, "{e}");
+    }
+
+    #[test]
+    fn name_patterns() {
+        assert!(name_matches("*::Impl_", "oi::fixture::Order::Impl_"));
+        assert!(name_matches("*::Impl_", "a::Impl_<int>"));
+        assert!(!name_matches("*::Impl_", "Impl_"));
+        assert!(!name_matches("*::Impl_", "a::Impl_x"));
+        assert!(!name_matches("*::Impl_", "a::B<c::Impl_>"));
+        assert!(name_matches("*::Impl_", "a::B<c::Impl_>::Impl_"));
+        assert!(name_matches(
+            "google::protobuf::Map",
+            "google::protobuf::Map<int, int>"
+        ));
+        assert!(!name_matches(
+            "google::protobuf::Map",
+            "google::protobuf::MapPair<int, int>"
+        ));
     }
 
     #[test]

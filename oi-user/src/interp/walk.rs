@@ -33,6 +33,8 @@ pub const MAX_DEPTH: u32 = 50_000;
 const CHUNK_BYTES: u64 = 32 << 20;
 /// A Swiss table whose full control bytes do not number its `len` (the JIT's `SwissCount`).
 pub const SWISS_COUNT: &str = "full slots differ from the table's size";
+/// A node-chain map whose chains do not hold its `len` nodes (the JIT's `ChainCount`).
+pub const CHAIN_COUNT: &str = "chained nodes differ from the map's size";
 /// Most heap bytes a described container may claim (the decoder's bound on byte counts).
 pub const MAX_DESCRIBED_HEAP: u64 = 1 << 47;
 /// Longest captured string key.
@@ -162,6 +164,59 @@ impl Walker<'_> {
         }
         let bytes = self.read(addr, self.plan.nodes[id].static_size)?;
         self.walk(id, addr, &bytes)
+    }
+
+    /// A node-chain map (`node_chains`): every bucket's chain followed (at most `len` nodes
+    /// in all, so a cycle ends), the count checked against `len`, then `address, len,
+    /// bucket_count, heap + len · node_size` and the nodes' values in bucket, chain order.
+    fn chains(
+        &mut self,
+        ch: &crate::describe::compile::Chains,
+        elem: NodeId,
+        [addr, buckets, len, cap, heap]: [u64; 5],
+    ) -> Result<(), WalkError> {
+        if cap > MAX_ELEMENTS || len > MAX_ELEMENTS {
+            return Err(corrupt(
+                addr,
+                format!("implausible element count {}", cap.max(len)),
+            ));
+        }
+        let mut nodes = Vec::new();
+        let per_chunk = CHUNK_BYTES / 8;
+        let mut b = 0;
+        while b < cap {
+            let n = (cap - b).min(per_chunk);
+            let table = self.read(buckets.wrapping_add(b * 8), n * 8)?;
+            for i in 0..n as usize {
+                let mut p = containers::word(&table, i as u64 * 8).unwrap_or(0);
+                while p != 0 {
+                    if nodes.len() as u64 == len {
+                        return Err(corrupt(addr, CHAIN_COUNT));
+                    }
+                    nodes.push(p);
+                    let next = self.read(p.wrapping_add(ch.next_off), 8)?;
+                    p = containers::word(&next, 0).unwrap_or(0);
+                }
+            }
+            b += n;
+        }
+        if nodes.len() as u64 != len {
+            return Err(corrupt(addr, CHAIN_COUNT));
+        }
+        let heap = heap.wrapping_add(len.wrapping_mul(ch.node_size));
+        if heap > MAX_DESCRIBED_HEAP {
+            return Err(corrupt(addr, format!("implausible heap bytes {heap}")));
+        }
+        self.emit(addr);
+        self.emit(len);
+        self.emit(cap);
+        self.emit(heap);
+        if self.dynamic(elem) {
+            for p in nodes {
+                self.walk_at(elem, p.wrapping_add(ch.value_off))?;
+            }
+        }
+        Ok(())
     }
 
     /// The indexes of a Swiss table's full slots among its `cap` (`control_bytes`): each
@@ -460,6 +515,9 @@ impl Walker<'_> {
                     None => false,
                 };
                 let heap = if inline { 0 } else { heap };
+                if let Some(ch) = &l.chains {
+                    return self.chains(ch, *elem, [addr, data, len, cap, heap]);
+                }
                 if let Some(sw) = &l.swiss {
                     if cap > MAX_ELEMENTS {
                         return Err(corrupt(addr, format!("implausible element count {cap}")));

@@ -46,7 +46,7 @@ use super::{
 };
 use crate::containers::rbtree;
 use crate::containers::string::StringLayout;
-use crate::describe::compile::{DescribedArray, Swiss};
+use crate::describe::compile::{Chains, DescribedArray, Swiss};
 use crate::describe::expr::{BinOp, Expr, UnOp};
 use crate::interp::heap::MAX_HEAPS;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DESCRIBED_HEAP, MAX_ELEMENTS, VISITED_CAPACITY};
@@ -1284,6 +1284,9 @@ impl Gen<'_, '_> {
                 if let Some(sw) = &l.swiss {
                     return self.swiss(l, sw, *elem, [addr, data, n, cap, heap], len, k);
                 }
+                if let Some(ch) = &l.chains {
+                    return self.chains(l, ch, *elem, [addr, data, n, cap, heap], k);
+                }
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
@@ -1516,6 +1519,102 @@ impl Gen<'_, '_> {
                 let at = g.b.ins().iadd(slots, off);
                 g.walk_at(elem, at, k)
             })
+        })
+    }
+
+    /// A node-chain map (`node_chains`), as the interpreter: both counts checked, the
+    /// chains counted (at most `n` nodes, so a cycle ends) and checked against `n`, the heap
+    /// plus `n` nodes checked, then the nodes' values walked in a second pass.
+    fn chains(
+        &mut self,
+        l: &DescribedArray,
+        ch: &Chains,
+        elem: NodeId,
+        [addr, buckets, n, cap, heap]: [Value; 5],
+        k: u64,
+    ) -> G {
+        self.check_count(cap, addr);
+        self.check_count(n, addr);
+        let count = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(count, zero);
+        // One more node than `n` is corrupt; so is one fewer at the end.
+        let tick = |g: &mut Self| {
+            let c = g.b.use_var(count);
+            let full = g.b.ins().icmp(IntCC::Equal, c, n);
+            g.fail_if(full, ErrorCode::ChainCount, addr);
+            let c = g.b.ins().iadd_imm_s(c, 1);
+            g.b.def_var(count, c);
+        };
+        self.chain_nodes(ch, buckets, cap, &mut |g, _| {
+            tick(g);
+            Ok(())
+        })?;
+        let found = self.b.use_var(count);
+        let differ = self.b.ins().icmp(IntCC::NotEqual, found, n);
+        self.fail_if(differ, ErrorCode::ChainCount, addr);
+        let nodes = self.b.ins().imul_imm_s(n, ch.node_size as i64);
+        let heap = self.b.ins().iadd(heap, nodes);
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
+        self.fail_if(big, ErrorCode::Described, addr);
+        self.emit(&[addr, n, cap, heap]);
+        if self.reg.sizes {
+            let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let d = self.b.ins().isub(t, m);
+            let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
+            let zero = self.c(0);
+            let e = self.b.ins().select(ge, d, zero);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
+        if !self.dynamic(elem) {
+            return Ok(());
+        }
+        let zero = self.c(0);
+        self.b.def_var(count, zero);
+        let value_off = ch.value_off;
+        self.chain_nodes(ch, buckets, cap, &mut |g, node| {
+            tick(g);
+            let at = g.add(node, value_off);
+            g.walk_at(elem, at, k)
+        })
+    }
+
+    /// `for b in 0..cap { for node in chain(buckets[b]) { body(node) } }`.
+    fn chain_nodes(
+        &mut self,
+        ch: &Chains,
+        buckets: Value,
+        cap: Value,
+        body: &mut dyn FnMut(&mut Self, Value) -> G,
+    ) -> G {
+        let next_off = ch.next_off;
+        self.loop_n(cap, |g, b| {
+            let off = g.b.ins().imul_imm_s(b, 8);
+            let slot = g.b.ins().iadd(buckets, off);
+            let first = g.ld(slot, 0);
+            let node = g.b.declare_var(I64);
+            g.b.def_var(node, first);
+            let head = g.b.create_block();
+            let body_b = g.b.create_block();
+            let exit = g.b.create_block();
+            g.b.ins().jump(head, &[]);
+            g.b.switch_to_block(head);
+            let p = g.b.use_var(node);
+            g.b.ins().brif(p, body_b, &[], exit, &[]);
+            g.b.switch_to_block(body_b);
+            match body(g, p) {
+                Ok(()) => {
+                    let next = g.ld(p, next_off);
+                    g.b.def_var(node, next);
+                    g.b.ins().jump(head, &[]);
+                }
+                Err(Stop::Dead) => {}
+                Err(e) => return Err(e),
+            }
+            g.b.switch_to_block(exit);
+            Ok(())
         })
     }
 

@@ -193,6 +193,7 @@ pub enum ErrorCode {
     Key = 18,
     Described = 19,
     SwissCount = 20,
+    ChainCount = 21,
 }
 
 impl ErrorCode {
@@ -219,6 +220,7 @@ impl ErrorCode {
             18 => Key,
             19 => Described,
             20 => SwissCount,
+            21 => ChainCount,
             _ => return None,
         })
     }
@@ -246,6 +248,7 @@ impl ErrorCode {
             Key => "key".into(),
             Described => "implausible heap bytes".into(),
             SwissCount => crate::interp::walk::SWISS_COUNT.into(),
+            ChainCount => crate::interp::walk::CHAIN_COUNT.into(),
         }
     }
 }

@@ -651,6 +651,99 @@ fn jit_described_swiss_tables() {
     }
 }
 
+const CHAINS_TOML: &str = r#"
+[[container]]
+name = "fx::Chained"
+args = ["K", "V"]
+elem = "fx::Pair<{K}, {V}>"
+layout = "node_chains"
+[container.fields]
+size = "size_"
+n = "buckets_"
+table = "table_"
+[container.node_chains]
+buckets = "table"
+bucket_count = "n"
+value_offset = "0"
+next_offset = "align(align(sizeof(K), alignof(V)) + sizeof(V), 8)"
+node_size = "align(align(sizeof(K), alignof(V)) + sizeof(V), 8) + 8"
+len = "size"
+heap = "(n > 1) * n * 8"
+
+[[container]]
+name = "fx::Tagged"
+elem = "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >"
+layout = "tagged_pointer"
+[container.fields]
+ptr = "ptr_"
+[container.tagged_pointer]
+pointer = "ptr & ~3"
+owned = "(ptr & 3) == 2"
+
+[[owned]]
+in = "*::Chains"
+pointee_base = "fx::PartBase"
+"#;
+
+#[test]
+fn jit_described_node_chains_tagged_and_owned_pointers() {
+    let f = crate::describe::parse::to_feature("chains.toml", CHAINS_TOML);
+    for n in [0u64, 1, 2, 9, 100] {
+        let addr = make_n("chains", n as i32);
+        let s = same("probe_chains", &["arg0"], &[&f], &[addr]);
+        let w = &s[0];
+        let b = if n == 0 {
+            1
+        } else {
+            (0..).map(|k| 1u64 << k).find(|b| *b >= n / 2).unwrap()
+        };
+        let table = if b > 1 { 8 * b } else { 0 };
+        // The strings' map: address, len, buckets, table + n nodes of 48 bytes.
+        assert_eq!(w[..4], [addr, n, b, table + 48 * n], "n = {n}");
+        // Then (len, heap cap) per node, bucket by bucket, each chain newest first.
+        let order: Vec<u64> = (0..b)
+            .flat_map(|k| (0..n).filter(move |j| j % b == k).rev())
+            .collect();
+        let lens: Vec<u64> = w[4..4 + 2 * n as usize]
+            .iter()
+            .step_by(2)
+            .copied()
+            .collect();
+        let want: Vec<u64> = order
+            .iter()
+            .map(|j| if j % 3 > 0 { 4 } else { 30 + j })
+            .collect();
+        assert_eq!(lens, want, "n = {n}");
+        let rest = &w[4 + 2 * n as usize..];
+        // The ints' map reads nothing per node; its nodes are 24 bytes.
+        assert_eq!(rest[..4], [addr + 24, n, b, table + 24 * n], "n = {n}");
+        // owned: one string of 20 + n characters; shared and null: none.
+        assert_eq!(rest[5..9], [1, 1, 32, 20 + n], "n = {n}: {rest:?}");
+        assert_eq!(rest[11..14], [0, 0, 0], "n = {n}: shared");
+        assert_eq!(rest[15..18], [0, 0, 0], "n = {n}: null");
+        // part: pointer, descended, its name (25 characters); no_part: null.
+        assert_eq!((rest[19], rest[20]), (1, 25), "n = {n}: {rest:?}");
+        assert_eq!(
+            rest[22..],
+            [0, 0],
+            "n = {n}: no_part, and not_owned is stubbed"
+        );
+        let m = measurer("probe_chains", &["arg0"], &[&f]);
+        let (roots, streams) = interp(&m, &[addr]).expect("interp");
+        let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
+        let caps: u64 = w[4..4 + 2 * n as usize].iter().skip(1).step_by(2).sum();
+        let owned_cap = rest[9];
+        let part_cap = rest[21];
+        // sizeof Chains (2 × 24 + 3 × 8 + 3 × 8), both maps' blocks, the strings' heap,
+        // the owned string (32 + cap), the Part (40 + its name's heap).
+        assert_eq!(
+            total,
+            96 + 2 * table + 72 * n + caps + 32 + owned_cap + 40 + part_cap,
+            "n = {n}"
+        );
+    }
+}
+
 #[test]
 fn jit_nested_vectors_and_plain_ints() {
     same("probe_nested", &["arg0"], &[], &[make("nested")]);

@@ -65,6 +65,8 @@ pub struct PlanBuilder<'t> {
     capture_here: bool,
     /// Set by `op` when it made an opaque union, for the node it builds.
     opaque_union_here: bool,
+    /// Types descriptions name by spelling, found in DWARF beforehand (`describe::names`).
+    named: crate::describe::names::NamedTypes,
 }
 
 const STUBBED: &str = "uintptr_t (stubbed)";
@@ -80,7 +82,14 @@ impl<'t> PlanBuilder<'t> {
             poly: HashMap::new(),
             capture_here: false,
             opaque_union_here: false,
+            named: Default::default(),
         }
+    }
+
+    /// The types descriptions name by spelling (`describe::names::resolve`).
+    pub fn with_named_types(mut self, named: crate::describe::names::NamedTypes) -> Self {
+        self.named = named;
+        self
     }
 
     /// Enables polymorphic-inheritance for the given dynamic classes.
@@ -327,7 +336,8 @@ impl<'t> PlanBuilder<'t> {
                     .and_then(|n| self.opts.descriptions.find(n))
                 {
                     Some(d) => {
-                        let (layout, elem, owned) = crate::describe::compile::compile(d, tg, r)?;
+                        let (layout, elem, owned) =
+                            crate::describe::compile::compile(d, tg, r, &self.named)?;
                         let elem = if owned {
                             self.owned_pointer(elem)?
                         } else {
@@ -383,6 +393,44 @@ impl<'t> PlanBuilder<'t> {
         Ok(id)
     }
 
+    /// The pointee of a raw pointer member of struct `holder` that an `[[owned]]` rule says
+    /// the struct owns (a complete class, named or derived from the rule's base).
+    fn owned_member(&self, holder: TypeId, ty: TypeId) -> Option<TypeId> {
+        let tg = self.tg;
+        let descs = &self.opts.descriptions;
+        if descs.owned.is_empty() {
+            return None;
+        }
+        let Kind::Pointer { target: Some(t) } = &tg.get(tg.resolve(ty)).kind else {
+            return None;
+        };
+        let t = tg.resolve(*t);
+        let holder_name = tg.as_struct(holder)?.name.as_deref()?;
+        tg.as_struct(t)?;
+        if !tg.is_complete(t) {
+            return None;
+        }
+        // The class and its bases, transitively (bounded: DWARF may be malformed). A base
+        // may be a declaration only (g++ leaves a class whose vtable another library emits,
+        // as protobuf's `Message`, undefined): its name still counts.
+        let mut names = Vec::new();
+        let mut todo = vec![t];
+        while let Some(c) = todo.pop() {
+            if names.len() > 64 {
+                break;
+            }
+            match &tg.get(tg.resolve(c)).kind {
+                Kind::Struct(st) => {
+                    names.extend(st.name.clone());
+                    todo.extend(st.bases.iter().map(|b| b.ty));
+                }
+                Kind::Incomplete { name } => names.push(name.clone()),
+                _ => {}
+            }
+        }
+        descs.owns(holder_name, &names).then_some(t)
+    }
+
     fn is_ignored(&self, name: Option<&str>) -> bool {
         name.is_some_and(|n| self.opts.ignored_types.iter().any(|t| t == n))
     }
@@ -411,13 +459,27 @@ impl<'t> PlanBuilder<'t> {
             let declared = &tg.get(m.ty).kind;
             // GCC's vptr is never chased, whatever the options (SEMANTICS.md §4).
             let is_vptr = m.name.as_deref().is_some_and(|n| n.starts_with("_vptr."));
-            let stubbed = is_vptr || self.is_stubbed(m.ty);
+            let owned = if is_vptr || m.bit_size.is_some() {
+                None
+            } else {
+                self.owned_member(r, m.ty)
+            };
+            let stubbed = is_vptr || (owned.is_none() && self.is_stubbed(m.ty));
             if stubbed && let Some(last) = type_names.last_mut() {
                 *last = STUBBED.into();
             }
             let is_primitive = matches!(declared, Kind::Primitive { .. })
                 || (stubbed && matches!(declared, Kind::Pointer { .. }));
-            let node = if m.bit_size.is_some() {
+            let node = if let Some(target) = owned {
+                // Owned by an `[[owned]]` rule: walked as a unique_ptr (S = E = 8).
+                let id = self.reserve(name, type_names, 8, false);
+                let target = self.child(target, "*")?;
+                self.plan.nodes[id].op = Op::SmartPtr {
+                    offset: 0,
+                    target: Some(target),
+                };
+                id
+            } else if m.bit_size.is_some() {
                 let id = self.reserve(name, type_names, 0, is_primitive);
                 self.plan.nodes[id].op = Op::Bitfield;
                 id

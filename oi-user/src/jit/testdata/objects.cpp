@@ -199,6 +199,51 @@ struct Swisses {
     Swiss<long> l;
 };
 
+// A node-chain hash map (`node_chains`, as protobuf's Map keeps its nodes): a table of
+// `buckets_` chain heads, each node its pair and its next pointer. Tagged string pointers
+// (`tagged_pointer`, as protobuf's ArenaStringPtr: tag 2 an owned string, tag 0 a shared
+// default) and raw pointers an `[[owned]]` rule owns (protobuf's singular sub-messages).
+// All described in tests.rs.
+template <typename K, typename V>
+struct Pair {
+    K first;
+    V second;
+};
+
+template <typename K, typename V>
+struct Chained {
+    uint64_t size_;
+    uint64_t buckets_;
+    void** table_;
+    struct Node {
+        Pair<K, V> kv;
+        Node* next;
+    };
+};
+
+struct Tagged {
+    void* ptr_;
+};
+
+struct PartBase {
+    long id;
+};
+
+struct Part : PartBase {
+    std::string name;
+};
+
+struct Chains {
+    Chained<long, std::string> m;
+    Chained<int, long> ints;
+    Tagged owned;
+    Tagged shared;
+    Tagged null;
+    Part* part;
+    Part* no_part;
+    std::string* not_owned;
+};
+
 struct Smalls {
     SmallVec<int, 4> few;
     SmallVec<int, 4> many;
@@ -238,6 +283,7 @@ PROBE(Everything, probe_everything)
 PROBE(Smalls, probe_smalls)
 PROBE(OwnedPtrs, probe_owned)
 PROBE(Swisses, probe_swisses)
+PROBE(Chains, probe_chains)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
     asm volatile("" ::"r"(a), "r"(b));
@@ -269,6 +315,29 @@ static void fill_swiss(Swiss<T>& t, int n, V value) {
         uint64_t at = 2 * uint64_t(j) % c;
         block[at] = uint8_t(j & 0x7f);
         new (t.slots_ + at) T(value(j));
+    }
+}
+
+static void* chains_empty_table[1] = {nullptr};
+
+// n nodes, node j at the head of bucket j % B (B: 1 for the empty map, whose table is a
+// shared static one, else the power of two ≥ n / 2, so that chains are 1 to 3 long).
+template <typename K, typename V, typename F>
+static void fill_chains(Chained<K, V>& m, int n, F pair) {
+    using Node = typename Chained<K, V>::Node;
+    m.size_ = uint64_t(n);
+    if (n == 0) {
+        m.buckets_ = 1;
+        m.table_ = chains_empty_table;
+        return;
+    }
+    uint64_t b = 1;
+    while (b < uint64_t(n) / 2) b *= 2;
+    m.buckets_ = b;
+    m.table_ = new void*[b]();
+    for (int j = 0; j < n; j++) {
+        auto* node = new Node{pair(j), static_cast<Node*>(m.table_[j % b])};
+        m.table_[j % b] = node;
     }
 }
 
@@ -485,6 +554,22 @@ void* make_swisses(int n) {
         new (w->g.slots_ + at) std::string(str(j, j % 3 ? 3 : 50 + j));
     }
     return w;
+}
+
+static std::string chains_default;
+
+void* make_chains(int n) {
+    auto* c = new Chains();
+    fill_chains(c->m, n, [](int j) { return Pair<long, std::string>{j, str(j, j % 3 ? 4 : 30 + j)}; });
+    fill_chains(c->ints, n, [](int j) { return Pair<int, long>{j, 2L * j}; });
+    c->owned.ptr_ = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(new std::string(str(n, 20 + n))) | 2);
+    c->shared.ptr_ = &chains_default;
+    c->null.ptr_ = nullptr;
+    c->part = new Part();
+    c->part->name = str(n, 25);
+    c->no_part = nullptr;
+    c->not_owned = &chains_default;
+    return c;
 }
 
 void* make_ints(int n) {
