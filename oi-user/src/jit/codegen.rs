@@ -55,6 +55,8 @@ use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 /// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
 const MAX_READ: u64 = 1 << 30;
+/// Strings an iteration of `vector<string>`'s unchecked loop (2 or 4).
+const STRING_GROUP: u64 = 4;
 /// Most node walks inlined into one function before children become calls (code size).
 const INLINE_BUDGET: u32 = 48;
 /// Most red-black descent stacks (1 KiB each) in one function's frame.
@@ -1688,31 +1690,34 @@ impl Gen<'_, '_> {
 
     /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
     /// has room for the elements at their longest (two ten-byte words each), stores need no
-    /// check. Two strings an iteration: six loads, one compare with the room's limit and,
-    /// for lengths and capacities below 128, one four-byte store; then one string an
-    /// iteration for the last. With sizes, the heap capacities are summed in registers and
-    /// added once. The last elements, once the room is short, are emitted checked.
+    /// check. [`STRING_GROUP`] strings an iteration: their loads, two compares (elements
+    /// left, room left) and, when every length and capacity is below 128, one store of all
+    /// their bytes (eight for four strings); then one string an iteration for the last. With sizes, the heap
+    /// capacities are summed in registers and added once. The last elements, once the room
+    /// is short, are emitted checked.
     fn string_array(&mut self, l: &StringLayout, start: Value, n: Value, stride: u64) -> G {
+        const K: u64 = STRING_GROUP;
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
-        // A pair starts below `stop - stride`. Saturated at 0: the empty vector that never
-        // allocated has start = stop = 0, where `0 - stride` would wrap around and send the
-        // loop to read at address 0.
-        let stride_v = self.c(stride);
-        let floor = self.b.ins().umax(stop, stride_v);
-        let last_pair = self.b.ins().iadd_imm_s(floor, -(stride as i64));
+        // A group starts below `stop - (K-1)·stride`. Saturated at 0: the empty vector that
+        // never allocated has start = stop = 0, where the subtraction would wrap around and
+        // send the loop to read at address 0.
+        let tail = (K - 1) * stride;
+        let tail_v = self.c(tail);
+        let floor = self.b.ins().umax(stop, tail_v);
+        let last_group = self.b.ins().iadd_imm_s(floor, -(tail as i64));
         let w = 2 * MAX_WORD_BYTES as i64;
-        // Room limits for one and for two elements; an `end` below 40 (no real buffer)
-        // has none.
+        // Room limits for one and for a group of elements; an `end` below a group's longest
+        // (no real buffer) has none.
         let end = self.end;
         let zero = self.c(0);
-        let (lim1, lim2) = if self.reg.stream {
-            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, 2 * w as u64);
+        let (lim1, limk) = if self.reg.stream {
+            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, K * w as u64);
             let l1 = self.b.ins().iadd_imm_s(end, -w);
             let lim1 = self.b.ins().select(big, l1, zero);
-            let l2 = self.b.ins().iadd_imm_s(end, -2 * w);
-            let lim2 = self.b.ins().select(big, l2, zero);
-            (lim1, lim2)
+            let lk = self.b.ins().iadd_imm_s(end, -(K as i64) * w);
+            let limk = self.b.ins().select(big, lk, zero);
+            (lim1, limk)
         } else {
             // Nothing is written: always room.
             let all = self.c(u64::MAX);
@@ -1722,11 +1727,12 @@ impl Gen<'_, '_> {
         let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
 
         // (element, cursor, sum of heap capacities, largest capacity)
-        let head2 = self.b.create_block();
-        let body2 = self.b.create_block();
-        let four = self.b.create_block();
-        let long2 = self.b.create_block();
-        let next2 = self.b.create_block();
+        let head_k = self.b.create_block();
+        let room_k = self.b.create_block();
+        let body_k = self.b.create_block();
+        let store_k = self.b.create_block();
+        let long_k = self.b.create_block();
+        let next_k = self.b.create_block();
         let head = self.b.create_block();
         let check = self.b.create_block();
         let body = self.b.create_block();
@@ -1736,52 +1742,78 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let spill = self.b.create_block();
         let join = self.b.create_block();
-        let [p2, q2, sum2, max2] = [(); 4].map(|()| self.b.append_block_param(head2, I64));
+        let [pk, qk, sumk, maxk] = [(); 4].map(|()| self.b.append_block_param(head_k, I64));
         let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
-        let qn2 = self.b.append_block_param(next2, I64);
+        let qnk = self.b.append_block_param(next_k, I64);
         let qn = self.b.append_block_param(next, I64);
-        self.b.ins().jump(head2, &args([start, cur, zero, zero]));
+        self.b.ins().jump(head_k, &args([start, cur, zero, zero]));
 
-        // Pairs.
-        self.b.switch_to_block(head2);
-        let pair = self.b.ins().icmp(IntCC::UnsignedLessThan, p2, last_pair);
-        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q2, lim2);
-        let go = self.b.ins().band(pair, room);
+        // Groups: two compare-and-branches, no flags combined.
+        self.b.switch_to_block(head_k);
+        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, last_group);
         self.b
             .ins()
-            .brif(go, body2, &[], head, &args([p2, q2, sum2, max2]));
-        self.b.switch_to_block(body2);
-        let (len0, cap0) = self.load_string(l, p2, 0);
-        let (len1, cap1) = self.load_string(l, p2, stride);
-        let (sum2b, max2b) = self.sum_max(sum2, max2, &[cap0, cap1]);
-        let a = self.b.ins().bor(len0, cap0);
-        let b = self.b.ins().bor(len1, cap1);
-        let all = self.b.ins().bor(a, b);
-        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
-        self.b.ins().brif(small, four, &[], long2, &[]);
-        self.b.switch_to_block(four);
-        let c0 = self.b.ins().ishl_imm_s(cap0, 8);
-        let l1 = self.b.ins().ishl_imm_s(len1, 16);
-        let c1 = self.b.ins().ishl_imm_s(cap1, 24);
-        let v = self.b.ins().bor(len0, c0);
-        let v = self.b.ins().bor(v, l1);
-        let v = self.b.ins().bor(v, c1);
-        let q4 = if self.reg.stream {
-            self.b.ins().istore32(trusted(), v, q2, 0);
-            self.b.ins().iadd_imm_s(q2, 4)
-        } else {
-            q2
-        };
-        self.b.ins().jump(next2, &[BlockArg::Value(q4)]);
-        self.b.switch_to_block(long2);
-        let mut at = q2;
-        for v in [len0, cap0, len1, cap1] {
-            at = self.varint_unchecked(v, at);
+            .brif(group, room_k, &[], head, &args([pk, qk, sumk, maxk]));
+        self.b.switch_to_block(room_k);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, qk, limk);
+        self.b
+            .ins()
+            .brif(room, body_k, &[], head, &args([pk, qk, sumk, maxk]));
+        self.b.switch_to_block(body_k);
+        // Each string folded in as it is loaded (few values live at once, so nothing spills):
+        // `packed` has every word as a byte, right for the store when `all` is below 128.
+        let mut caps = Vec::with_capacity(K as usize);
+        let mut all = None;
+        let mut packed = None;
+        for i in 0..K {
+            let (len, cap) = self.load_string(l, pk, i * stride);
+            caps.push(cap);
+            let either = self.b.ins().bor(len, cap);
+            all = Some(match all {
+                Some(a) => self.b.ins().bor(a, either),
+                None => either,
+            });
+            let c = self.b.ins().ishl_imm_s(cap, 16 * i as i64 + 8);
+            let lc = if i == 0 {
+                self.b.ins().bor(len, c)
+            } else {
+                let ls = self.b.ins().ishl_imm_s(len, 16 * i as i64);
+                self.b.ins().bor(ls, c)
+            };
+            packed = Some(match packed {
+                Some(v) => self.b.ins().bor(v, lc),
+                None => lc,
+            });
         }
-        self.b.ins().jump(next2, &[BlockArg::Value(at)]);
-        self.b.switch_to_block(next2);
-        let pn = self.b.ins().iadd_imm_s(p2, 2 * stride as i64);
-        self.b.ins().jump(head2, &args([pn, qn2, sum2b, max2b]));
+        let (all, packed) = (all.expect("K > 0"), packed.expect("K > 0"));
+        let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
+        self.b.ins().brif(small, store_k, &[], long_k, &[]);
+        // Every word one byte: all of them one store.
+        self.b.switch_to_block(store_k);
+        let at = if self.reg.stream {
+            match K {
+                4 => self.b.ins().store(trusted(), packed, qk, 0),
+                2 => self.b.ins().istore32(trusted(), packed, qk, 0),
+                _ => unreachable!("groups of 2 or 4 strings"),
+            };
+            self.b.ins().iadd_imm_s(qk, 2 * K as i64)
+        } else {
+            qk
+        };
+        self.b.ins().jump(next_k, &[BlockArg::Value(at)]);
+        // A word of two bytes or more (rare): the strings loaded again, word by word.
+        self.b.switch_to_block(long_k);
+        let mut at = qk;
+        for i in 0..K {
+            let (len, cap) = self.load_string(l, pk, i * stride);
+            at = self.varint_unchecked(len, at);
+            at = self.varint_unchecked(cap, at);
+        }
+        self.b.ins().jump(next_k, &[BlockArg::Value(at)]);
+        self.b.switch_to_block(next_k);
+        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
+        self.b.ins().jump(head_k, &args([pn, qnk, sumkb, maxkb]));
 
         // One at a time.
         self.b.switch_to_block(head);

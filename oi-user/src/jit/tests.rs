@@ -470,6 +470,11 @@ fn jit_strings_sso_and_heap() {
     assert_eq!(s[0][1], 100);
     assert_eq!(s[0].len(), 3 + 200);
     same("probe_strings", &["arg0"], &[], &[make_n("strings", 0)]);
+    // Every remainder of the four-string groups, and long strings inside a group.
+    for n in [1, 2, 3, 5, 18, 35, 103] {
+        let s = same("probe_strings", &["arg0"], &[], &[make_n("strings", n)]);
+        assert_eq!(s[0][1], n as u64);
+    }
     // No buffer at all (begin = end = nullptr): the pair loop must not start at address 0.
     let s = same(
         "probe_strings",

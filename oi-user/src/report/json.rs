@@ -34,22 +34,56 @@ const FLUSH_AT: usize = 1 << 20;
 /// elements of a container all share it, so it is composed once per run of alike siblings
 /// and copied for the others (comparing those few strings costs a fraction of writing them
 /// out piece by piece, which used to be most of the printing of a big sample).
+///
+/// It also keeps the last node's whole opening text (`{"size":…` to `"members":[`) and the
+/// numbers it was made of ([`Repeat`]): the next alike sibling with the same numbers (the
+/// strings of a vector that have the same length and capacity, mostly) is one copy.
 #[derive(Default)]
 struct Middle {
     name: String,
     path: Vec<String>,
     type_names: Vec<String>,
     static_size: u64,
+    /// Address of the plan node the text was composed for: the same node has the same type
+    /// names and static size (the plan does not change while a sample is printed), so
+    /// siblings of one node skip comparing those.
+    node: usize,
     text: Vec<u8>,
+    repeat: Option<Repeat>,
+    whole: Vec<u8>,
+}
+
+/// What a node's opening text depends on besides its [`Middle`] and its plan node.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Repeat {
+    size: u64,
+    exclusive: u64,
+    pointer: Option<u64>,
+    heap_block: Option<u64>,
+    length_capacity: Option<(u64, u64)>,
+}
+
+impl Repeat {
+    /// None for a node with captured data (its text is composed every time).
+    fn of(n: &NodeOut<'_>) -> Option<Self> {
+        n.data.is_none().then_some(Self {
+            size: n.size,
+            exclusive: n.exclusive,
+            pointer: n.pointer,
+            heap_block: n.heap_block,
+            length_capacity: n.length_capacity,
+        })
+    }
 }
 
 impl Middle {
     fn matches(&self, n: &NodeOut<'_>) -> bool {
-        self.static_size == n.node.static_size
+        let same_node = self.node == std::ptr::from_ref(n.node) as usize
+            || (self.static_size == n.node.static_size && self.type_names == n.node.type_names);
+        same_node
             && self.name == n.name
             && self.path.len() == n.path.len()
             && self.path.iter().zip(n.path).all(|(a, b)| a == b.as_ref())
-            && self.type_names == n.node.type_names
     }
 
     /// Composes the text of `n` into `self`.
@@ -72,6 +106,8 @@ impl Middle {
         self.path.extend(n.path.iter().map(|p| p.to_string()));
         self.type_names.clone_from(&n.node.type_names);
         self.static_size = n.node.static_size;
+        self.node = std::ptr::from_ref(n.node) as usize;
+        self.repeat = None;
         Ok(())
     }
 }
@@ -234,19 +270,26 @@ impl Sink for JsonSink<'_> {
             }
         }
         self.indent(1);
-        let colon: &[u8] = if self.pretty { b": " } else { b":" };
-        let node = n.node;
-        self.buf.extend_from_slice(b"{\"size\"");
-        self.buf.extend_from_slice(colon);
-        push_u64(&mut self.buf, n.size);
         let depth = self.open.len();
         if self.middles.len() <= depth {
             self.middles.resize_with(depth + 1, Middle::default);
         }
         let middle = &mut self.middles[depth];
+        let repeat = Repeat::of(n);
+        let node_at = std::ptr::from_ref(n.node) as usize;
         if !middle.matches(n) {
             middle.compose(n, self.pretty)?;
+        } else if repeat.is_some() && middle.repeat == repeat && middle.node == node_at {
+            self.buf.extend_from_slice(&middle.whole);
+            self.open.push(false);
+            return self.composed();
         }
+        let start = self.buf.len();
+        let colon: &[u8] = if self.pretty { b": " } else { b":" };
+        let node = n.node;
+        self.buf.extend_from_slice(b"{\"size\"");
+        self.buf.extend_from_slice(colon);
+        push_u64(&mut self.buf, n.size);
         self.buf.extend_from_slice(&middle.text);
         push_u64(&mut self.buf, n.exclusive);
         if let Some(p) = n.pointer {
@@ -289,6 +332,13 @@ impl Sink for JsonSink<'_> {
             };
             self.buf.extend_from_slice(tail);
         }
+        let middle = &mut self.middles[depth];
+        middle.node = node_at;
+        middle.repeat = repeat;
+        if repeat.is_some() {
+            middle.whole.clear();
+            middle.whole.extend_from_slice(&self.buf[start..]);
+        }
         self.open.push(false);
         self.composed()
     }
@@ -314,6 +364,97 @@ impl Drop for JsonSink<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
+    use super::{Data, JsonSink, NodeOut, Sink};
+    use crate::plan::{Node, Op};
+
+    fn node(is_primitive: bool) -> Node {
+        Node {
+            name: "[]".into(),
+            type_names: vec!["std::string".into()],
+            static_size: 32,
+            is_primitive,
+            op: Op::Leaf,
+            dynamic: false,
+            readable: String::new(),
+            value: None,
+            opaque_union: false,
+        }
+    }
+
+    /// Alike siblings whose text is copied from the one before: every element still says
+    /// its own numbers, data and node (two nodes of the same type names and size differ in
+    /// `is_primitive` here), in both layouts.
+    #[test]
+    fn repeated_siblings_keep_their_own_numbers() {
+        let (a, b, root) = (node(false), node(true), node(false));
+        let seven = Data::Number(7);
+        // (node, size, length and capacity, data)
+        type Kid<'a> = (&'a Node, u64, (u64, u64), Option<&'a Data>);
+        let kids: [Kid; 7] = [
+            (&a, 40, (3, 8), None),
+            (&a, 40, (3, 8), None),
+            (&a, 45, (4, 13), None),
+            (&a, 45, (4, 13), Some(&seven)),
+            (&a, 45, (4, 13), None),
+            (&b, 45, (4, 13), None),
+            (&a, 45, (4, 13), None),
+        ];
+        let path = [Cow::from("a0"), Cow::from("[]")];
+        for pretty in [false, true] {
+            let mut out = Vec::new();
+            let mut sink = JsonSink::new(&mut out, pretty);
+            sink.start_sample().unwrap();
+            let top = NodeOut {
+                node: &root,
+                name: "a0",
+                path: &path[..1],
+                size: 0,
+                exclusive: 0,
+                pointer: None,
+                heap_block: None,
+                data: None,
+                length_capacity: None,
+                has_children: true,
+                value: None,
+            };
+            sink.begin(&top).unwrap();
+            for &(n, size, lc, data) in &kids {
+                sink.begin(&NodeOut {
+                    node: n,
+                    name: "[]",
+                    path: &path,
+                    size,
+                    exclusive: size,
+                    pointer: None,
+                    heap_block: None,
+                    data,
+                    length_capacity: Some(lc),
+                    has_children: false,
+                    value: None,
+                })
+                .unwrap();
+                sink.end().unwrap();
+            }
+            sink.end().unwrap();
+            sink.end_sample().unwrap();
+            drop(sink);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            let members = v[0]["members"].as_array().unwrap();
+            assert_eq!(members.len(), kids.len());
+            for (m, &(n, size, (len, cap), data)) in members.iter().zip(&kids) {
+                assert_eq!(m["size"], size);
+                assert_eq!(m["exclusiveSize"], size);
+                assert_eq!(m["length"], len);
+                assert_eq!(m["capacity"], cap);
+                assert_eq!(m["is_primitive"], n.is_primitive);
+                assert_eq!(m["typePath"], serde_json::json!(["a0", "[]"]));
+                assert_eq!(m.get("data").and_then(|d| d.as_u64()), data.map(|_| 7));
+            }
+        }
+    }
+
     #[test]
     fn numbers_are_written_in_decimal() {
         for v in [
