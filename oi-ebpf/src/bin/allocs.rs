@@ -84,7 +84,10 @@ static BUCKET_NS: Global<[u64; MAX_BUCKETS]> = Global::new([0; MAX_BUCKETS]);
 #[unsafe(no_mangle)]
 static BOUNDS: Global<u32> = Global::new(0);
 
-/// pid_tgid → the outermost allocator call the thread is inside.
+/// pid_tgid → the outermost allocator call the thread is inside. A thread's slot is written
+/// in place and kept when the call ends (`sp` 0: no call): an update or a removal of a hash
+/// entry takes the bucket lock and the element free list, and per malloc+free pair that was
+/// three of them. User space removes the slots of threads that are gone (`sweep_threads`).
 #[map]
 static THREADS: HashMap<u64, Open> = HashMap::with_max_entries(MAX_THREADS, 0);
 
@@ -184,7 +187,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         let r = &*ctx.regs;
         (r.rdi, r.rsi, r.rdx)
     };
-    if let Some(open) = THREADS.get_ptr_mut(pid_tgid) {
+    if let Some(open) = open_call(pid_tgid) {
         // SAFETY: `open` points at this thread's map value, which only this thread touches.
         let o = unsafe { *open };
         if function::is_free(o.function as u64) {
@@ -256,7 +259,12 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             count(counter::SKIPPED);
         }
     }
-    if THREADS.insert(&pid_tgid, &open, 0).is_err() {
+    // Looked up again rather than kept from above: a pointer held across the stack walk
+    // multiplies the states the verifier explores beyond its limit.
+    if let Some(slot) = THREADS.get_ptr_mut(pid_tgid) {
+        // SAFETY: as above.
+        unsafe { *slot = open };
+    } else if THREADS.insert(&pid_tgid, &open, 0).is_err() {
         count(counter::THREADS_FULL);
         warn!(
             ctx,
@@ -301,7 +309,7 @@ fn sample_weight(size: u64) -> u64 {
 /// A tail jump to a hooked function: its entry at this stack pointer is the open call's.
 #[inline(always)]
 fn on_tail(pid_tgid: u64, sp: u64) {
-    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+    let Some(open) = open_call(pid_tgid) else {
         return;
     };
     // SAFETY: as in `on_entry`.
@@ -313,7 +321,8 @@ fn on_tail(pid_tgid: u64, sp: u64) {
         // SAFETY: as in `on_entry`.
         unsafe { (*open).tail = 1 };
     } else if open_sp < sp {
-        abandon(pid_tgid);
+        close(open);
+        count(counter::ABANDONED);
     }
 }
 
@@ -321,7 +330,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
 /// unseen, or in rdi), of a function of kind `function`.
 #[inline(always)]
 fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
-    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+    let Some(open) = open_call(pid_tgid) else {
         return;
     };
     // SAFETY: as in `on_entry`; copied before the value is removed.
@@ -333,7 +342,7 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
         // A return of a nested call.
         return;
     }
-    let _ = THREADS.remove(&pid_tgid);
+    close(open);
     if o.sp < sp {
         count(counter::ABANDONED);
         return;
@@ -349,19 +358,19 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
 /// pointer `entry_sp`, with `result` in rax.
 #[inline(always)]
 fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
-    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+    let Some(open) = open_call(pid_tgid) else {
         return;
     };
-    // SAFETY: as in `on_entry`; copied before the value is removed.
+    // SAFETY: as in `on_entry`; copied before the slot is closed.
     let o = unsafe { *open };
     if function::is_free(o.function as u64) {
         return;
     }
     if o.sp > entry_sp {
-        closes_outer(pid_tgid, &o, entry_sp, result, function);
+        closes_outer(open, &o, entry_sp, result, function, pid_tgid as u32);
         return;
     }
-    let _ = THREADS.remove(&pid_tgid);
+    close(open);
     if o.sp < entry_sp {
         count(counter::ABANDONED);
         return;
@@ -373,7 +382,7 @@ fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
 /// `result`: it closes the open call `o` when that is an `operator new` that takes its block
 /// from it (the first such call inside it), and it gave one.
 #[inline(always)]
-fn closes_outer(pid_tgid: u64, o: &Open, entry_sp: u64, result: u64, function: u64) {
+fn closes_outer(open: *mut Open, o: &Open, entry_sp: u64, result: u64, function: u64, tid: u32) {
     if o.flags as u64 & cookie::INNER_CLOSED == 0
         || o.inner_sp != entry_sp
         || result == 0
@@ -382,14 +391,24 @@ fn closes_outer(pid_tgid: u64, o: &Open, entry_sp: u64, result: u64, function: u
     {
         return;
     }
-    let _ = THREADS.remove(&pid_tgid);
-    allocated(o, result, pid_tgid as u32);
+    close(open);
+    allocated(o, result, tid);
 }
 
+/// The thread's open call, if it is inside one (or has a pending free).
 #[inline(always)]
-fn abandon(pid_tgid: u64) {
-    let _ = THREADS.remove(&pid_tgid);
-    count(counter::ABANDONED);
+fn open_call(pid_tgid: u64) -> Option<*mut Open> {
+    // SAFETY: the thread's own slot (see `THREADS`).
+    THREADS
+        .get_ptr_mut(pid_tgid)
+        .filter(|open| unsafe { (**open).sp } != 0)
+}
+
+/// Ends the thread's open call; its slot stays for the next one.
+#[inline(always)]
+fn close(open: *mut Open) {
+    // SAFETY: the thread's own slot (see `THREADS`).
+    unsafe { (*open).sp = 0 };
 }
 
 /// An outermost allocator call returned `result`.
@@ -460,16 +479,6 @@ fn allocated(o: &Open, result: u64, tid: u32) {
             add(&raw mut (*s).est_bytes, estimated_bytes(o.size, o.weight));
         }
     }
-    // SAFETY: a plain read of a map value.
-    if unsafe { LIVE.get(&block) }.is_some() {
-        // Its free was missed: count the old block freed now.
-        count(counter::REUSED);
-        info!(
-            &(),
-            "block {:x} allocated again before its free was seen", block
-        );
-        free_block(block, now);
-    }
     let b = Block {
         size: o.size,
         usable,
@@ -479,9 +488,26 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         _pad: 0,
         weight: o.weight,
     };
-    if LIVE.insert(&block, &b, 0).is_err() {
-        count(counter::DROPPED);
-        info!(&(), "live table full: block {:x} not tracked", block);
+    // One update when the address is new (the usual case), instead of a lookup and then an
+    // update.
+    match LIVE.insert(&block, &b, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        // EEXIST: its free was missed; count the old block freed now.
+        Err(-17) => {
+            count(counter::REUSED);
+            info!(
+                &(),
+                "block {:x} allocated again before its free was seen", block
+            );
+            free_block(block, now);
+            if LIVE.insert(&block, &b, 0).is_err() {
+                count(counter::DROPPED);
+            }
+        }
+        Err(_) => {
+            count(counter::DROPPED);
+            info!(&(), "live table full: block {:x} not tracked", block);
+        }
     }
 }
 
