@@ -251,6 +251,14 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             function::POSIX_MEMALIGN => (rdx, rdi),
             _ => (rdi, 0),
         };
+        open.align = match cookie::align_source(cookie) {
+            cookie::ALIGN_RDI => rdi,
+            cookie::ALIGN_RSI => rsi,
+            cookie::ALIGN_PAGE => JEMALLOC_PAGE,
+            cookie::ALIGN_FLAGS_RSI => jemalloc_flags_align(rsi),
+            cookie::ALIGN_FLAGS_RDX => jemalloc_flags_align(rdx),
+            _ => 0,
+        };
         open.weight = sample_weight(open.size);
         if open.weight != 0 {
             open.sampled = 1;
@@ -455,6 +463,8 @@ fn allocated(o: &Open, result: u64, tid: u32) {
     }
     let usable = if o.flags as u64 & cookie::GLIBC != 0 {
         glibc_usable(block).unwrap_or(o.size)
+    } else if o.flags as u64 & cookie::JEMALLOC != 0 {
+        jemalloc_usable(o.size, o.align)
     } else {
         o.size
     };
@@ -521,6 +531,71 @@ fn glibc_usable(block: u64) -> Option<u64> {
     let size = header & !7;
     let overhead = if header & 2 != 0 { 16 } else { 8 };
     size.checked_sub(overhead)
+}
+
+/// jemalloc 5's page (Debian's x86-64 build: `LG_PAGE` 12).
+const JEMALLOC_PAGE: u64 = 4096;
+/// jemalloc 5's largest small size class and smallest large one, for 4 KiB pages.
+const JEMALLOC_SMALL_MAX: u64 = 14336;
+const JEMALLOC_LARGE_MIN: u64 = 16384;
+
+/// The alignment a jemalloc `flags` argument asks for (`MALLOCX_LG_ALIGN(la)` is `la` in the
+/// low six bits; 0: none).
+#[inline(always)]
+fn jemalloc_flags_align(flags: u64) -> u64 {
+    let lg = flags & 63;
+    if lg == 0 { 0 } else { 1 << lg }
+}
+
+/// jemalloc 5's usable size of a request of `size` bytes aligned to `align` (0: none): its
+/// size class (`sz_s2u`, or `sz_sa2u` when aligned), what `malloc_usable_size` and `sallocx`
+/// give. A pure function of the request for a given build (quantum 16 bytes, 4 size classes
+/// per doubling, 4 KiB pages: Debian's libjemalloc2).
+#[inline(always)]
+fn jemalloc_usable(size: u64, align: u64) -> u64 {
+    if align == 0 {
+        return jemalloc_size_class(size);
+    }
+    if size <= JEMALLOC_SMALL_MAX && align <= JEMALLOC_PAGE {
+        let usize = jemalloc_size_class((size + align - 1) & !(align - 1));
+        if usize < JEMALLOC_LARGE_MIN {
+            return usize;
+        }
+    }
+    if size <= JEMALLOC_LARGE_MIN {
+        JEMALLOC_LARGE_MIN
+    } else {
+        jemalloc_size_class(size)
+    }
+}
+
+/// `sz_s2u`: 8 up to 8 bytes; then classes 16 bytes apart up to 128, and four classes per
+/// doubling above (the spacing is a quarter of the power of two below).
+#[inline(always)]
+fn jemalloc_size_class(size: u64) -> u64 {
+    if size <= 8 {
+        return 8;
+    }
+    if size > 1 << 62 {
+        return size;
+    }
+    let ceil_lg = lg_floor((size << 1) - 1);
+    let lg_delta = if ceil_lg < 7 { 4 } else { ceil_lg - 3 };
+    let mask = (1u64 << lg_delta) - 1;
+    (size + mask) & !mask
+}
+
+/// ⌊log2 x⌋ for x > 0, without a loop (BPF has no count-leading-zeros).
+#[inline(always)]
+fn lg_floor(mut x: u64) -> u64 {
+    let mut lg = 0;
+    for shift in [32, 16, 8, 4, 2, 1] {
+        if x >> shift != 0 {
+            x >>= shift;
+            lg += shift;
+        }
+    }
+    lg
 }
 
 /// A free of `ptr`: its block's site gets the free and the lifetime.
