@@ -74,6 +74,22 @@ pub mod cookie {
     /// first such call (`Open::inner_sp`), with a block, closes this outermost call; it has no
     /// return probes of its own. A call that tail-jumps to it takes the flag over.
     pub const INNER_CLOSED: u64 = 1 << 12;
+    /// The function's blocks are jemalloc's: the usable size is jemalloc's size class of the
+    /// request (and of its alignment, see the `ALIGN_*` sources), a pure function of both.
+    pub const JEMALLOC: u64 = 1 << 13;
+
+    /// At an [`ENTRY`] (bits 16-19): where the request's alignment is, for jemalloc's size
+    /// classes. None (0): the function takes no alignment.
+    pub const ALIGN_RDI: u64 = 1;
+    /// The second argument: `posix_memalign`, aligned `operator new`.
+    pub const ALIGN_RSI: u64 = 2;
+    /// A page (`valloc`).
+    pub const ALIGN_PAGE: u64 = 3;
+    /// jemalloc's `flags` argument in rsi (`mallocx`), or in rdx (`rallocx`):
+    /// `MALLOCX_LG_ALIGN` is its low six bits.
+    pub const ALIGN_FLAGS_RSI: u64 = 4;
+    pub const ALIGN_FLAGS_RDX: u64 = 5;
+    const ALIGN_SHIFT: u32 = 16;
 
     const KIND_SHIFT: u32 = 60;
     const CONDITION_SHIFT: u32 = 56;
@@ -96,6 +112,14 @@ pub mod cookie {
 
     pub const fn flags(cookie: u64) -> u64 {
         cookie & 0xff00
+    }
+
+    pub const fn with_align(cookie: u64, source: u64) -> u64 {
+        cookie | ((source & 0xf) << ALIGN_SHIFT)
+    }
+
+    pub const fn align_source(cookie: u64) -> u64 {
+        (cookie >> ALIGN_SHIFT) & 0xf
     }
 
     pub const fn condition(cookie: u64) -> u8 {
@@ -133,6 +157,8 @@ pub struct Open {
     /// call; a deeper one (the exception object of a `bad_alloc`, a `new_handler`'s own
     /// allocations) does not.
     pub inner_sp: u64,
+    /// The request's alignment (0: none), for jemalloc's size classes.
+    pub align: u64,
 }
 
 /// The weight of an allocation that stands for itself alone (fixed point: 1.0).

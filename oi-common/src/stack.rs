@@ -74,7 +74,11 @@ pub struct Mapping {
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessMappings {
     pub count: u32,
-    pub _pad: u32,
+    /// Changes with every list user space writes (never reused within a run): the kernel's
+    /// per-CPU cache of the rows it found last holds a row only for the generation it was
+    /// found in, so a process that maps something else at an address is never given a stale
+    /// row.
+    pub generation: u32,
     pub entries: [Mapping; MAX_MAPPINGS],
 }
 

@@ -53,12 +53,49 @@ static UNWIND_MAPPINGS: HashMap<u32, ProcessMappings> =
 #[map]
 static UNWIND_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
+/// Per CPU and frame depth, the row the last walk found there. A hot allocation site walks the
+/// same pcs again and again: this spares it the two binary searches per frame, which were most
+/// of a walk's cost (kernel `bpf_stats`, see the README's Performance notes).
+#[map]
+static UNWIND_ROW_CACHE: PerCpuArray<CachedRow> =
+    PerCpuArray::with_max_entries(MAX_FRAMES as u32, 0);
+
+/// The row found for `pc` in process `tgid` while its mappings had `generation` (`found` 0:
+/// no row covers it). Valid only when `check` matches the other fields: a walk on this CPU
+/// may be preempted by another one between its writes, and a torn entry must read as a miss.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CachedRow {
+    pc: u64,
+    tgid: u32,
+    generation: u32,
+    row: Row,
+    found: u64,
+    check: u64,
+}
+
+impl CachedRow {
+    #[inline(always)]
+    fn checksum(&self) -> u64 {
+        let row = u64::from(self.row.pc)
+            | u64::from(self.row.cfa_offset) << 32
+            | u64::from(self.row.rule) << 48
+            | u64::from(self.row.rbp_slot as u8) << 56;
+        let h = (self.pc ^ (u64::from(self.tgid) << 32 | u64::from(self.generation)))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h ^ row ^ self.found).wrapping_mul(0xff51_afd7_ed55_8ccd) | 1
+    }
+}
+
 /// The state of one walk, passed to each step of `bpf_loop`.
 #[repr(C)]
 struct Walk {
     frames: *mut [u64; MAX_FRAMES],
     /// The process's mappings, null when the process is not tracked.
     mappings: *const ProcessMappings,
+    tgid: u32,
+    /// The mappings' generation, read once per walk.
+    generation: u32,
     pc: u64,
     sp: u64,
     bp: u64,
@@ -78,9 +115,17 @@ pub fn user_stack(ctx: &ProbeContext, frames: &mut [u64; MAX_FRAMES]) -> usize {
     let (pc, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let mappings = UNWIND_MAPPINGS.get_ptr(tgid).unwrap_or(core::ptr::null());
+    let generation = if mappings.is_null() {
+        0
+    } else {
+        // SAFETY: a value of UNWIND_MAPPINGS, read-only here.
+        unsafe { (*mappings).generation }
+    };
     let mut walk = Walk {
         frames: frames as *mut _,
         mappings,
+        tgid,
+        generation,
         pc,
         sp,
         bp,
@@ -127,8 +172,7 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
     let found = if w.mappings.is_null() {
         None
     } else {
-        // SAFETY: a non-null `mappings` is a value of UNWIND_MAPPINGS, read-only here.
-        find_row(unsafe { &*w.mappings }, lookup)
+        cached_row(w, n, lookup)
     };
     let (cfa, rbp_slot) = match found {
         Some(row) => match row.rule {
@@ -213,6 +257,40 @@ fn advance(w: &mut Walk, ra: u64, cfa: u64) -> i64 {
     w.pc = ra;
     w.sp = cfa;
     0
+}
+
+/// [`find_row`] through this CPU's cache of the row found last at frame depth `n`.
+#[inline(always)]
+fn cached_row(w: &Walk, n: usize, pc: u64) -> Option<Row> {
+    // SAFETY: a non-null `mappings` (the caller checks) is a value of UNWIND_MAPPINGS,
+    // read-only here.
+    let mappings = unsafe { &*w.mappings };
+    let Some(slot) = UNWIND_ROW_CACHE.get_ptr_mut(n as u32) else {
+        return find_row(mappings, pc);
+    };
+    // SAFETY: this CPU's entry of a per-CPU array, copied at once (see `CachedRow`).
+    let cached = unsafe { *slot };
+    if cached.pc == pc
+        && cached.tgid == w.tgid
+        && cached.generation == w.generation
+        && w.generation != 0
+        && cached.check == cached.checksum()
+    {
+        return (cached.found != 0).then_some(cached.row);
+    }
+    let found = find_row(mappings, pc);
+    let mut entry = CachedRow {
+        pc,
+        tgid: w.tgid,
+        generation: w.generation,
+        row: found.unwrap_or_default(),
+        found: u64::from(found.is_some()),
+        check: 0,
+    };
+    entry.check = entry.checksum();
+    // SAFETY: as above.
+    unsafe { *slot = entry };
+    found
 }
 
 /// The row covering `pc` in the process's tables; `None` where nothing covers it.

@@ -163,9 +163,11 @@ fn of_type(report: &Value, t: &str) -> [u64; 3] {
     n
 }
 
-/// Every count the fixture printed, found exactly in the report; with `glibc`, the usable sizes
-/// too (the other allocators' are the requested ones).
-fn assert_exact(printed: &Printed, report: &Value, glibc: bool) {
+/// Every count the fixture printed, found exactly in the report, which says its usable sizes
+/// are `usable_size`'s: glibc's and jemalloc's equal the fixture's own `malloc_usable_size`,
+/// the other allocators' are the requested sizes.
+fn assert_exact(printed: &Printed, report: &Value, usable_size: &str) {
+    let usable_from_fixture = usable_size != "requested";
     let sites = by_innermost(report);
     for (name, want) in &printed.sites {
         let got = sites
@@ -178,8 +180,16 @@ fn assert_exact(printed: &Printed, report: &Value, glibc: bool) {
         );
     }
     for (name, want) in &printed.usable {
-        let usable = if glibc { *want } else { sites[name][2] };
-        assert_eq!(sites[name][5], usable, "{name}: usable bytes");
+        let usable = if usable_from_fixture {
+            *want
+        } else {
+            sites[name][2]
+        };
+        assert_eq!(
+            sites[name][5], usable,
+            "{name}: usable bytes ({})",
+            report["usable_size"]
+        );
     }
     for (t, want) in &printed.types {
         assert_eq!(
@@ -253,10 +263,7 @@ fn assert_exact(printed: &Printed, report: &Value, glibc: bool) {
         .find(|s| s["stack"][0] == "shop::leak")
         .unwrap();
     assert!(leak_site["oldest_live_s"].as_f64().is_some());
-    assert_eq!(
-        report["usable_size"],
-        if glibc { "glibc" } else { "requested" }
-    );
+    assert_eq!(report["usable_size"], usable_size);
     assert_eq!(report["sampled"], false);
 }
 
@@ -303,7 +310,7 @@ fn exact_counts_sizes_types_classes_and_lifetimes_at_o0() {
         return;
     }
     let (printed, report) = journey(&o0(), &[]);
-    assert_exact(&printed, &report, true);
+    assert_exact(&printed, &report, "glibc");
     assert_classes(&printed, &report);
     assert_whole_stacks(&report);
     // The map's nodes: their type is the map's value type, and std::map is a class too.
@@ -321,7 +328,7 @@ fn exact_counts_at_o2_without_frame_pointers() {
         return;
     }
     let (printed, report) = journey(&o2(), &[]);
-    assert_exact(&printed, &report, true);
+    assert_exact(&printed, &report, "glibc");
 }
 
 #[test]
@@ -349,7 +356,15 @@ fn jemalloc_and_tcmalloc_counted_exactly() {
             &["-O2", "-Wl,--no-as-needed", &link],
         );
         let (printed, report) = journey(&binary, &[]);
-        assert_exact(&printed, &report, false);
+        // jemalloc's usable sizes are its size classes, equal to the fixture's own
+        // `malloc_usable_size` (jemalloc's, which replaces glibc's); tcmalloc's are the
+        // requested sizes.
+        let kind = if lib == "jemalloc" {
+            "jemalloc"
+        } else {
+            "requested"
+        };
+        assert_exact(&printed, &report, kind);
         assert_eq!(report["counters"]["unseen"], 0, "{lib}");
     }
 }
@@ -416,7 +431,7 @@ fn interval_reports_then_the_final_one() {
             "{r}"
         );
     }
-    assert_exact(&printed, reports.last().unwrap(), true);
+    assert_exact(&printed, reports.last().unwrap(), "glibc");
 }
 
 /// `-v`: the kernel side says what it decided (a nested allocator call counted once), through

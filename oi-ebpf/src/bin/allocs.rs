@@ -84,7 +84,10 @@ static BUCKET_NS: Global<[u64; MAX_BUCKETS]> = Global::new([0; MAX_BUCKETS]);
 #[unsafe(no_mangle)]
 static BOUNDS: Global<u32> = Global::new(0);
 
-/// pid_tgid → the outermost allocator call the thread is inside.
+/// pid_tgid → the outermost allocator call the thread is inside. A thread's slot is written
+/// in place and kept when the call ends (`sp` 0: no call): an update or a removal of a hash
+/// entry takes the bucket lock and the element free list, and per malloc+free pair that was
+/// three of them. User space removes the slots of threads that are gone (`sweep_threads`).
 #[map]
 static THREADS: HashMap<u64, Open> = HashMap::with_max_entries(MAX_THREADS, 0);
 
@@ -184,7 +187,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         let r = &*ctx.regs;
         (r.rdi, r.rsi, r.rdx)
     };
-    if let Some(open) = THREADS.get_ptr_mut(pid_tgid) {
+    if let Some(open) = open_call(pid_tgid) {
         // SAFETY: `open` points at this thread's map value, which only this thread touches.
         let o = unsafe { *open };
         if function::is_free(o.function as u64) {
@@ -248,6 +251,14 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             function::POSIX_MEMALIGN => (rdx, rdi),
             _ => (rdi, 0),
         };
+        open.align = match cookie::align_source(cookie) {
+            cookie::ALIGN_RDI => rdi,
+            cookie::ALIGN_RSI => rsi,
+            cookie::ALIGN_PAGE => JEMALLOC_PAGE,
+            cookie::ALIGN_FLAGS_RSI => jemalloc_flags_align(rsi),
+            cookie::ALIGN_FLAGS_RDX => jemalloc_flags_align(rdx),
+            _ => 0,
+        };
         open.weight = sample_weight(open.size);
         if open.weight != 0 {
             open.sampled = 1;
@@ -256,7 +267,12 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             count(counter::SKIPPED);
         }
     }
-    if THREADS.insert(&pid_tgid, &open, 0).is_err() {
+    // Looked up again rather than kept from above: a pointer held across the stack walk
+    // multiplies the states the verifier explores beyond its limit.
+    if let Some(slot) = THREADS.get_ptr_mut(pid_tgid) {
+        // SAFETY: as above.
+        unsafe { *slot = open };
+    } else if THREADS.insert(&pid_tgid, &open, 0).is_err() {
         count(counter::THREADS_FULL);
         warn!(
             ctx,
@@ -301,7 +317,7 @@ fn sample_weight(size: u64) -> u64 {
 /// A tail jump to a hooked function: its entry at this stack pointer is the open call's.
 #[inline(always)]
 fn on_tail(pid_tgid: u64, sp: u64) {
-    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+    let Some(open) = open_call(pid_tgid) else {
         return;
     };
     // SAFETY: as in `on_entry`.
@@ -313,7 +329,8 @@ fn on_tail(pid_tgid: u64, sp: u64) {
         // SAFETY: as in `on_entry`.
         unsafe { (*open).tail = 1 };
     } else if open_sp < sp {
-        abandon(pid_tgid);
+        close(open);
+        count(counter::ABANDONED);
     }
 }
 
@@ -321,7 +338,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
 /// unseen, or in rdi), of a function of kind `function`.
 #[inline(always)]
 fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
-    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+    let Some(open) = open_call(pid_tgid) else {
         return;
     };
     // SAFETY: as in `on_entry`; copied before the value is removed.
@@ -333,7 +350,7 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
         // A return of a nested call.
         return;
     }
-    let _ = THREADS.remove(&pid_tgid);
+    close(open);
     if o.sp < sp {
         count(counter::ABANDONED);
         return;
@@ -349,19 +366,19 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
 /// pointer `entry_sp`, with `result` in rax.
 #[inline(always)]
 fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
-    let Some(open) = THREADS.get_ptr_mut(pid_tgid) else {
+    let Some(open) = open_call(pid_tgid) else {
         return;
     };
-    // SAFETY: as in `on_entry`; copied before the value is removed.
+    // SAFETY: as in `on_entry`; copied before the slot is closed.
     let o = unsafe { *open };
     if function::is_free(o.function as u64) {
         return;
     }
     if o.sp > entry_sp {
-        closes_outer(pid_tgid, &o, entry_sp, result, function);
+        closes_outer(open, &o, entry_sp, result, function, pid_tgid as u32);
         return;
     }
-    let _ = THREADS.remove(&pid_tgid);
+    close(open);
     if o.sp < entry_sp {
         count(counter::ABANDONED);
         return;
@@ -373,7 +390,7 @@ fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
 /// `result`: it closes the open call `o` when that is an `operator new` that takes its block
 /// from it (the first such call inside it), and it gave one.
 #[inline(always)]
-fn closes_outer(pid_tgid: u64, o: &Open, entry_sp: u64, result: u64, function: u64) {
+fn closes_outer(open: *mut Open, o: &Open, entry_sp: u64, result: u64, function: u64, tid: u32) {
     if o.flags as u64 & cookie::INNER_CLOSED == 0
         || o.inner_sp != entry_sp
         || result == 0
@@ -382,14 +399,24 @@ fn closes_outer(pid_tgid: u64, o: &Open, entry_sp: u64, result: u64, function: u
     {
         return;
     }
-    let _ = THREADS.remove(&pid_tgid);
-    allocated(o, result, pid_tgid as u32);
+    close(open);
+    allocated(o, result, tid);
 }
 
+/// The thread's open call, if it is inside one (or has a pending free).
 #[inline(always)]
-fn abandon(pid_tgid: u64) {
-    let _ = THREADS.remove(&pid_tgid);
-    count(counter::ABANDONED);
+fn open_call(pid_tgid: u64) -> Option<*mut Open> {
+    // SAFETY: the thread's own slot (see `THREADS`).
+    THREADS
+        .get_ptr_mut(pid_tgid)
+        .filter(|open| unsafe { (**open).sp } != 0)
+}
+
+/// Ends the thread's open call; its slot stays for the next one.
+#[inline(always)]
+fn close(open: *mut Open) {
+    // SAFETY: the thread's own slot (see `THREADS`).
+    unsafe { (*open).sp = 0 };
 }
 
 /// An outermost allocator call returned `result`.
@@ -436,6 +463,8 @@ fn allocated(o: &Open, result: u64, tid: u32) {
     }
     let usable = if o.flags as u64 & cookie::GLIBC != 0 {
         glibc_usable(block).unwrap_or(o.size)
+    } else if o.flags as u64 & cookie::JEMALLOC != 0 {
+        jemalloc_usable(o.size, o.align)
     } else {
         o.size
     };
@@ -460,16 +489,6 @@ fn allocated(o: &Open, result: u64, tid: u32) {
             add(&raw mut (*s).est_bytes, estimated_bytes(o.size, o.weight));
         }
     }
-    // SAFETY: a plain read of a map value.
-    if unsafe { LIVE.get(&block) }.is_some() {
-        // Its free was missed: count the old block freed now.
-        count(counter::REUSED);
-        info!(
-            &(),
-            "block {:x} allocated again before its free was seen", block
-        );
-        free_block(block, now);
-    }
     let b = Block {
         size: o.size,
         usable,
@@ -479,9 +498,26 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         _pad: 0,
         weight: o.weight,
     };
-    if LIVE.insert(&block, &b, 0).is_err() {
-        count(counter::DROPPED);
-        info!(&(), "live table full: block {:x} not tracked", block);
+    // One update when the address is new (the usual case), instead of a lookup and then an
+    // update.
+    match LIVE.insert(&block, &b, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        // EEXIST: its free was missed; count the old block freed now.
+        Err(-17) => {
+            count(counter::REUSED);
+            info!(
+                &(),
+                "block {:x} allocated again before its free was seen", block
+            );
+            free_block(block, now);
+            if LIVE.insert(&block, &b, 0).is_err() {
+                count(counter::DROPPED);
+            }
+        }
+        Err(_) => {
+            count(counter::DROPPED);
+            info!(&(), "live table full: block {:x} not tracked", block);
+        }
     }
 }
 
@@ -495,6 +531,71 @@ fn glibc_usable(block: u64) -> Option<u64> {
     let size = header & !7;
     let overhead = if header & 2 != 0 { 16 } else { 8 };
     size.checked_sub(overhead)
+}
+
+/// jemalloc 5's page (Debian's x86-64 build: `LG_PAGE` 12).
+const JEMALLOC_PAGE: u64 = 4096;
+/// jemalloc 5's largest small size class and smallest large one, for 4 KiB pages.
+const JEMALLOC_SMALL_MAX: u64 = 14336;
+const JEMALLOC_LARGE_MIN: u64 = 16384;
+
+/// The alignment a jemalloc `flags` argument asks for (`MALLOCX_LG_ALIGN(la)` is `la` in the
+/// low six bits; 0: none).
+#[inline(always)]
+fn jemalloc_flags_align(flags: u64) -> u64 {
+    let lg = flags & 63;
+    if lg == 0 { 0 } else { 1 << lg }
+}
+
+/// jemalloc 5's usable size of a request of `size` bytes aligned to `align` (0: none): its
+/// size class (`sz_s2u`, or `sz_sa2u` when aligned), what `malloc_usable_size` and `sallocx`
+/// give. A pure function of the request for a given build (quantum 16 bytes, 4 size classes
+/// per doubling, 4 KiB pages: Debian's libjemalloc2).
+#[inline(always)]
+fn jemalloc_usable(size: u64, align: u64) -> u64 {
+    if align == 0 {
+        return jemalloc_size_class(size);
+    }
+    if size <= JEMALLOC_SMALL_MAX && align <= JEMALLOC_PAGE {
+        let usize = jemalloc_size_class((size + align - 1) & !(align - 1));
+        if usize < JEMALLOC_LARGE_MIN {
+            return usize;
+        }
+    }
+    if size <= JEMALLOC_LARGE_MIN {
+        JEMALLOC_LARGE_MIN
+    } else {
+        jemalloc_size_class(size)
+    }
+}
+
+/// `sz_s2u`: 8 up to 8 bytes; then classes 16 bytes apart up to 128, and four classes per
+/// doubling above (the spacing is a quarter of the power of two below).
+#[inline(always)]
+fn jemalloc_size_class(size: u64) -> u64 {
+    if size <= 8 {
+        return 8;
+    }
+    if size > 1 << 62 {
+        return size;
+    }
+    let ceil_lg = lg_floor((size << 1) - 1);
+    let lg_delta = if ceil_lg < 7 { 4 } else { ceil_lg - 3 };
+    let mask = (1u64 << lg_delta) - 1;
+    (size + mask) & !mask
+}
+
+/// ⌊log2 x⌋ for x > 0, without a loop (BPF has no count-leading-zeros).
+#[inline(always)]
+fn lg_floor(mut x: u64) -> u64 {
+    let mut lg = 0;
+    for shift in [32, 16, 8, 4, 2, 1] {
+        if x >> shift != 0 {
+            x >>= shift;
+            lg += shift;
+        }
+    }
+    lg
 }
 
 /// A free of `ptr`: its block's site gets the free and the lifetime.

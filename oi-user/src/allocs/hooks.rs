@@ -124,9 +124,66 @@ pub fn is_glibc(binary: &Binary) -> bool {
         .any(|s| s.name() == Ok("__libc_start_main") && !s.is_undefined() && s.address() != 0)
 }
 
-/// The hooks of every file. `glibc_blocks`: the blocks of the processes are glibc's (no other
-/// file defines `malloc`), so every allocation reads its usable size from the chunk header.
-pub fn hooks_of(files: &[File]) -> (Vec<FileHooks>, bool) {
+/// Whose blocks the processes allocate, which says how usable sizes are known (JSON
+/// `usable_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocks {
+    /// Every `malloc` is glibc's: the usable size is read from the chunk header.
+    Glibc,
+    /// A jemalloc (it defines `malloc`, `mallocx` and `sallocx`) replaces glibc's: the usable
+    /// size is jemalloc's size class of the request, which depends only on the size and the
+    /// alignment for a given build (16-byte quantum, 4 KiB pages: Debian's libjemalloc2 on
+    /// x86-64), computed in the kernel (`jemalloc_usable` in `oi-ebpf/src/bin/allocs.rs`).
+    Jemalloc,
+    /// Anything else (tcmalloc, an allocator of the program's own): the requested size.
+    Requested,
+}
+
+impl Blocks {
+    pub fn name(self) -> &'static str {
+        match self {
+            Blocks::Glibc => "glibc",
+            Blocks::Jemalloc => "jemalloc",
+            Blocks::Requested => "requested",
+        }
+    }
+}
+
+/// Whether `binary` is a jemalloc that replaces `malloc`: it defines `mallocx` and `sallocx`
+/// next to `malloc` (a `je_`-prefixed build leaves `malloc` to glibc).
+fn is_jemalloc(binary: &Binary) -> bool {
+    let Ok(obj) = binary.object() else {
+        return false;
+    };
+    let defined: HashSet<&str> = obj
+        .dynamic_symbols()
+        .chain(obj.symbols())
+        .filter(|s| !s.is_undefined() && s.address() != 0)
+        .filter_map(|s| s.name().ok())
+        .filter(|n| matches!(*n, "mallocx" | "sallocx"))
+        .collect();
+    defined.len() == 2
+}
+
+/// Where the alignment of a request to the function `name` is (`cookie::ALIGN_*`, 0: none).
+pub fn align_source(name: &str) -> u64 {
+    if (name.starts_with("_Znw") || name.starts_with("_Zna")) && name.contains("St11align_val_t") {
+        return cookie::ALIGN_RSI;
+    }
+    match name.strip_prefix("je_").unwrap_or(name) {
+        "posix_memalign" => cookie::ALIGN_RSI,
+        "memalign" | "aligned_alloc" => cookie::ALIGN_RDI,
+        "valloc" => cookie::ALIGN_PAGE,
+        "mallocx" => cookie::ALIGN_FLAGS_RSI,
+        "rallocx" => cookie::ALIGN_FLAGS_RDX,
+        _ => 0,
+    }
+}
+
+/// The hooks of every file, and whose blocks they allocate: glibc's when no other file
+/// defines `malloc` (every allocation reads its usable size from the chunk header),
+/// jemalloc's when a jemalloc is the other one.
+pub fn hooks_of(files: &[File]) -> (Vec<FileHooks>, Blocks) {
     let defines_malloc = |b: &Binary| {
         b.object().is_ok_and(|o| {
             o.symbols()
@@ -134,18 +191,27 @@ pub fn hooks_of(files: &[File]) -> (Vec<FileHooks>, bool) {
                 .any(|s| s.name() == Ok("malloc") && !s.is_undefined() && s.address() != 0)
         })
     };
-    let glibc_blocks = files
-        .iter()
-        .filter(|f| defines_malloc(&f.binary))
-        .all(|f| is_glibc(&f.binary));
+    let definers: Vec<&File> = files.iter().filter(|f| defines_malloc(&f.binary)).collect();
+    let jemallocs = definers.iter().filter(|f| is_jemalloc(&f.binary)).count();
+    let blocks = if definers.iter().all(|f| is_glibc(&f.binary)) {
+        Blocks::Glibc
+    } else if jemallocs == 1
+        && definers
+            .iter()
+            .all(|f| is_glibc(&f.binary) || is_jemalloc(&f.binary))
+    {
+        Blocks::Jemalloc
+    } else {
+        Blocks::Requested
+    };
     let hooks = files
         .iter()
-        .map(|f| file_hooks(&f.binary, glibc_blocks))
+        .map(|f| file_hooks(&f.binary, blocks))
         .collect();
-    (hooks, glibc_blocks)
+    (hooks, blocks)
 }
 
-fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
+fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
     let mut out = FileHooks::default();
     let Ok(obj) = binary.object() else {
         return out;
@@ -175,7 +241,11 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
     }
     let mut functions: Vec<Hooked> = by_address.values().cloned().collect();
     functions.sort_by_key(|h| h.address);
-    let flags = if glibc_blocks { cookie::GLIBC } else { 0 };
+    let flags = match blocks {
+        Blocks::Glibc => cookie::GLIBC,
+        Blocks::Jemalloc => cookie::JEMALLOC,
+        Blocks::Requested => 0,
+    };
     let mut helpers_done: HashSet<u64> = HashSet::new();
     let mut sites: Vec<Site> = Vec::new();
     for h in &functions {
@@ -200,7 +270,10 @@ fn file_hooks(binary: &Binary, glibc_blocks: bool) -> FileHooks {
         let entry_offset = offset + (entry.address - h.address);
         let mut mine = vec![Site {
             file_offset: entry_offset,
-            cookie: cookie::encode(cookie::ENTRY, h.function, flags),
+            cookie: cookie::with_align(
+                cookie::encode(cookie::ENTRY, h.function, flags),
+                align_source(&h.name),
+            ),
         }];
         if function::is_free(h.function) {
             // Counted at the entry.
@@ -519,7 +592,7 @@ mod tests {
     #[test]
     fn glibc_hooks() {
         let libc = Binary::open("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
-        let hooks = file_hooks(&libc, true);
+        let hooks = file_hooks(&libc, Blocks::Glibc);
         let names: HashSet<&str> = hooks.functions.iter().map(|h| h.name.as_str()).collect();
         for want in [
             "malloc",
@@ -565,7 +638,7 @@ mod tests {
             eprintln!("SKIPPED: no libstdc++");
             return;
         };
-        let hooks = file_hooks(&lib, true);
+        let hooks = file_hooks(&lib, Blocks::Glibc);
         let entry_of = |name: &str| {
             let h = hooks
                 .functions

@@ -15,8 +15,9 @@
 //! Choices: `realloc` is a free of the old block and an allocation of the new one
 //! (`realloc(NULL, n)` an allocation only, `realloc(p, 0)` a free only, a failed realloc
 //! nothing); `bytes` are requested bytes, usable bytes are glibc's chunk sizes
-//! (`malloc_usable_size`'s rule) when every `malloc` the processes map is glibc's, else the
-//! requested ones (JSON `usable_size`); a free of a block allocated before attaching (or
+//! (`malloc_usable_size`'s rule) when every `malloc` the processes map is glibc's, jemalloc's
+//! size classes when a jemalloc replaces it, else the requested ones (JSON `usable_size`,
+//! [`hooks::Blocks`]); a free of a block allocated before attaching (or
 //! dropped, or not sampled) is an unknown free; with `--every N` every number is scaled by N;
 //! with `--sample-bytes B` an allocation of n < B bytes is taken with probability n / B and
 //! stands for B / n allocations and B bytes (usable bytes and lifetimes scaled alike).
@@ -63,7 +64,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
     let bucket_s = validate(args)?;
     let scope = Scope::resolve(&args.scope)?;
     let files = files_of(&scope.processes)?;
-    let (hooks, glibc) = hooks::hooks_of(&files);
+    let (hooks, blocks) = hooks::hooks_of(&files);
     let functions: usize = hooks.iter().map(|h| h.functions.len()).sum();
     if functions == 0 {
         return Err(Error::input(format!(
@@ -155,7 +156,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         scope: &scope,
         files: &files,
         bucket_s: &bucket_s,
-        glibc,
+        blocks,
         started,
         symbolizer: Symbolizer::new(),
         classes: DwarfClasses::new(&files),
@@ -188,7 +189,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         &program,
         &scope,
         &bucket_s,
-        glibc,
+        blocks,
         args,
         elapsed,
         &mut symbolizer,
@@ -334,7 +335,7 @@ fn build_report(
     program: &Program,
     scope: &Scope,
     bucket_s: &[f64],
-    glibc: bool,
+    blocks: hooks::Blocks,
     args: &AllocsArgs,
     elapsed: Duration,
     symbolizer: &mut Symbolizer,
@@ -358,7 +359,7 @@ fn build_report(
             every: args.every.unwrap_or(1),
             sample_bytes: args.sample_bytes,
             bucket_s,
-            glibc,
+            blocks,
             unwind: program.unwinder.stats(),
             now_ns: monotonic_ns(),
         },
@@ -434,7 +435,7 @@ struct Run<'a> {
     #[allow(dead_code)]
     files: &'a [File],
     bucket_s: &'a [f64],
-    glibc: bool,
+    blocks: hooks::Blocks,
     started: Instant,
     symbolizer: Symbolizer,
     classes: DwarfClasses,
@@ -476,7 +477,7 @@ impl Profiler for Run<'_> {
             self.program,
             self.scope,
             self.bucket_s,
-            self.glibc,
+            self.blocks,
             self.args,
             self.started.elapsed(),
             &mut self.symbolizer,

@@ -97,7 +97,8 @@ pub struct Report {
     pub sites: Vec<SiteView>,
     pub types: Vec<TypeView>,
     pub classes: Vec<ClassView>,
-    /// `"glibc"`: usable sizes from glibc's chunk headers; `"requested"`: the requested size.
+    /// `"glibc"`: usable sizes from glibc's chunk headers; `"jemalloc"`: jemalloc's size classes
+    /// of the requests; `"requested"`: the requested size.
     pub usable_size: &'static str,
     pub counters: Counters,
     pub unwind: UnwindStats,
@@ -117,7 +118,7 @@ pub struct Context<'a> {
     /// `--sample-bytes`: numbers are the kernel's weighted estimates.
     pub sample_bytes: Option<u64>,
     pub bucket_s: &'a [f64],
-    pub glibc: bool,
+    pub blocks: super::hooks::Blocks,
     pub unwind: UnwindStats,
     /// CLOCK_MONOTONIC now, in ns (the kernel's `bpf_ktime_get_ns`).
     pub now_ns: u64,
@@ -245,7 +246,7 @@ pub fn build(
         sites,
         types,
         classes: class_list,
-        usable_size: if cx.glibc { "glibc" } else { "requested" },
+        usable_size: cx.blocks.name(),
         counters: Counters {
             probe_hits: c(counter::HITS),
             nested_calls: c(counter::NESTED),

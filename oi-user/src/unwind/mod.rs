@@ -125,6 +125,8 @@ pub struct Unwinder {
     /// Processes refused because the kernel's process table was full, until they are forgotten.
     untracked: std::collections::HashSet<i32>,
     processes_untracked: u64,
+    /// The last [`ProcessMappings::generation`] written.
+    generation: u32,
 }
 
 fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -157,7 +159,14 @@ impl Unwinder {
             rows_dropped: 0,
             untracked: std::collections::HashSet::new(),
             processes_untracked: 0,
+            generation: 0,
         })
+    }
+
+    /// A generation no list written in this run had (0 is never used).
+    fn next_generation(&mut self) -> u32 {
+        self.generation = self.generation.wrapping_add(1).max(1);
+        self.generation
     }
 
     /// Loads the rows of every executable mapping of `pid` the kernel does not have yet and
@@ -205,7 +214,7 @@ impl Unwinder {
         }
         let mut value = ProcessMappings {
             count: entries.len() as u32,
-            _pad: 0,
+            generation: self.next_generation(),
             entries: [Mapping::default(); MAX_MAPPINGS],
         };
         value.entries[..entries.len()].copy_from_slice(&entries);
