@@ -10,11 +10,23 @@ use toml::Spanned;
 
 use super::expr::{self, Ast};
 
-/// The shipped descriptions (`containers/` at the top of the repository), embedded.
-pub const SHIPPED: &[(&str, &str)] = &[(
-    "containers/boost.toml",
-    include_str!("../../../containers/boost.toml"),
-)];
+/// The shipped descriptions (`containers/` at the top of the repository), embedded. Their
+/// text is part of the binary, so a changed file is a new build, and the plan cache key
+/// holds the build (`disk_cache::stable_hash`).
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "containers/boost.toml",
+        include_str!("../../../containers/boost.toml"),
+    ),
+    (
+        "containers/protobuf.toml",
+        include_str!("../../../containers/protobuf.toml"),
+    ),
+    (
+        "containers/abseil.toml",
+        include_str!("../../../containers/abseil.toml"),
+    ),
+];
 
 /// A described-container error: `file:line: what`, one line (exit 2).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -108,6 +120,10 @@ pub struct Description {
     pub elem: Option<At<String>>,
     pub fields: Vec<(String, At<FieldSpec>)>,
     pub layout: Layout,
+    /// Embedded in the binary ([`SHIPPED`]), not given with `--containers`: one that does
+    /// not fit the program is a warning and a plain class, never an error (it was written
+    /// for one library version, the program may use another).
+    pub shipped: bool,
 }
 
 impl Description {
@@ -175,10 +191,14 @@ impl Descriptions {
     /// The shipped descriptions followed by `files` (name, text).
     pub fn load(files: &[(String, String)]) -> Result<Self, DescribeError> {
         let (mut list, mut owned) = (Vec::new(), Vec::new());
-        let named = SHIPPED.iter().map(|(n, t)| (*n, *t));
-        for (name, text) in named.chain(files.iter().map(|(n, t)| (n.as_str(), t.as_str()))) {
+        let shipped = SHIPPED.iter().map(|(n, t)| (*n, *t, true));
+        let given = files.iter().map(|(n, t)| (n.as_str(), t.as_str(), false));
+        for (name, text, is_shipped) in shipped.chain(given) {
             let f = parse(name, text)?;
-            list.extend(f.containers);
+            list.extend(f.containers.into_iter().map(|mut d| {
+                d.shipped = is_shipped;
+                d
+            }));
             owned.extend(f.owned);
         }
         Ok(Self {
@@ -541,6 +561,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
             }),
             fields,
             layout,
+            shipped: false,
         });
     }
     let owned = raw
