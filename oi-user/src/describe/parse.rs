@@ -749,9 +749,28 @@ pointee_base = "t::Base"
     #[test]
     fn shipped_descriptions_parse() {
         let d = Descriptions::load(&[]).expect("shipped files parse");
-        assert!(
-            d.find("boost::container::vector<int, void, void>")
-                .is_some()
-        );
+        for name in [
+            "boost::container::vector<int, void, void>",
+            "google::protobuf::RepeatedPtrField<std::__cxx11::basic_string<char> >",
+            "google::protobuf::RepeatedField<double>",
+            "absl::debian3::InlinedVector<int, 4, std::allocator<int> >",
+            "absl::debian3::flat_hash_set<long int>",
+        ] {
+            let found = d.find(name).unwrap_or_else(|| panic!("no shipped {name}"));
+            assert!(found.shipped, "{name} from {}", found.file);
+        }
+    }
+
+    /// A `--containers` file is not shipped, even when it overrides a shipped name: a
+    /// misfit of it stays an error (exit 2), not a warning.
+    #[test]
+    fn given_descriptions_are_not_shipped() {
+        let text = "[[container]]\nname = \"absl::debian3::InlinedVector\"\nlayout = \"array\"\n\
+                    [container.array]\ndata = \"0\"\nlen = \"0\"\nheap = \"0\"\n";
+        let d = Descriptions::load(&[("mine.toml".into(), text.into())]).expect("parses");
+        let found = d
+            .find("absl::debian3::InlinedVector<int, 4>")
+            .expect("found");
+        assert_eq!((found.file.as_str(), found.shipped), ("mine.toml", false));
     }
 }
