@@ -94,19 +94,10 @@ fn protobuf_layout_equals_space_used_long() {
     protobuf_layout_equals_space_used(&protobuf_fixture(O2));
 }
 
-/// The Abseil fixture's probes, with the shipped abseil.toml.
+/// The Abseil fixture's probes, through the shipped abseil.toml (embedded in oi-trace: no
+/// `--containers`).
 fn absl_probes(flags: &[&str], symbols: &[&str]) {
-    let file = containers("abseil.toml");
-    check_probes_with(&absl_fixture(flags), symbols, &["--containers", &file]);
-}
-
-/// The shipped description files, by path (also embedded in oi-trace once desc lists them).
-fn containers(file: &str) -> String {
-    oi_e2e::workspace_root()
-        .join("containers")
-        .join(file)
-        .display()
-        .to_string()
+    check_probes_with(&absl_fixture(flags), symbols, &[]);
 }
 
 /// Checks the named probes of a fixture with oi-trace, JIT and `--mode remote` (identical
@@ -151,17 +142,13 @@ const REPEATED_PTR_FIELD: &[&str] = &["take_tags", "take_no_tags"];
 
 #[test]
 fn protobuf_repeated_ptr_field_of_strings() {
-    let file = containers("protobuf.toml");
     for flags in [O0, O2] {
-        check_probes_with(
-            &protobuf_fixture(flags),
-            REPEATED_PTR_FIELD,
-            &["--containers", &file],
-        );
+        check_probes_with(&protobuf_fixture(flags), REPEATED_PTR_FIELD, &[]);
     }
 }
 
-/// The whole message and its repeated scalars, with the shipped protobuf.toml only.
+/// The whole message and its repeated scalars, with the shipped protobuf.toml only (embedded
+/// in oi-trace: no `--containers`).
 const WHOLE_MESSAGE: &[&str] = &[
     "take_order",
     "take_empty_order",
@@ -175,10 +162,9 @@ const WHOLE_MESSAGE: &[&str] = &[
 /// remote), and within 5 % of the message's own `SpaceUsedLong()` (today they agree).
 #[test]
 fn protobuf_message_measured_whole() {
-    let file = containers("protobuf.toml");
     for flags in [O0, O2] {
         let exe = protobuf_fixture(flags);
-        check_probes_any_map_order(&exe, WHOLE_MESSAGE, &["--containers", &file]);
+        check_probes_any_map_order(&exe, WHOLE_MESSAGE, &[]);
         let probes = footprint_common::start_fixture(&exe).2;
         for w in notes(&exe, "SPACE_USED ") {
             let space: u64 = w[1].parse().expect("SPACE_USED number");
@@ -186,7 +172,7 @@ fn protobuf_message_measured_whole() {
                 .iter()
                 .position(|p| p.symbol == w[0])
                 .unwrap_or_else(|| panic!("no probe {}", w[0]));
-            let args = ["--format", "json", "--containers", &file];
+            let args = ["--format", "json"];
             let (text, _) = footprint_common::run_probe_exe(&exe, index, &args);
             let json: Value =
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));

@@ -5,7 +5,8 @@
 
 mod footprint_common;
 
-use oi_e2e::{TempDir, privileged, run_oi_trace};
+use oi_e2e::{OiTrace, TempDir, privileged, run_oi_trace};
+use std::io::Write as _;
 use std::time::Duration;
 
 /// The fixture's `sbv::SmallVec<T, N>`: `T* data_; uint32_t size_, cap_; uint8_t flags_;
@@ -180,6 +181,52 @@ fn shipped_boost_containers_are_measured_exactly() {
             failures.is_empty(),
             "{opt}: mismatches:\n{}",
             failures.join("\n")
+        );
+    }
+}
+
+/// A class named as a shipped description names (abseil.toml's `InlinedVector`) but laid
+/// out otherwise: oi-trace says so once on stderr (`shipped description … does not fit
+/// this program: …; measured as a plain class`), measures it as the plain class (the
+/// fixture's numbers, jit = remote, -O0 and -O2) and exits 0. A `--containers` file that
+/// does not fit stays an error (above).
+#[test]
+fn shipped_description_that_does_not_fit_is_a_warning() {
+    if !privileged() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let failures = footprint_common::check_probe("shipped_misfit", opt, 0);
+        assert!(
+            failures.is_empty(),
+            "{opt}: mismatches:\n{}",
+            failures.join("\n")
+        );
+        let exe = footprint_common::build_fixture("shipped_misfit", opt);
+        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+        let pid = fixture.0.id().to_string();
+        let args = ["--pid", &pid, "--uprobe", "inspect", "--count", "1"];
+        let tracer = OiTrace::attached(&args);
+        // Kept open until oi-trace is done: the fixture waits for its end.
+        let mut stdin = fixture.0.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").expect("go");
+        let out = tracer.finish(Duration::from_secs(60));
+        drop(stdin);
+        assert_eq!(out.status.code(), Some(0), "{opt}: {out:#?}");
+        let warnings: Vec<&String> = out
+            .stderr
+            .iter()
+            .filter(|l| l.contains("shipped description"))
+            .collect();
+        let want = "oi-trace: warning: shipped description absl::debian3::InlinedVector \
+                    (containers/abseil.toml:";
+        assert_eq!(warnings.len(), 1, "{opt}: {out:#?}");
+        assert!(
+            warnings[0].starts_with(want)
+                && warnings[0].contains("does not fit this program: ")
+                && warnings[0].ends_with("; measured as a plain class"),
+            "{opt}: want `{want}…` in {:?}",
+            warnings[0]
         );
     }
 }

@@ -16,7 +16,10 @@
 //! - [`compile`]: one description against one struct of the type graph: binds the template
 //!   arguments, finds every field by member path (after base flattening) and checks its width,
 //!   resolves the element type, folds the expressions. A mismatch is an error naming the file
-//!   and line, never a guess: a description that does not fit yields no number at all.
+//!   and line, never a guess: a `--containers` description that does not fit yields no number
+//!   at all (exit 2). A shipped one that does not fit (written for another library version)
+//!   is a warning in [`crate::plan::Plan::warnings`] and the type is planned as the plain
+//!   class it is (`plan::build`); the session prints each warning once.
 //!
 //! Design note (for DESIGN.md): a described container is one more [`crate::plan::Op`]
 //! (`Op::Described`), not code: its runtime values are expressions over the object's own

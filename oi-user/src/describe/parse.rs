@@ -10,11 +10,23 @@ use toml::Spanned;
 
 use super::expr::{self, Ast};
 
-/// The shipped descriptions (`containers/` at the top of the repository), embedded.
-pub const SHIPPED: &[(&str, &str)] = &[(
-    "containers/boost.toml",
-    include_str!("../../../containers/boost.toml"),
-)];
+/// The shipped descriptions (`containers/` at the top of the repository), embedded. Their
+/// text is part of the binary, so a changed file is a new build, and the plan cache key
+/// holds the build (`disk_cache::stable_hash`).
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "containers/boost.toml",
+        include_str!("../../../containers/boost.toml"),
+    ),
+    (
+        "containers/protobuf.toml",
+        include_str!("../../../containers/protobuf.toml"),
+    ),
+    (
+        "containers/abseil.toml",
+        include_str!("../../../containers/abseil.toml"),
+    ),
+];
 
 /// A described-container error: `file:line: what`, one line (exit 2).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -108,6 +120,10 @@ pub struct Description {
     pub elem: Option<At<String>>,
     pub fields: Vec<(String, At<FieldSpec>)>,
     pub layout: Layout,
+    /// Embedded in the binary ([`SHIPPED`]), not given with `--containers`: one that does
+    /// not fit the program is a warning and a plain class, never an error (it was written
+    /// for one library version, the program may use another).
+    pub shipped: bool,
 }
 
 impl Description {
@@ -175,10 +191,14 @@ impl Descriptions {
     /// The shipped descriptions followed by `files` (name, text).
     pub fn load(files: &[(String, String)]) -> Result<Self, DescribeError> {
         let (mut list, mut owned) = (Vec::new(), Vec::new());
-        let named = SHIPPED.iter().map(|(n, t)| (*n, *t));
-        for (name, text) in named.chain(files.iter().map(|(n, t)| (n.as_str(), t.as_str()))) {
+        let shipped = SHIPPED.iter().map(|(n, t)| (*n, *t, true));
+        let given = files.iter().map(|(n, t)| (n.as_str(), t.as_str(), false));
+        for (name, text, is_shipped) in shipped.chain(given) {
             let f = parse(name, text)?;
-            list.extend(f.containers);
+            list.extend(f.containers.into_iter().map(|mut d| {
+                d.shipped = is_shipped;
+                d
+            }));
             owned.extend(f.owned);
         }
         Ok(Self {
@@ -541,6 +561,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
             }),
             fields,
             layout,
+            shipped: false,
         });
     }
     let owned = raw
@@ -728,9 +749,28 @@ pointee_base = "t::Base"
     #[test]
     fn shipped_descriptions_parse() {
         let d = Descriptions::load(&[]).expect("shipped files parse");
-        assert!(
-            d.find("boost::container::vector<int, void, void>")
-                .is_some()
-        );
+        for name in [
+            "boost::container::vector<int, void, void>",
+            "google::protobuf::RepeatedPtrField<std::__cxx11::basic_string<char> >",
+            "google::protobuf::RepeatedField<double>",
+            "absl::debian3::InlinedVector<int, 4, std::allocator<int> >",
+            "absl::debian3::flat_hash_set<long int>",
+        ] {
+            let found = d.find(name).unwrap_or_else(|| panic!("no shipped {name}"));
+            assert!(found.shipped, "{name} from {}", found.file);
+        }
+    }
+
+    /// A `--containers` file is not shipped, even when it overrides a shipped name: a
+    /// misfit of it stays an error (exit 2), not a warning.
+    #[test]
+    fn given_descriptions_are_not_shipped() {
+        let text = "[[container]]\nname = \"absl::debian3::InlinedVector\"\nlayout = \"array\"\n\
+                    [container.array]\ndata = \"0\"\nlen = \"0\"\nheap = \"0\"\n";
+        let d = Descriptions::load(&[("mine.toml".into(), text.into())]).expect("parses");
+        let found = d
+            .find("absl::debian3::InlinedVector<int, 4>")
+            .expect("found");
+        assert_eq!((found.file.as_str(), found.shipped), ("mine.toml", false));
     }
 }

@@ -335,16 +335,31 @@ impl<'t> PlanBuilder<'t> {
                     .as_deref()
                     .and_then(|n| self.opts.descriptions.find(n))
                 {
-                    Some(d) => {
-                        let (layout, elem, owned) =
-                            crate::describe::compile::compile(d, tg, r, &self.named)?;
-                        let elem = if owned {
-                            self.owned_pointer(elem)?
-                        } else {
-                            self.child(elem, "[]")?
-                        };
-                        Op::Described { layout, elem }
-                    }
+                    Some(d) => match crate::describe::compile::compile(d, tg, r, &self.named) {
+                        Ok((layout, elem, owned)) => {
+                            let elem = if owned {
+                                self.owned_pointer(elem)?
+                            } else {
+                                self.child(elem, "[]")?
+                            };
+                            Op::Described { layout, elem }
+                        }
+                        // A shipped description written for another library version: the
+                        // type is still measured, as the class it is, and the user is told.
+                        Err(e) if d.shipped => {
+                            let line = format!(
+                                "shipped description {} ({}:{}) does not fit this program: {}; \
+                                 measured as a plain class",
+                                d.name, e.file, e.line, e.what
+                            );
+                            let said = format!("shipped description {} (", d.name);
+                            if !self.plan.warnings.iter().any(|w| w.starts_with(&said)) {
+                                self.plan.warnings.push(line);
+                            }
+                            self.structure(r)?
+                        }
+                        Err(e) => return Err(e.into()),
+                    },
                     None => self.structure(r)?,
                 },
             },

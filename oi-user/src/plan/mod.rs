@@ -54,6 +54,11 @@ pub type NodeId = usize;
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     pub nodes: Vec<Node>,
+    /// One line per shipped description that did not fit this program (its types were
+    /// planned as plain classes), printed once by whoever reports; stored with the plan so
+    /// that a cached plan says it too.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

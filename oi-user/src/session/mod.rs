@@ -209,6 +209,8 @@ pub fn run(args: &Args) -> Result<()> {
 fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
     let features = args.plan_features().map_err(Error::input)?;
     let cache = PlanCache::new(PlanCache::default_disk());
+    // Shipped descriptions that did not fit: each said once, however many plans met it.
+    let mut warned = std::collections::BTreeSet::new();
     for probe in probes {
         let mut kept = Vec::new();
         let mut first_error = None;
@@ -234,6 +236,11 @@ fn prepare_measurers(args: &Args, probes: &mut [Probe]) -> Result<()> {
             });
             match built {
                 Ok((measurer, source)) => {
+                    for w in &measurer.plan().warnings {
+                        if warned.insert(w.clone()) {
+                            eprintln!("oi-trace: warning: {w}");
+                        }
+                    }
                     probe.plans_cached += usize::from(source == Source::Cache);
                     probe.measurers.push(Arc::new(measurer));
                     kept.push(site);

@@ -1,6 +1,6 @@
 //! The `protobuf` figure of `cargo xtask bench` (issue 18): the pause of a sample of a
 //! `RepeatedPtrField` of 100,000 generated messages, walked through the shipped description
-//! `containers/protobuf.toml`, against the fixture's own walk computing the same footprint
+//! `containers/protobuf.toml` (embedded in oi-trace: no `--containers`), against the fixture's own walk computing the same footprint
 //! (`tests/fixtures/beyond_protobuf_bench.cpp`, -O2). The sample's size must equal the
 //! fixture's number, or the figure fails: a fast wrong walk proves nothing.
 
@@ -28,8 +28,6 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let native = get("native_ns")?;
     let pid = fixture.pid.to_string();
     fixture.stdout.take();
-    // The shipped file by path, until oi-trace embeds it (harmless after: same names).
-    let containers = oi_e2e::workspace_root().join("containers/protobuf.toml");
     // One call every 20 ms: a sample every 5 calls leaves time to print the last one.
     let tracer = OiTrace::attached(&[
         "--pid",
@@ -44,8 +42,6 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         &samples.to_string(),
         "--format",
         "json",
-        "--containers",
-        containers.to_str().unwrap_or_default(),
     ]);
     let out = tracer.finish(Duration::from_secs(300));
     if !out.status.success() {
