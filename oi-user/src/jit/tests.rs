@@ -869,6 +869,22 @@ fn jit_visited_set_capacity() {
 }
 
 #[test]
+fn jit_visited_set_keys_closer_than_a_granule() {
+    // Pointers into one int array, each twice: the first descends, the second not; past
+    // the capacity nothing descends (the root and the array's heap block are keys too).
+    for (n, want) in [(1_000, 1_000), (60_000, 60_000), (140_000, 131_072 - 2)] {
+        let s = same(
+            "probe_intptrs",
+            &["arg0"],
+            &["chase-raw-pointers"],
+            &[make_n("intptrs", n)],
+        );
+        let descended = s[0][3..].chunks(3).filter(|p| p[1] == 1).count();
+        assert_eq!(descended, want, "{n} ints");
+    }
+}
+
+#[test]
 fn jit_output_buffer_full_never_overflows() {
     full_sweep("probe_smap", &["capture-keys"], make("smap"));
     // The vector<string> loop checks its room once for all elements.

