@@ -72,6 +72,11 @@ pub fn classify(name: &str) -> Option<u64> {
     if matches!(name, "_ZnwmPv" | "_ZnamPv" | "_ZdlPvS_" | "_ZdaPvS_") {
         return None;
     }
+    // Parts and clones GCC splits off a function (`_Znwm.cold`, `malloc.part.0`) are no entry
+    // points: only the function itself is called, and its probes cover the call.
+    if name.contains('.') {
+        return None;
+    }
     if name.starts_with("_Znw") || name.starts_with("_Zna") {
         return Some(function::MALLOC);
     }
@@ -211,7 +216,9 @@ pub fn hooks_of(files: &[File]) -> (Vec<FileHooks>, Blocks) {
     (hooks, blocks)
 }
 
-fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
+/// The hooks of one file, its blocks' kind decided already (a file mapped after attaching
+/// keeps the run's [`Blocks`]).
+pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
     let mut out = FileHooks::default();
     let Ok(obj) = binary.object() else {
         return out;
