@@ -4,7 +4,8 @@
 //! growth, blocks held for a known time, blocks never freed) and prints its own counts; the
 //! report must hold exactly those numbers, per innermost frame, at -O0 and at -O2 without frame
 //! pointers, with glibc's usable sizes as the fixture's own `malloc_usable_size` gives them.
-//! Every run leaves the fixture running, untraced, and able to finish.
+//! Every run leaves the fixture running, untraced, and able to finish. The `allocs_dlopen`
+//! fixture loads a plugin with its own `operator new` after oi-trace has attached.
 
 use std::{
     collections::BTreeMap,

@@ -3,7 +3,9 @@
 //! By symbol (static and dynamic tables of every mapped ELF: the executable, libc, libstdc++,
 //! libjemalloc, libtcmalloc, a statically linked allocator): the malloc family, every
 //! `operator new`/`delete` variant by its mangled name, jemalloc's `*allocx` and `je_` names,
-//! tcmalloc's `tc_` names ([`classify`]). Aliases (one address, several names) are hooked once.
+//! tcmalloc's `tc_` names ([`classify`]). Aliases (one address, several names) are hooked once;
+//! parts GCC splits off (`_Znwm.cold`) are not entry points and are left alone. A file mapped
+//! after attaching is hooked alone by [`file_hooks`], with the kind of blocks decided at start.
 //!
 //! Each function gets a probe on its entry. Beyond it:
 //! - a free (`free`, every `operator delete`, `dallocx` …) nothing: it is counted at its entry;
@@ -592,6 +594,9 @@ mod tests {
         assert_eq!(classify("_ZnwmPv"), None);
         assert_eq!(classify("_ZdlPvS_"), None);
         assert_eq!(classify("_ZN4shop3newEv"), None);
+        // GCC's split parts and clones are not entry points.
+        assert_eq!(classify("_Znwm.cold"), None);
+        assert_eq!(classify("malloc.part.0"), None);
     }
 
     /// Debian's glibc: every allocator function is hooked; the allocation functions have an

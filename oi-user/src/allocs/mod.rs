@@ -22,6 +22,11 @@
 //! with `--sample-bytes B` an allocation of n < B bytes is taken with probability n / B and
 //! stands for B / n allocations and B bytes (usable bytes and lifetimes scaled alike).
 //!
+//! Files mapped after attaching (a `dlopen`ed plugin, a cgroup's newcomer): each sweep of
+//! `Run::housekeeping` (1 s) re-reads the processes' mappings and hooks the allocator functions
+//! of files not seen before ([`hooks::file_hooks`], the start's [`hooks::Blocks`] kept), one
+//! stderr line per file; their links are detached with the others.
+//!
 //! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
 //! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
 
