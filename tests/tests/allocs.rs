@@ -650,7 +650,8 @@ fn allocator_linked_into_the_executable_counted_exactly() {
 /// A plugin dlopen()ed after attaching, with its own `operator new`/`delete` (bound to its own
 /// calls by -Bsymbolic) taking blocks from malloc: oi-trace hooks it at its next sweep, says
 /// so on stderr, and the plugin function's site holds exactly the fixture's counts, each `new`
-/// counted once (the malloc inside it nested), at -O0 and -O2 without frame pointers.
+/// counted once (the malloc inside it nested), at -O0 and -O2 without frame pointers, for
+/// `--pid` and for `--cgroup`.
 #[test]
 fn plugin_dlopened_after_attaching_is_hooked_and_counted_once() {
     if !privileged() {
@@ -668,62 +669,84 @@ fn plugin_dlopened_after_attaching_is_hooked_and_counted_once() {
         let binary = FixtureBuild::new("allocs_dlopen")
             .variant(&format!("allocs_dlopen_{variant}"), flags)
             .build();
-        let mut fixture = Fixture::start(&binary, &[plugin.to_str().unwrap()]);
-        let pid = fixture.pid.to_string();
-        let mut tracer = OiTrace::attached(&[
-            "allocs",
-            "--pid",
-            &pid,
-            "--format",
-            "json",
-            "--buckets",
-            BUCKET,
-        ]);
-        fixture.signal(SIGUSR1);
-        fixture.stdout.expect("loaded", 60 * SECOND);
-        // The plugin brings libstdc++ too (the fixture itself does not link it): one line each.
-        let hooked = loop {
-            let line = tracer.stderr.expect("oi-trace: hooked", 60 * SECOND);
-            if line.contains(plugin.to_str().unwrap()) {
-                break line;
-            }
-        };
-        // The plugin defines three: operator new, operator delete and its sized form.
-        assert_eq!(
-            hooked,
-            format!(
-                "oi-trace: hooked 3 allocator entry points in {} (loaded after attaching)",
-                plugin.display()
-            )
-        );
-        fixture.signal(SIGUSR1);
-        fixture.stdout.expect("done", 120 * SECOND);
-        tracer.signal(SIGINT);
-        let out = tracer.finish(60 * SECOND);
-        assert!(out.status.success(), "oi-trace failed: {out:#?}");
-        fixture.assert_running();
-        let printed = read_printed(&fixture);
-        assert!(fixture.finish().success());
-        let report = json(out.stdout.trim());
-        let sites = by_innermost(&report);
-        let want = printed.sites["plugin::make_widgets"];
-        let got = sites
-            .get("plugin::make_widgets")
-            .unwrap_or_else(|| panic!("no site for plugin::make_widgets in {report:#}"));
-        assert_eq!(
-            got[..5],
-            want[..],
-            "{variant}: [allocs, frees, bytes, live_allocs, live_bytes]"
-        );
-        // Counted once: the malloc inside the plugin's new (and the free inside its delete)
-        // are nested calls, never sites of their own under the plugin's operators.
-        for name in sites.keys() {
-            assert!(
-                !name.starts_with("operator new") && !name.starts_with("operator delete"),
-                "{variant}: an allocator's own frame as a site: {name}"
-            );
-        }
-        let nested = report["counters"]["nested_calls"].as_u64().unwrap();
-        assert!(nested >= want[0] + want[1], "nested calls: {nested}");
+        dlopen_journey(&binary, &plugin, false);
+        dlopen_journey(&binary, &plugin, true);
     }
+}
+
+fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool) {
+    let what = format!("{} in a cgroup: {in_cgroup}", binary.display());
+    let mut fixture = Fixture::start(binary, &[plugin.to_str().unwrap()]);
+    let pid = fixture.pid.to_string();
+    let cgroup = in_cgroup.then(|| TestCgroup::new("allocs_dlopen"));
+    let scope = match &cgroup {
+        Some(c) => {
+            c.add(fixture.pid);
+            [
+                "--cgroup".to_string(),
+                c.path().to_str().unwrap().to_string(),
+            ]
+        }
+        None => ["--pid".to_string(), pid],
+    };
+    let mut tracer = OiTrace::attached(&[
+        "allocs",
+        &scope[0],
+        &scope[1],
+        "--format",
+        "json",
+        "--buckets",
+        BUCKET,
+    ]);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("loaded", 60 * SECOND);
+    // The plugin brings libstdc++ too (the fixture itself does not link it): one line each.
+    let hooked = loop {
+        let line = tracer.stderr.expect("oi-trace: hooked", 60 * SECOND);
+        if line.contains(plugin.to_str().unwrap()) {
+            break line;
+        }
+    };
+    // The plugin defines three: operator new, operator delete and its sized form.
+    assert_eq!(
+        hooked,
+        format!(
+            "oi-trace: hooked 3 allocator entry points in {} (loaded after attaching)",
+            plugin.display()
+        ),
+        "{what}"
+    );
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "{what}: oi-trace failed: {out:#?}");
+    fixture.assert_running();
+    let printed = read_printed(&fixture);
+    assert!(fixture.finish().success());
+    let report = json(out.stdout.trim());
+    let sites = by_innermost(&report);
+    let want = printed.sites["plugin::make_widgets"];
+    let got = sites
+        .get("plugin::make_widgets")
+        .unwrap_or_else(|| panic!("{what}: no site for plugin::make_widgets in {report:#}"));
+    assert_eq!(
+        got[..5],
+        want[..],
+        "{what}: [allocs, frees, bytes, live_allocs, live_bytes]"
+    );
+    // Counted once: the malloc inside the plugin's new (and the free inside its delete) are
+    // nested calls, never sites of their own under the plugin's operators.
+    for name in sites.keys() {
+        assert!(
+            !name.starts_with("operator new") && !name.starts_with("operator delete"),
+            "{what}: an allocator's own frame as a site: {name}"
+        );
+    }
+    let nested = report["counters"]["nested_calls"].as_u64().unwrap();
+    assert!(
+        nested >= want[0] + want[1],
+        "{what}: nested calls: {nested}"
+    );
+    drop(cgroup);
 }
