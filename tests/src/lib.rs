@@ -127,6 +127,26 @@ impl FixtureBuild {
         self
     }
 
+    /// Compiles the source, with the variant's flags, as a shared object
+    /// `target/fixtures/libOUTPUT.so` (a plugin a fixture dlopens) and returns its path.
+    pub fn build_shared(&self) -> PathBuf {
+        let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let src_dir = workspace_root().join("tests/fixtures");
+        let out_dir = workspace_root().join("target/fixtures");
+        std::fs::create_dir_all(&out_dir).expect("create target/fixtures");
+        let out = out_dir.join(format!("lib{}.so", self.output));
+        let mut flags = self.flags.clone();
+        flags.extend(["-shared".into(), "-fPIC".into()]);
+        compile(
+            &src_dir.join(format!("{}.cpp", self.source)),
+            &out,
+            &flags,
+            &self.libs,
+            &[],
+        );
+        out
+    }
+
     /// Compiles (when the source is newer than the binary) and returns the binary's path.
     pub fn build(&self) -> PathBuf {
         let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());

@@ -4,7 +4,8 @@
 //! growth, blocks held for a known time, blocks never freed) and prints its own counts; the
 //! report must hold exactly those numbers, per innermost frame, at -O0 and at -O2 without frame
 //! pointers, with glibc's usable sizes as the fixture's own `malloc_usable_size` gives them.
-//! Every run leaves the fixture running, untraced, and able to finish.
+//! Every run leaves the fixture running, untraced, and able to finish. The `allocs_dlopen`
+//! fixture loads a plugin with its own `operator new` after oi-trace has attached.
 
 use std::{
     collections::BTreeMap,
@@ -644,4 +645,108 @@ fn allocator_linked_into_the_executable_counted_exactly() {
         assert!(!printed.sites.contains_key("shop::new_fails"));
         assert_more_exact(&printed, &report);
     }
+}
+
+/// A plugin dlopen()ed after attaching, with its own `operator new`/`delete` (bound to its own
+/// calls by -Bsymbolic) taking blocks from malloc: oi-trace hooks it at its next sweep, says
+/// so on stderr, and the plugin function's site holds exactly the fixture's counts, each `new`
+/// counted once (the malloc inside it nested), at -O0 and -O2 without frame pointers, for
+/// `--pid` and for `--cgroup`.
+#[test]
+fn plugin_dlopened_after_attaching_is_hooked_and_counted_once() {
+    if !privileged() {
+        return;
+    }
+    for (variant, flags) in [
+        ("o0", &["-O0"][..]),
+        ("o2", &["-O2", "-fomit-frame-pointer"][..]),
+    ] {
+        let mut plugin_flags = flags.to_vec();
+        plugin_flags.push("-Wl,-Bsymbolic");
+        let plugin = FixtureBuild::new("allocs_plugin")
+            .variant(&format!("allocs_plugin_{variant}"), &plugin_flags)
+            .build_shared();
+        let binary = FixtureBuild::new("allocs_dlopen")
+            .variant(&format!("allocs_dlopen_{variant}"), flags)
+            .build();
+        dlopen_journey(&binary, &plugin, false);
+        dlopen_journey(&binary, &plugin, true);
+    }
+}
+
+fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool) {
+    let what = format!("{} in a cgroup: {in_cgroup}", binary.display());
+    let mut fixture = Fixture::start(binary, &[plugin.to_str().unwrap()]);
+    let pid = fixture.pid.to_string();
+    let cgroup = in_cgroup.then(|| TestCgroup::new("allocs_dlopen"));
+    let scope = match &cgroup {
+        Some(c) => {
+            c.add(fixture.pid);
+            [
+                "--cgroup".to_string(),
+                c.path().to_str().unwrap().to_string(),
+            ]
+        }
+        None => ["--pid".to_string(), pid],
+    };
+    let mut tracer = OiTrace::attached(&[
+        "allocs",
+        &scope[0],
+        &scope[1],
+        "--format",
+        "json",
+        "--buckets",
+        BUCKET,
+    ]);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("loaded", 60 * SECOND);
+    // The plugin brings libstdc++ too (the fixture itself does not link it): one line each.
+    let hooked = loop {
+        let line = tracer.stderr.expect("oi-trace: hooked", 60 * SECOND);
+        if line.contains(plugin.to_str().unwrap()) {
+            break line;
+        }
+    };
+    // The plugin defines three: operator new, operator delete and its sized form.
+    assert_eq!(
+        hooked,
+        format!(
+            "oi-trace: hooked 3 allocator entry points in {} (loaded after attaching)",
+            plugin.display()
+        ),
+        "{what}"
+    );
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("done", 120 * SECOND);
+    tracer.signal(SIGINT);
+    let out = tracer.finish(60 * SECOND);
+    assert!(out.status.success(), "{what}: oi-trace failed: {out:#?}");
+    fixture.assert_running();
+    let printed = read_printed(&fixture);
+    assert!(fixture.finish().success());
+    let report = json(out.stdout.trim());
+    let sites = by_innermost(&report);
+    let want = printed.sites["plugin::make_widgets"];
+    let got = sites
+        .get("plugin::make_widgets")
+        .unwrap_or_else(|| panic!("{what}: no site for plugin::make_widgets in {report:#}"));
+    assert_eq!(
+        got[..5],
+        want[..],
+        "{what}: [allocs, frees, bytes, live_allocs, live_bytes]"
+    );
+    // Counted once: the malloc inside the plugin's new (and the free inside its delete) are
+    // nested calls, never sites of their own under the plugin's operators.
+    for name in sites.keys() {
+        assert!(
+            !name.starts_with("operator new") && !name.starts_with("operator delete"),
+            "{what}: an allocator's own frame as a site: {name}"
+        );
+    }
+    let nested = report["counters"]["nested_calls"].as_u64().unwrap();
+    assert!(
+        nested >= want[0] + want[1],
+        "{what}: nested calls: {nested}"
+    );
+    drop(cgroup);
 }

@@ -3,7 +3,9 @@
 //! By symbol (static and dynamic tables of every mapped ELF: the executable, libc, libstdc++,
 //! libjemalloc, libtcmalloc, a statically linked allocator): the malloc family, every
 //! `operator new`/`delete` variant by its mangled name, jemalloc's `*allocx` and `je_` names,
-//! tcmalloc's `tc_` names ([`classify`]). Aliases (one address, several names) are hooked once.
+//! tcmalloc's `tc_` names ([`classify`]). Aliases (one address, several names) are hooked once;
+//! parts GCC splits off (`_Znwm.cold`) are not entry points and are left alone. A file mapped
+//! after attaching is hooked alone by [`file_hooks`], with the kind of blocks decided at start.
 //!
 //! Each function gets a probe on its entry. Beyond it:
 //! - a free (`free`, every `operator delete`, `dallocx` …) nothing: it is counted at its entry;
@@ -70,6 +72,11 @@ pub fn classify(name: &str) -> Option<u64> {
     // Versioned dynamic names (`malloc@@GLIBC_2.2.5`) never reach here: object strips them.
     // Placement new and delete (`operator new(size_t, void*)`) allocate nothing.
     if matches!(name, "_ZnwmPv" | "_ZnamPv" | "_ZdlPvS_" | "_ZdaPvS_") {
+        return None;
+    }
+    // Parts and clones GCC splits off a function (`_Znwm.cold`, `malloc.part.0`) are no entry
+    // points: only the function itself is called, and its probes cover the call.
+    if name.contains('.') {
         return None;
     }
     if name.starts_with("_Znw") || name.starts_with("_Zna") {
@@ -211,7 +218,9 @@ pub fn hooks_of(files: &[File]) -> (Vec<FileHooks>, Blocks) {
     (hooks, blocks)
 }
 
-fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
+/// The hooks of one file, its blocks' kind decided already (a file mapped after attaching
+/// keeps the run's [`Blocks`]).
+pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
     let mut out = FileHooks::default();
     let Ok(obj) = binary.object() else {
         return out;
@@ -585,6 +594,9 @@ mod tests {
         assert_eq!(classify("_ZnwmPv"), None);
         assert_eq!(classify("_ZdlPvS_"), None);
         assert_eq!(classify("_ZN4shop3newEv"), None);
+        // GCC's split parts and clones are not entry points.
+        assert_eq!(classify("_Znwm.cold"), None);
+        assert_eq!(classify("malloc.part.0"), None);
     }
 
     /// Debian's glibc: every allocator function is hooked; the allocation functions have an

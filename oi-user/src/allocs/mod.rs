@@ -22,6 +22,11 @@
 //! with `--sample-bytes B` an allocation of n < B bytes is taken with probability n / B and
 //! stands for B / n allocations and B bytes (usable bytes and lifetimes scaled alike).
 //!
+//! Files mapped after attaching (a `dlopen`ed plugin, a cgroup's newcomer): each sweep of
+//! `Run::housekeeping` (1 s) re-reads the processes' mappings and hooks the allocator functions
+//! of files not seen before ([`hooks::file_hooks`], the start's [`hooks::Blocks`] kept), one
+//! stderr line per file; their links are detached with the others.
+//!
 //! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
 //! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
 
@@ -51,6 +56,7 @@ use crate::{
     },
     session::monotonic_ns,
     symbolize::Symbolizer,
+    target::procfs,
 };
 use program::{FileAttachment, Program, Settings};
 use report::{Classes, Context, Report};
@@ -137,9 +143,16 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         }
     }
     if scope.pid.is_some() {
-        // One process, attached: reading its maps and files to name stacks needs no eBPF or
-        // admin capability. A cgroup's new processes would.
-        crate::privileges::keep_only(crate::privileges::AFTER_ARMING);
+        // One process, attached: what is left is reading its maps and files to name stacks,
+        // and attaching the same probes to a library it dlopens later (as at start: a
+        // multi-uprobe link takes CAP_BPF and CAP_PERFMON, a perf-event uprobe CAP_SYS_ADMIN).
+        // A cgroup keeps everything.
+        let mut keep = crate::privileges::AFTER_ARMING.to_vec();
+        keep.extend_from_slice(crate::privileges::TO_LOAD);
+        if program.mechanism() == crate::calls::program::Mechanism::PerfEvents {
+            keep.push(crate::privileges::SYS_ADMIN);
+        }
+        crate::privileges::keep_only(&keep);
     }
     let armed = format!(
         "oi-trace: attached {} probe(s) to {} allocator function(s) in {} in {} ms ({})",
@@ -154,7 +167,6 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         program: &mut program,
         args,
         scope: &scope,
-        files: &files,
         bucket_s: &bucket_s,
         blocks,
         started,
@@ -163,6 +175,11 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         last_sweep: Instant::now(),
         tracked: scope.processes.iter().copied().collect(),
         armed,
+        seen_files: files
+            .iter()
+            .filter_map(|f| procfs::file_id(&f.host_path))
+            .collect(),
+        attachments,
     };
     let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
     if let Some(logger) = logger {
@@ -175,6 +192,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
     let elapsed = started.elapsed();
     let mut symbolizer = std::mem::take(&mut state.symbolizer);
     let mut classes = std::mem::replace(&mut state.classes, DwarfClasses::new(&[]));
+    let attachments = std::mem::take(&mut state.attachments);
     drop(state);
     // Symbolize while the processes still map their files, but after the probes are gone:
     // the target runs at full speed again first.
@@ -432,8 +450,6 @@ struct Run<'a> {
     program: &'a mut Program,
     args: &'a AllocsArgs,
     scope: &'a Scope,
-    #[allow(dead_code)]
-    files: &'a [File],
     bucket_s: &'a [f64],
     blocks: hooks::Blocks,
     started: Instant,
@@ -444,6 +460,65 @@ struct Run<'a> {
     tracked: HashSet<i32>,
     /// The line that says the probes are armed, printed once the loop handles signals.
     armed: String,
+    /// Files looked at for allocator functions, by (device, inode): those mapped at start and
+    /// every one mapped since.
+    seen_files: HashSet<(u64, u64)>,
+    /// The probes of every hooked file, detached at the end.
+    attachments: Vec<FileAttachment>,
+}
+
+impl Run<'_> {
+    /// Hooks the allocator functions of files `pid` mapped since they were last looked at (a
+    /// library it dlopened, a cgroup's new process's executable), with the same program and
+    /// the same kind of blocks as at start; one line on stderr per newly hooked file. A file
+    /// that cannot be read or attached is said so once and left.
+    fn hook_new_files(&mut self, pid: i32) {
+        let Ok(mapped) = procfs::executable_files(pid) else {
+            return;
+        };
+        for procfs::MappedFile { target, host } in mapped {
+            let Some(id) = procfs::file_id(&host) else {
+                continue;
+            };
+            if !self.seen_files.insert(id) {
+                continue;
+            }
+            let Ok(binary) = Binary::open(&host) else {
+                continue;
+            };
+            let h = hooks::file_hooks(&binary, self.blocks);
+            if !h.skipped.is_empty() {
+                eprintln!(
+                    "oi-trace: not hooked in {}: {}",
+                    target.display(),
+                    h.skipped.join(", ")
+                );
+            }
+            let binary = Arc::new(binary);
+            // Its classes name stacks too.
+            self.classes.binaries.push(binary.clone());
+            if h.sites.is_empty() {
+                continue;
+            }
+            let pid = self.scope.pid.map(|p| p as u32);
+            match self.program.attach(&host, &h.sites, pid, &mut |_| {}) {
+                Ok(a) => {
+                    self.attachments.push(a);
+                    eprintln!(
+                        "oi-trace: hooked {} allocator entry points in {} (loaded after \
+                         attaching)",
+                        h.functions.len(),
+                        target.display()
+                    );
+                }
+                Err(e) => eprintln!(
+                    "oi-trace: cannot hook the allocator functions of {}, loaded after \
+                     attaching: {e}",
+                    target.display()
+                ),
+            }
+        }
+    }
 }
 
 impl Profiler for Run<'_> {
@@ -462,8 +537,10 @@ impl Profiler for Run<'_> {
             None => self.scope.processes.iter().copied().collect(),
         };
         for pid in &now {
-            // New processes, and new mappings (dlopen) of known ones.
+            // New processes, and new mappings (dlopen) of known ones: their unwind tables
+            // and their allocator functions.
             let _ = self.program.unwinder.track(*pid);
+            self.hook_new_files(*pid);
         }
         for gone in self.tracked.difference(&now).copied().collect::<Vec<_>>() {
             self.program.unwinder.forget(gone);
