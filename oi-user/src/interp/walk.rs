@@ -204,6 +204,19 @@ impl Walker<'_> {
             return Err(corrupt(addr, CHAIN_COUNT));
         }
         let heap = heap.wrapping_add(len.wrapping_mul(ch.node_size));
+        let values = nodes.into_iter().map(|p| p.wrapping_add(ch.value_off));
+        self.counted_elements(elem, [addr, len, cap, heap], values)
+    }
+
+    /// The tail of a described container whose elements were found and counted first (node
+    /// chains, Swiss tables): the heap's plausibility, `address, len, cap, heap`, then the
+    /// element of `elem` at each address, in order.
+    fn counted_elements(
+        &mut self,
+        elem: NodeId,
+        [addr, len, cap, heap]: [u64; 4],
+        at: impl IntoIterator<Item = u64>,
+    ) -> Result<(), WalkError> {
         if heap > MAX_DESCRIBED_HEAP {
             return Err(corrupt(addr, format!("implausible heap bytes {heap}")));
         }
@@ -212,8 +225,8 @@ impl Walker<'_> {
         self.emit(cap);
         self.emit(heap);
         if self.dynamic(elem) {
-            for p in nodes {
-                self.walk_at(elem, p.wrapping_add(ch.value_off))?;
+            for a in at {
+                self.walk_at(elem, a)?;
             }
         }
         Ok(())
@@ -526,20 +539,10 @@ impl Walker<'_> {
                     if full.len() as u64 != len {
                         return Err(corrupt(addr, SWISS_COUNT));
                     }
-                    if heap > MAX_DESCRIBED_HEAP {
-                        return Err(corrupt(addr, format!("implausible heap bytes {heap}")));
-                    }
-                    self.emit(addr);
-                    self.emit(len);
-                    self.emit(cap);
-                    self.emit(heap);
-                    if self.dynamic(*elem) {
-                        for i in full {
-                            let at = data.wrapping_add(i.wrapping_mul(l.elem_size));
-                            self.walk_at(*elem, at)?;
-                        }
-                    }
-                    return Ok(());
+                    let slots = full
+                        .into_iter()
+                        .map(|i| data.wrapping_add(i.wrapping_mul(l.elem_size)));
+                    return self.counted_elements(*elem, [addr, len, cap, heap], slots);
                 }
                 self.emit(addr);
                 self.emit_len(len, addr)?;
