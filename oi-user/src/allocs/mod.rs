@@ -471,7 +471,7 @@ impl Run<'_> {
     /// Hooks the allocator functions of files `pid` mapped since they were last looked at (a
     /// library it dlopened, a cgroup's new process's executable), with the same program and
     /// the same kind of blocks as at start; one line on stderr per newly hooked file. A file
-    /// that cannot be read or attached is said so once and left.
+    /// that cannot be attached is said so once and left; one that cannot be read is left.
     fn hook_new_files(&mut self, pid: i32) {
         let Ok(mapped) = procfs::executable_files(pid) else {
             return;
