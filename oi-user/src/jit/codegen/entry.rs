@@ -1,0 +1,273 @@
+//! The entry function: sets up the walker context from the `WalkFrame`, walks each root into
+//! its own counted section of the output (or inline, for OIL's total-only walkers), and
+//! leaves the status, the cursor and the total in the frame.
+
+use super::*;
+
+/// `fn(frame) -> status`: sets up the context, then walks each root into its own
+/// counted section of the output.
+pub(super) fn gen_entry(
+    plan: &Plan,
+    roots: &[NodeId],
+    reg: &mut Registry,
+    fctx: &mut FunctionBuilderContext,
+    fc: TargetFrontendConfig,
+) -> Result<Function, JitError> {
+    build(plan, FN_ENTRY, 1, reg, fctx, fc, |g, args| {
+        let frame = args[0];
+        let fl =
+            |g: &mut Gen<'_, '_>, off: usize| g.b.ins().load(I64, trusted(), frame, frame_off(off));
+        let stream = g.reg.stream;
+        let optimistic = g.reg.optimistic;
+        // Validate the frame first: nothing is written to `out` or `scratch` otherwise (an
+        // optimistic walker uses no scratch).
+        let nargs = fl(g, offset_of!(WalkFrame, nargs));
+        let wrong_n = g.icmp_imm(IntCC::NotEqual, nargs, roots.len() as u64);
+        let bad = if optimistic {
+            wrong_n
+        } else {
+            let scratch_len = fl(g, offset_of!(WalkFrame, scratch_len));
+            let small = g.icmp_imm(IntCC::UnsignedLessThan, scratch_len, SCRATCH_BYTES);
+            g.b.ins().bor(wrong_n, small)
+        };
+        let bad_b = g.b.create_block();
+        let ok = g.b.create_block();
+        g.b.ins().brif(bad, bad_b, &[], ok, &[]);
+        g.b.switch_to_block(bad_b);
+        let s = g.c(STATUS_BAD_FRAME);
+        g.b.ins().store(
+            trusted(),
+            s,
+            frame,
+            frame_off(offset_of!(WalkFrame, status)),
+        );
+        g.b.ins().return_(&[s]);
+        g.b.switch_to_block(ok);
+
+        let ctx_size = if optimistic {
+            CTX_KEYS as u32 + 8 * OPTIMISTIC_KEYS as u32
+        } else {
+            CTX_SIZE
+        };
+        let slot = g.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            ctx_size,
+            3,
+        ));
+        g.ctx = g.b.ins().stack_addr(I64, slot, 0);
+        let zero = g.c(0);
+        // A walker without a stream never reads `out` (its cursor stays at 0).
+        let out = if stream {
+            fl(g, offset_of!(WalkFrame, out))
+        } else {
+            zero
+        };
+        if stream {
+            let out_len = fl(g, offset_of!(WalkFrame, out_len));
+            g.end = g.b.ins().iadd(out, out_len);
+            g.st_ctx(out, CTX_CUR);
+            let end = g.end;
+            g.st_ctx(end, CTX_END);
+        }
+        g.b.def_var(g.cur, out);
+        if !optimistic {
+            let scratch = fl(g, offset_of!(WalkFrame, scratch));
+            g.st_ctx(scratch, CTX_TABLE);
+            let heaps =
+                g.b.ins()
+                    .iadd_imm_s(frame, offset_of!(WalkFrame, heaps) as i64);
+            g.st_ctx(heaps, CTX_HEAPS);
+            let nheaps = fl(g, offset_of!(WalkFrame, heaps_len));
+            let most = g.c(MAX_HEAPS as u64);
+            let nheaps = g.b.ins().umin(nheaps, most);
+            g.st_ctx(nheaps, CTX_NHEAPS);
+            g.st_ctx(zero, CTX_COUNT);
+        } else {
+            g.st_ctx(zero, CTX_NKEYS);
+        }
+        let bias = fl(g, offset_of!(WalkFrame, bias));
+        g.st_ctx(bias, CTX_BIAS);
+        g.st_ctx(zero, CTX_ERR_CODE);
+        g.st_ctx(zero, CTX_ERR_ADDR);
+        g.st_ctx(zero, CTX_TOTAL);
+        // Stack limit: `stack_len` below the entry stack pointer, less a margin.
+        let sp = g.b.ins().get_stack_pointer(I64);
+        let stack_len = fl(g, offset_of!(WalkFrame, stack_len));
+        let is_default = g.icmp_imm(IntCC::Equal, stack_len, 0);
+        let default = g.c(DEFAULT_STACK);
+        let stack_len = g.b.ins().select(is_default, default, stack_len);
+        let margin = g.c(STACK_MARGIN);
+        let stack_len = g.b.ins().umax(stack_len, margin);
+        let usable = g.b.ins().iadd_imm_s(stack_len, -(STACK_MARGIN as i64));
+        let limit = g.b.ins().isub(sp, usable);
+        g.st_ctx(limit, CTX_LIMIT);
+
+        let gen_v = g.b.declare_var(I64);
+        let generation = if optimistic {
+            zero
+        } else {
+            fl(g, offset_of!(WalkFrame, generation))
+        };
+        g.b.def_var(gen_v, generation);
+        let root_v = g.b.declare_var(I64);
+        g.b.def_var(root_v, zero);
+        let unseeded = fl(g, offset_of!(WalkFrame, unseeded));
+        // A stream walker's entry only calls (node functions check the stack; the entry does
+        // not recurse). A walker without a stream walks the roots inline, as a node function
+        // would (depth 0 is a constant here, so its depth checks fold away): the calls, the
+        // context round trips and the frame of a node function are what a small object's walk
+        // would otherwise spend most of its time on.
+        g.budget = if stream { 0 } else { INLINE_BUDGET };
+
+        // Error exits of the entry record the frame's out fields before returning.
+        let real_ret = g.ret;
+        let fail_ret = g.b.create_block();
+        let status = g.b.append_block_param(fail_ret, I64);
+        g.b.set_cold_block(fail_ret);
+        g.ret = fail_ret;
+
+        let mut walk_roots = || -> G {
+            for (i, &root) in roots.iter().enumerate() {
+                let ri = g.c(i as u64);
+                g.b.def_var(root_v, ri);
+                // Left in the frame if the walk faults: the tracer names the argument.
+                g.b.ins().store(
+                    trusted(),
+                    ri,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, err_root)),
+                );
+                if !optimistic {
+                    let gv = g.b.use_var(gen_v);
+                    let next = g.b.ins().iadd_imm_s(gv, 1);
+                    g.b.def_var(gen_v, next);
+                    g.st_ctx(next, CTX_GEN);
+                    let zero = g.c(0);
+                    g.st_ctx(zero, CTX_COUNT);
+                }
+                let header = g.b.use_var(g.cur);
+                g.emit_raw_word(zero);
+                let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
+                let bit = g.b.ins().ushr_imm_s(unseeded, i as i64);
+                let bit = g.b.ins().band_imm_s(bit, 1);
+                let seed = g.icmp_imm(IntCC::Equal, bit, 0);
+                let tag = g.plan.visit_tag(Some(root));
+                g.if_then(seed, |g| {
+                    g.visit_as(addr, tag);
+                    Ok(())
+                })?;
+                if !g.dynamic(root) {
+                    let part = g.st(root);
+                    g.tally_const(part);
+                }
+                g.walk_at(root, addr, 0)?;
+                if !stream {
+                    continue;
+                }
+                let cur = g.b.use_var(g.cur);
+                let bytes = g.b.ins().isub(cur, header);
+                let bytes = g.b.ins().iadd_imm_s(bytes, -8);
+                let end = g.end;
+                let fits = g.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, cur, end);
+                g.if_then(fits, |g| {
+                    g.b.ins().store(trusted(), bytes, header, 0);
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        };
+        let walked = walk_roots();
+        let record = |g: &mut Gen<'_, '_>, status: Value| {
+            g.b.ins().store(
+                trusted(),
+                status,
+                frame,
+                frame_off(offset_of!(WalkFrame, status)),
+            );
+            let cur = g.b.use_var(g.cur);
+            let used = g.b.ins().isub(cur, out);
+            g.b.ins().store(
+                trusted(),
+                used,
+                frame,
+                frame_off(offset_of!(WalkFrame, out_used)),
+            );
+            if !optimistic {
+                let gv = g.b.use_var(gen_v);
+                g.b.ins().store(
+                    trusted(),
+                    gv,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, generation)),
+                );
+            }
+        };
+        let walked = walked.and_then(|()| {
+            if optimistic {
+                g.check_recorded()?;
+            }
+            Ok(())
+        });
+        match walked {
+            Ok(()) => {
+                if stream {
+                    // Past the end: the output did not fit; `out_used` says what it needs.
+                    let cur = g.b.use_var(g.cur);
+                    let over = g.b.ins().icmp(IntCC::UnsignedGreaterThan, cur, g.end);
+                    let full = g.c(STATUS_FULL);
+                    let ok = g.b.create_block();
+                    g.b.ins()
+                        .brif(over, g.ret, &[BlockArg::Value(full)], ok, &[]);
+                    g.b.switch_to_block(ok);
+                }
+                let done = g.c(STATUS_DONE);
+                record(g, done);
+                let total = g.b.use_var(g.total);
+                g.b.ins().store(
+                    trusted(),
+                    total,
+                    frame,
+                    frame_off(offset_of!(WalkFrame, total)),
+                );
+                let e = g.c(0);
+                for off in [
+                    offset_of!(WalkFrame, err_root),
+                    offset_of!(WalkFrame, err_code),
+                    offset_of!(WalkFrame, err_addr),
+                ] {
+                    g.b.ins().store(trusted(), e, frame, frame_off(off));
+                }
+                g.b.ins().return_(&[done]);
+            }
+            Err(Stop::Dead) => {}
+            Err(e) => return Err(e),
+        }
+
+        g.b.switch_to_block(fail_ret);
+        record(g, status);
+        let r = g.b.use_var(root_v);
+        g.b.ins().store(
+            trusted(),
+            r,
+            frame,
+            frame_off(offset_of!(WalkFrame, err_root)),
+        );
+        let code = g.ld_ctx(CTX_ERR_CODE);
+        g.b.ins().store(
+            trusted(),
+            code,
+            frame,
+            frame_off(offset_of!(WalkFrame, err_code)),
+        );
+        let a = g.ld_ctx(CTX_ERR_ADDR);
+        g.b.ins().store(
+            trusted(),
+            a,
+            frame,
+            frame_off(offset_of!(WalkFrame, err_addr)),
+        );
+        g.b.ins().jump(real_ret, &[BlockArg::Value(status)]);
+        g.ret = real_ret;
+        Err(Stop::Dead)
+    })
+}

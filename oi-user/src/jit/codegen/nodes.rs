@@ -1,0 +1,226 @@
+//! Node-based containers: pairs and map entries, red-black trees (`std::map`/`set`) and
+//! the node chains of hash tables and described lists.
+
+use super::*;
+
+impl Gen<'_, '_> {
+    /// A pair's or map entry's part: its own bytes beside the two children, and the
+    /// children that read nothing.
+    pub(super) fn tally_pair(&mut self, s: u64, a: NodeId, b: NodeId) {
+        if self.reg.sizes {
+            let own = s.saturating_sub(self.size(a).saturating_add(self.size(b)));
+            let part = own.wrapping_add(self.static_children(&[a, b]));
+            self.tally_const(part);
+        }
+    }
+
+    /// A node-based container's part: `size + n × per_node`, and `n` elements that read
+    /// nothing.
+    pub(super) fn tally_nodes(&mut self, size: u64, per_node: u64, n: Value, elem: NodeId) {
+        if self.reg.sizes {
+            let nodes = self.b.ins().imul_imm_s(n, per_node as i64);
+            let e = self.b.ins().iadd_imm_s(nodes, size as i64);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
+    }
+
+    /// Pair and map entry: both children, each checked to lie inside the object.
+    pub(super) fn two(
+        &mut self,
+        addr: Value,
+        len: u64,
+        a: (u64, NodeId),
+        b: (u64, NodeId),
+        k: u64,
+        tail: bool,
+    ) -> G {
+        // `a` is last only if `b` reads nothing and its bounds check cannot fail.
+        let b_fits = b.0.checked_add(self.size(b.1)).is_some_and(|e| e <= len);
+        for (i, (off, m)) in [a, b].into_iter().enumerate() {
+            let size = self.size(m);
+            let v = self.member(addr, len, off, size)?;
+            let last = i == 1 || (!self.dynamic(b.1) && b_fits);
+            self.last(tail && last, |g| g.child(m, v, size, k))?;
+        }
+        Ok(())
+    }
+
+    /// A node-chain map (`node_chains`), as the interpreter: both counts checked, the
+    /// chains counted (at most `n` nodes, so a cycle ends) and checked against `n`, the heap
+    /// plus `n` nodes checked, then the nodes' values walked in a second pass.
+    pub(super) fn chains(
+        &mut self,
+        l: &DescribedArray,
+        ch: &Chains,
+        elem: NodeId,
+        [addr, buckets, n, cap, heap]: [Value; 5],
+        k: u64,
+    ) -> G {
+        self.check_count(cap, addr);
+        self.check_count(n, addr);
+        let count = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(count, zero);
+        // One more node than `n` is corrupt; so is one fewer at the end.
+        let tick = |g: &mut Self| {
+            let c = g.b.use_var(count);
+            let full = g.b.ins().icmp(IntCC::Equal, c, n);
+            g.fail_if(full, ErrorCode::ChainCount, addr);
+            let c = g.b.ins().iadd_imm_s(c, 1);
+            g.b.def_var(count, c);
+        };
+        self.chain_nodes(ch, buckets, cap, &mut |g, _| {
+            tick(g);
+            Ok(())
+        })?;
+        let found = self.b.use_var(count);
+        let differ = self.b.ins().icmp(IntCC::NotEqual, found, n);
+        self.fail_if(differ, ErrorCode::ChainCount, addr);
+        let nodes = self.b.ins().imul_imm_s(n, ch.node_size as i64);
+        let heap = self.b.ins().iadd(heap, nodes);
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
+        self.fail_if(big, ErrorCode::Described, addr);
+        self.emit(&[addr, n, cap, heap]);
+        if self.reg.sizes {
+            let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let d = self.b.ins().isub(t, m);
+            let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
+            let zero = self.c(0);
+            let e = self.b.ins().select(ge, d, zero);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
+        if !self.dynamic(elem) {
+            return Ok(());
+        }
+        let zero = self.c(0);
+        self.b.def_var(count, zero);
+        let value_off = ch.value_off;
+        self.chain_nodes(ch, buckets, cap, &mut |g, node| {
+            tick(g);
+            let at = g.add(node, value_off);
+            g.walk_at(elem, at, k)
+        })
+    }
+
+    /// `for b in 0..cap { for node in chain(buckets[b]) { body(node) } }`.
+    pub(super) fn chain_nodes(
+        &mut self,
+        ch: &Chains,
+        buckets: Value,
+        cap: Value,
+        body: &mut dyn FnMut(&mut Self, Value) -> G,
+    ) -> G {
+        let next_off = ch.next_off;
+        self.loop_n(cap, |g, b| {
+            let off = g.b.ins().imul_imm_s(b, 8);
+            let slot = g.b.ins().iadd(buckets, off);
+            let first = g.ld(slot, 0);
+            let node = g.b.declare_var(I64);
+            g.b.def_var(node, first);
+            let head = g.b.create_block();
+            let body_b = g.b.create_block();
+            let exit = g.b.create_block();
+            g.b.ins().jump(head, &[]);
+            g.b.switch_to_block(head);
+            let p = g.b.use_var(node);
+            g.b.ins().brif(p, body_b, &[], exit, &[]);
+            g.b.switch_to_block(body_b);
+            match body(g, p) {
+                Ok(()) => {
+                    let next = g.ld(p, next_off);
+                    g.b.def_var(node, next);
+                    g.b.ins().jump(head, &[]);
+                }
+                Err(Stop::Dead) => {}
+                Err(e) => return Err(e),
+            }
+            g.b.switch_to_block(exit);
+            Ok(())
+        })
+    }
+
+    /// `Walker::rb_elements`: in-order walk with an explicit stack of node addresses.
+    pub(super) fn rb_elements(
+        &mut self,
+        elem: NodeId,
+        l: &rbtree::RbLayout,
+        root: Value,
+        len: Value,
+        addr: Value,
+        k: u64,
+    ) -> G {
+        self.rb_stacks += 1;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            (RB_STACK * 8) as u32,
+            3,
+        ));
+        let base = self.b.ins().stack_addr(I64, slot, 0);
+        let sp = self.b.declare_var(I64);
+        let cur = self.b.declare_var(I64);
+        let seen = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(sp, zero);
+        self.b.def_var(cur, root);
+        self.b.def_var(seen, zero);
+        let descend = self.b.create_block();
+        let push = self.b.create_block();
+        let after = self.b.create_block();
+        let pop = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(descend, &[]);
+
+        self.b.switch_to_block(descend);
+        let c = self.b.use_var(cur);
+        self.b.ins().brif(c, push, &[], after, &[]);
+
+        self.b.switch_to_block(push);
+        self.then_join(descend, |g| {
+            let s = g.b.use_var(sp);
+            let deep = g.icmp_imm(IntCC::UnsignedGreaterThan, s, RB_STACK - 1);
+            g.fail_if(deep, ErrorCode::RbDeep, addr);
+            let left = g.field(c, l.node_size, rbtree::LEFT, ErrorCode::FieldOutside)?;
+            let off = g.b.ins().imul_imm_s(s, 8);
+            let p = g.b.ins().iadd(base, off);
+            g.b.ins().store(trusted(), c, p, 0);
+            let s1 = g.b.ins().iadd_imm_s(s, 1);
+            g.b.def_var(sp, s1);
+            g.b.def_var(cur, left);
+            Ok(())
+        })?;
+
+        self.b.switch_to_block(after);
+        let s = self.b.use_var(sp);
+        self.b.ins().brif(s, pop, &[], exit, &[]);
+
+        self.b.switch_to_block(pop);
+        self.then_join(descend, |g| {
+            let s1 = g.b.ins().iadd_imm_s(s, -1);
+            g.b.def_var(sp, s1);
+            let off = g.b.ins().imul_imm_s(s1, 8);
+            let p = g.b.ins().iadd(base, off);
+            let node = g.b.ins().load(I64, trusted(), p, 0);
+            let seen_v = g.b.use_var(seen);
+            let seen1 = g.b.ins().iadd_imm_s(seen_v, 1);
+            g.b.def_var(seen, seen1);
+            let large = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen1, len);
+            g.fail_if(large, ErrorCode::RbLarge, addr);
+            let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
+            g.child(elem, v, l.value_size, k)?;
+            let right = g.field(node, l.node_size, rbtree::RIGHT, ErrorCode::FieldOutside)?;
+            g.b.def_var(cur, right);
+            Ok(())
+        })?;
+        self.b.switch_to_block(exit);
+        if self.reg.sizes {
+            // Fewer nodes than the count: the decoder finds the stream short.
+            let seen_v = self.b.use_var(seen);
+            let short = self.b.ins().icmp(IntCC::NotEqual, seen_v, len);
+            self.fail_if(short, ErrorCode::RbLarge, addr);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! The output stream: words as LEB128 varints, checked against the buffer end or written
+//! unchecked where a loop has reserved room.
+
+use super::*;
+
+impl Gen<'_, '_> {
+    /// Appends words to the output, each in LEB128 (`plan::stream`). Bytes that do not fit
+    /// are not stored, but the cursor advances anyway: the walk goes on counting, and the
+    /// entry reports [`STATUS_FULL`] with the size the output needs, so the tracer grows the
+    /// buffer once.
+    pub(super) fn emit(&mut self, words: &[Value]) {
+        for &w in words {
+            self.varint(w);
+        }
+    }
+
+    /// One LEB128 word at the cursor; a byte is stored only when it lies before `end`.
+    pub(super) fn varint(&mut self, w: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let cur = self.b.use_var(self.cur);
+        let join = self.b.create_block();
+        let joined = self.b.append_block_param(join, I64);
+        // Nearly every word is a byte (a length, a count, a flag).
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x80);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThan, cur, self.end);
+        let fast = self.b.ins().band(small, room);
+        let one = self.b.create_block();
+        let many = self.b.create_block();
+        self.b.ins().brif(fast, one, &[], many, &[]);
+        self.b.switch_to_block(one);
+        self.b.ins().istore8(trusted(), w, cur, 0);
+        let next = self.b.ins().iadd_imm_s(cur, 1);
+        self.b.ins().jump(join, &[BlockArg::Value(next)]);
+
+        self.b.switch_to_block(many);
+        let lp = self.b.create_block();
+        let v = self.b.append_block_param(lp, I64);
+        let c = self.b.append_block_param(lp, I64);
+        self.b
+            .ins()
+            .jump(lp, &[BlockArg::Value(w), BlockArg::Value(cur)]);
+        self.b.switch_to_block(lp);
+        let (byte, rest, more) = self.leb_byte(v);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThan, c, self.end);
+        let store = self.b.create_block();
+        let advance = self.b.create_block();
+        self.b.ins().brif(room, store, &[], advance, &[]);
+        self.b.switch_to_block(store);
+        self.b.ins().istore8(trusted(), byte, c, 0);
+        self.b.ins().jump(advance, &[]);
+        self.b.switch_to_block(advance);
+        let c1 = self.b.ins().iadd_imm_s(c, 1);
+        self.b.ins().brif(
+            more,
+            lp,
+            &[BlockArg::Value(rest), BlockArg::Value(c1)],
+            join,
+            &[BlockArg::Value(c1)],
+        );
+        self.b.switch_to_block(join);
+        self.b.def_var(self.cur, joined);
+    }
+
+    /// The next LEB128 byte of `v`: (byte, the bits left, whether bytes follow).
+    pub(super) fn leb_byte(&mut self, v: Value) -> (Value, Value, Value) {
+        let low = self.b.ins().band_imm_s(v, 0x7f);
+        let rest = self.b.ins().ushr_imm_s(v, 7);
+        let more = self.icmp_imm(IntCC::NotEqual, rest, 0);
+        let flagged = self.b.ins().bor_imm_s(low, 0x80);
+        let byte = self.b.ins().select(more, flagged, low);
+        (byte, rest, more)
+    }
+
+    /// One LEB128 word at `q`, known to have room: returns the address after it.
+    pub(super) fn varint_unchecked(&mut self, w: Value, q: Value) -> Value {
+        if !self.reg.stream {
+            return q;
+        }
+        let lp = self.b.create_block();
+        let v = self.b.append_block_param(lp, I64);
+        let c = self.b.append_block_param(lp, I64);
+        let done = self.b.create_block();
+        let after = self.b.append_block_param(done, I64);
+        self.b
+            .ins()
+            .jump(lp, &[BlockArg::Value(w), BlockArg::Value(q)]);
+        self.b.switch_to_block(lp);
+        let (byte, rest, more) = self.leb_byte(v);
+        self.b.ins().istore8(trusted(), byte, c, 0);
+        let c1 = self.b.ins().iadd_imm_s(c, 1);
+        self.b.ins().brif(
+            more,
+            lp,
+            &[BlockArg::Value(rest), BlockArg::Value(c1)],
+            done,
+            &[BlockArg::Value(c1)],
+        );
+        self.b.switch_to_block(done);
+        after
+    }
+
+    /// A whole little-endian `u64` at the cursor (the per-root header), stored if it fits.
+    pub(super) fn emit_raw_word(&mut self, w: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let cur = self.b.use_var(self.cur);
+        let next = self.b.ins().iadd_imm_s(cur, 8);
+        // User-space addresses: `next` does not wrap.
+        let fits = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, next, self.end);
+        let store = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(fits, store, &[], join, &[]);
+        self.b.switch_to_block(store);
+        self.b.ins().store(trusted(), w, cur, 0);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+        self.b.def_var(self.cur, next);
+    }
+}

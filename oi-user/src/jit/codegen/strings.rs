@@ -1,0 +1,284 @@
+//! `std::string` and arrays of strings: the SSO check, and `vector<string>`'s unrolled loop
+//! that writes one byte per inline string.
+
+use super::*;
+
+impl Gen<'_, '_> {
+    /// `StringLayout::words`: `len, heap_capacity`.
+    pub(super) fn string(&mut self, l: &StringLayout, addr: Value, len: u64) -> G {
+        let in_obj = |off: u64| off.checked_add(8).is_some_and(|e| e <= len);
+        if !in_obj(l.ptr_off) || !in_obj(l.len_off) {
+            return self.fail(ErrorCode::String, addr);
+        }
+        let ptr = self.ld(addr, l.ptr_off);
+        // A walker without a stream never uses the length (and the word lies between the two
+        // it does read: it cannot fault alone).
+        let n = if self.reg.stream {
+            self.ld(addr, l.len_off)
+        } else {
+            self.c(0)
+        };
+        // Inline iff `addr <= ptr < addr + size`: one unsigned comparison of `ptr - addr`
+        // (a pointer below the object wraps far above `size`).
+        let from = self.b.ins().isub(ptr, addr);
+        let inline = self.icmp_imm(IntCC::UnsignedLessThan, from, l.size);
+        let zero = self.c(0);
+        let cap = if in_obj(l.cap_off) {
+            // Inside the object either way, so reading it when inline is harmless.
+            let c = self.ld(addr, l.cap_off);
+            let one = self.c(1);
+            let c = self.b.ins().umax(c, one);
+            self.b.ins().select(inline, zero, c)
+        } else {
+            let heap = self.icmp_imm(IntCC::Equal, inline, 0);
+            self.fail_if(heap, ErrorCode::String, addr);
+            zero
+        };
+        self.emit(&[n, cap]);
+        if self.reg.sizes {
+            self.decoder_bound(cap, MAX_BYTES, ErrorCode::String, addr);
+            let heap = self.b.ins().imul_imm_s(cap, l.char_size as i64);
+            let e = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            self.tally(e);
+        }
+        Ok(())
+    }
+
+    /// The string at `p + off` as the stream has it: (length, heap capacity or 0).
+    pub(super) fn load_string(&mut self, l: &StringLayout, p: Value, off: u64) -> (Value, Value) {
+        let ptr = self.ld(p, off + l.ptr_off);
+        let len = self.ld(p, off + l.len_off);
+        let cap = self.ld(p, off + l.cap_off);
+        // ptr in [obj, obj + size) ⟺ ptr − obj < size (the object does not wrap around).
+        let obj = self.add(p, off);
+        let rel = self.b.ins().isub(ptr, obj);
+        let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
+        let one = self.c(1);
+        let cap = self.b.ins().umax(cap, one);
+        let zero = self.c(0);
+        let cap = self.b.ins().select(inline, zero, cap);
+        (len, cap)
+    }
+
+    /// The running sum and largest of heap capacities, with sizes.
+    pub(super) fn sum_max(&mut self, sum: Value, max: Value, caps: &[Value]) -> (Value, Value) {
+        let (mut sum, mut max) = (sum, max);
+        if self.reg.sizes {
+            for &c in caps {
+                sum = self.b.ins().iadd(sum, c);
+                max = self.b.ins().umax(max, c);
+            }
+        }
+        (sum, max)
+    }
+
+    /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
+    /// has room for the elements at their longest (two ten-byte words each), stores need no
+    /// check. [`STRING_GROUP`] strings an iteration: their loads, two compares (elements
+    /// left, room left) and, when every length and capacity is below 128, one store of all
+    /// their bytes (eight for four strings); then one string an iteration for the last. With sizes, the heap
+    /// capacities are summed in registers and added once. The last elements, once the room
+    /// is short, are emitted checked.
+    pub(super) fn string_array(
+        &mut self,
+        l: &StringLayout,
+        start: Value,
+        n: Value,
+        stride: u64,
+    ) -> G {
+        const K: u64 = STRING_GROUP;
+        let bytes = self.b.ins().imul_imm_s(n, stride as i64);
+        let stop = self.b.ins().iadd(start, bytes);
+        // A group starts below `stop - (K-1)·stride`. Saturated at 0: the empty vector that
+        // never allocated has start = stop = 0, where the subtraction would wrap around and
+        // send the loop to read at address 0.
+        let tail = (K - 1) * stride;
+        let tail_v = self.c(tail);
+        let floor = self.b.ins().umax(stop, tail_v);
+        let last_group = self.b.ins().iadd_imm_s(floor, -(tail as i64));
+        let w = 2 * MAX_WORD_BYTES as i64;
+        // Room limits for one and for a group of elements; an `end` below a group's longest
+        // (no real buffer) has none.
+        let end = self.end;
+        let zero = self.c(0);
+        let (lim1, limk) = if self.reg.stream {
+            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, K * w as u64);
+            let l1 = self.b.ins().iadd_imm_s(end, -w);
+            let lim1 = self.b.ins().select(big, l1, zero);
+            let lk = self.b.ins().iadd_imm_s(end, -(K as i64) * w);
+            let limk = self.b.ins().select(big, lk, zero);
+            (lim1, limk)
+        } else {
+            // Nothing is written: always room.
+            let all = self.c(u64::MAX);
+            (all, all)
+        };
+        let cur = self.b.use_var(self.cur);
+        let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
+
+        // (element, cursor, sum of heap capacities, largest capacity)
+        let head_k = self.b.create_block();
+        let room_k = self.b.create_block();
+        let body_k = self.b.create_block();
+        let store_k = self.b.create_block();
+        let long_k = self.b.create_block();
+        let next_k = self.b.create_block();
+        let head = self.b.create_block();
+        let check = self.b.create_block();
+        let body = self.b.create_block();
+        let two = self.b.create_block();
+        let long = self.b.create_block();
+        let next = self.b.create_block();
+        let done = self.b.create_block();
+        let spill = self.b.create_block();
+        let join = self.b.create_block();
+        let [pk, qk, sumk, maxk] = [(); 4].map(|()| self.b.append_block_param(head_k, I64));
+        let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
+        let qnk = self.b.append_block_param(next_k, I64);
+        let qn = self.b.append_block_param(next, I64);
+        self.b.ins().jump(head_k, &args([start, cur, zero, zero]));
+
+        // Groups: two compare-and-branches, no flags combined.
+        self.b.switch_to_block(head_k);
+        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, last_group);
+        self.b
+            .ins()
+            .brif(group, room_k, &[], head, &args([pk, qk, sumk, maxk]));
+        self.b.switch_to_block(room_k);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, qk, limk);
+        self.b
+            .ins()
+            .brif(room, body_k, &[], head, &args([pk, qk, sumk, maxk]));
+        self.b.switch_to_block(body_k);
+        // Each string folded in as it is loaded (few values live at once, so nothing spills):
+        // `packed` has every word as a byte, right for the store when `all` is below 128.
+        let mut caps = Vec::with_capacity(K as usize);
+        let mut all = None;
+        let mut packed = None;
+        for i in 0..K {
+            let (len, cap) = self.load_string(l, pk, i * stride);
+            caps.push(cap);
+            let either = self.b.ins().bor(len, cap);
+            all = Some(match all {
+                Some(a) => self.b.ins().bor(a, either),
+                None => either,
+            });
+            let c = self.b.ins().ishl_imm_s(cap, 16 * i as i64 + 8);
+            let lc = if i == 0 {
+                self.b.ins().bor(len, c)
+            } else {
+                let ls = self.b.ins().ishl_imm_s(len, 16 * i as i64);
+                self.b.ins().bor(ls, c)
+            };
+            packed = Some(match packed {
+                Some(v) => self.b.ins().bor(v, lc),
+                None => lc,
+            });
+        }
+        let (all, packed) = (all.expect("K > 0"), packed.expect("K > 0"));
+        let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
+        self.b.ins().brif(small, store_k, &[], long_k, &[]);
+        // Every word one byte: all of them one store.
+        self.b.switch_to_block(store_k);
+        let at = if self.reg.stream {
+            match K {
+                4 => self.b.ins().store(trusted(), packed, qk, 0),
+                2 => self.b.ins().istore32(trusted(), packed, qk, 0),
+                _ => unreachable!("groups of 2 or 4 strings"),
+            };
+            self.b.ins().iadd_imm_s(qk, 2 * K as i64)
+        } else {
+            qk
+        };
+        self.b.ins().jump(next_k, &[BlockArg::Value(at)]);
+        // A word of two bytes or more (rare): the strings loaded again, word by word.
+        self.b.switch_to_block(long_k);
+        let mut at = qk;
+        for i in 0..K {
+            let (len, cap) = self.load_string(l, pk, i * stride);
+            at = self.varint_unchecked(len, at);
+            at = self.varint_unchecked(cap, at);
+        }
+        self.b.ins().jump(next_k, &[BlockArg::Value(at)]);
+        self.b.switch_to_block(next_k);
+        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
+        self.b.ins().jump(head_k, &args([pn, qnk, sumkb, maxkb]));
+
+        // One at a time.
+        self.b.switch_to_block(head);
+        let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
+        self.b.ins().brif(more, check, &[], done, &[]);
+        self.b.switch_to_block(check);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, lim1);
+        self.b.ins().brif(room, body, &[], spill, &[]);
+        self.b.switch_to_block(body);
+        let (len, cap) = self.load_string(l, p, 0);
+        let (sum1, max1) = self.sum_max(sum, max, &[cap]);
+        let both = self.b.ins().bor(len, cap);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
+        self.b.ins().brif(small, two, &[], long, &[]);
+        self.b.switch_to_block(two);
+        let hi = self.b.ins().ishl_imm_s(cap, 8);
+        let v = self.b.ins().bor(len, hi);
+        let q2b = if self.reg.stream {
+            self.b.ins().istore16(trusted(), v, q, 0);
+            self.b.ins().iadd_imm_s(q, 2)
+        } else {
+            q
+        };
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
+        self.b.switch_to_block(long);
+        let q1 = self.varint_unchecked(len, q);
+        let q2b = self.varint_unchecked(cap, q1);
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
+        self.b.switch_to_block(next);
+        let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
+        self.b.ins().jump(head, &args([p1, qn, sum1, max1]));
+
+        // Every element done unchecked.
+        self.b.switch_to_block(done);
+        self.b.def_var(self.cur, q);
+        self.tally_strings(l, n, sum, max, start);
+        self.b.ins().jump(join, &[]);
+
+        // The room ran short at element `p`: the rest, checked.
+        self.b.switch_to_block(spill);
+        self.b.def_var(self.cur, q);
+        if self.reg.sizes {
+            let walked = self.b.ins().isub(p, start);
+            let walked = self.div(walked, stride);
+            self.tally_strings(l, walked, sum, max, start);
+        }
+        let left = self.b.ins().isub(stop, p);
+        let left = self.div(left, stride);
+        let layout = *l;
+        self.loop_n(left, |g, i| {
+            let off = g.b.ins().imul_imm_s(i, stride as i64);
+            let at = g.b.ins().iadd(p, off);
+            g.string(&layout, at, stride)
+        })?;
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+        Ok(())
+    }
+
+    /// `count` strings of the unchecked loop: their objects and heap capacities (`sum`), after
+    /// the decoder's check of the largest capacity.
+    pub(super) fn tally_strings(
+        &mut self,
+        l: &StringLayout,
+        count: Value,
+        sum: Value,
+        max: Value,
+        at: Value,
+    ) {
+        if self.reg.sizes {
+            self.decoder_bound(max, MAX_BYTES, ErrorCode::String, at);
+            let heap = self.b.ins().imul_imm_s(sum, l.char_size as i64);
+            let objects = self.b.ins().imul_imm_s(count, l.size as i64);
+            let part = self.b.ins().iadd(heap, objects);
+            self.tally(part);
+        }
+    }
+}

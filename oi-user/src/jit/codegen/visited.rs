@@ -1,0 +1,302 @@
+//! The visited set: recording an address once per walk (the table in `gen_visit`, or the
+//! optimistic walker's short key list), and `gen_block`, the glibc heap block check.
+
+use super::*;
+
+impl Gen<'_, '_> {
+    /// Inserts the key of `addr` seen as `tag` (`Plan::visit_tag`) into the visited set:
+    /// 1 if newly inserted, else 0.
+    pub(super) fn visit_as(&mut self, addr: Value, tag: u64) -> Value {
+        let t = self.c(tag);
+        let key = self.b.ins().bxor(addr, t);
+        if self.reg.optimistic {
+            return self.record_visit(key);
+        }
+        self.visit(key)
+    }
+
+    /// An optimistic walker's visit: the key recorded for the entry's final check, and 1
+    /// ("newly inserted"); [`STATUS_REVISIT`] when the record is full.
+    pub(super) fn record_visit(&mut self, key: Value) -> Value {
+        let n = self.ld_ctx(CTX_NKEYS);
+        let full = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, n, OPTIMISTIC_KEYS);
+        let s = self.c(STATUS_REVISIT);
+        let ok = self.b.create_block();
+        self.b
+            .ins()
+            .brif(full, self.ret, &[BlockArg::Value(s)], ok, &[]);
+        self.b.switch_to_block(ok);
+        let off = self.b.ins().ishl_imm_s(n, 3);
+        let slot = self.b.ins().iadd(self.ctx, off);
+        self.b.ins().store(trusted(), key, slot, CTX_KEYS);
+        let n1 = self.b.ins().iadd_imm_s(n, 1);
+        self.st_ctx(n1, CTX_NKEYS);
+        self.c(1)
+    }
+
+    /// The optimistic entry's final check: [`STATUS_REVISIT`] if two recorded keys are
+    /// equal (the exact walker would not have descended the second time).
+    pub(super) fn check_recorded(&mut self) -> G {
+        let n = self.ld_ctx(CTX_NKEYS);
+        self.loop_n(n, |g, i| {
+            let off = g.b.ins().ishl_imm_s(i, 3);
+            let slot = g.b.ins().iadd(g.ctx, off);
+            let ki = g.b.ins().load(I64, trusted(), slot, CTX_KEYS);
+            g.loop_n(i, |g, j| {
+                let off = g.b.ins().ishl_imm_s(j, 3);
+                let slot = g.b.ins().iadd(g.ctx, off);
+                let kj = g.b.ins().load(I64, trusted(), slot, CTX_KEYS);
+                let same = g.b.ins().icmp(IntCC::Equal, ki, kj);
+                let s = g.c(STATUS_REVISIT);
+                let ok = g.b.create_block();
+                g.b.ins().brif(same, g.ret, &[BlockArg::Value(s)], ok, &[]);
+                g.b.switch_to_block(ok);
+                Ok(())
+            })
+        })
+    }
+
+    /// Inserts `addr` into the visited set: 1 if newly inserted, else 0.
+    pub(super) fn visit(&mut self, addr: Value) -> Value {
+        let f = self.func_ref(FN_VISIT, 2);
+        let call = self.b.ins().call(f, &[self.ctx, addr]);
+        self.b.inst_results(call)[0]
+    }
+}
+
+/// `fn(ctx, p) -> usable size of the glibc heap block starting at p, or 0`: the checks of
+/// `interp::heap::block_usable`, in its order, over the context's heap ranges (the first
+/// range holding the chunk decides). Target memory is read only inside that range.
+pub(super) fn gen_block(fctx: &mut FunctionBuilderContext, fc: TargetFrontendConfig) -> Function {
+    let mut func = new_function(FN_BLOCK, 2);
+    {
+        let mut b = FunctionBuilder::new(&mut func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let (ctx, p) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let no = b.create_block();
+        let low = b.ins().band_imm_s(p, 15);
+        let small = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, p, 16);
+        let small = b.ins().uextend(I64, small);
+        let bad = b.ins().bor(low, small);
+        let search = b.create_block();
+        b.ins().brif(bad, no, &[], search, &[]);
+
+        b.switch_to_block(no);
+        let zero = b.ins().iconst(I64, 0);
+        b.ins().return_(&[zero]);
+
+        // Linear search of the ranges: (start, end) pairs.
+        b.switch_to_block(search);
+        let chunk = b.ins().iadd_imm_s(p, -16);
+        let heaps = b.ins().load(I64, trusted(), ctx, CTX_HEAPS);
+        let n = b.ins().load(I64, trusted(), ctx, CTX_NHEAPS);
+        let probe = b.create_block();
+        let i = b.append_block_param(probe, I64);
+        let zero = b.ins().iconst(I64, 0);
+        b.ins().jump(probe, &[BlockArg::Value(zero)]);
+
+        b.switch_to_block(probe);
+        let more = b.ins().icmp(IntCC::UnsignedLessThan, i, n);
+        let look = b.create_block();
+        b.ins().brif(more, look, &[], no, &[]);
+
+        b.switch_to_block(look);
+        let off = b.ins().ishl_imm_s(i, 4);
+        let slot = b.ins().iadd(heaps, off);
+        let start = b.ins().load(I64, trusted(), slot, 0);
+        let end = b.ins().load(I64, trusted(), slot, 8);
+        let ge = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, start, chunk);
+        let le = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, p, end);
+        let inside = b.ins().band(ge, le);
+        let found = b.create_block();
+        let end_v = b.append_block_param(found, I64);
+        let next = b.create_block();
+        b.ins()
+            .brif(inside, found, &[BlockArg::Value(end)], next, &[]);
+
+        b.switch_to_block(next);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        b.ins().jump(probe, &[BlockArg::Value(i1)]);
+
+        b.switch_to_block(found);
+        let head = b.ins().load(I64, target(), p, -8);
+        let size = b.ins().band_imm_s(head, !7i64);
+        let room = b.ins().isub(end_v, chunk);
+        let mmapped = b.ins().band_imm_s(head, 2);
+        let mm = b.create_block();
+        let arena = b.create_block();
+        b.ins().brif(mmapped, mm, &[], arena, &[]);
+
+        // An mmapped chunk: page-aligned, page-multiple size inside the range, prev_size 0.
+        b.switch_to_block(mm);
+        let a = b.ins().band_imm_s(chunk, 4095);
+        let c = b.ins().band_imm_s(size, 4095);
+        let z = b.ins().icmp_imm_s(IntCC::Equal, size, 0);
+        let big = b.ins().icmp(IntCC::UnsignedGreaterThan, size, room);
+        let bad = b.ins().bor(a, c);
+        let z = b.ins().uextend(I64, z);
+        let big = b.ins().uextend(I64, big);
+        let bad = b.ins().bor(bad, z);
+        let bad = b.ins().bor(bad, big);
+        let prev_b = b.create_block();
+        b.ins().brif(bad, no, &[], prev_b, &[]);
+        b.switch_to_block(prev_b);
+        let prev = b.ins().load(I64, target(), chunk, 0);
+        let yes_mm = b.create_block();
+        b.ins().brif(prev, no, &[], yes_mm, &[]);
+        b.switch_to_block(yes_mm);
+        let u = b.ins().iadd_imm_s(size, -16);
+        b.ins().return_(&[u]);
+
+        // An arena chunk: size ≥ 32, a multiple of 16, its successor's size word inside the
+        // range with PREV_INUSE set.
+        b.switch_to_block(arena);
+        let lt = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, size, 32);
+        let odd = b.ins().band_imm_s(size, 15);
+        let tight = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, room, 16);
+        let room16 = b.ins().iadd_imm_s(room, -16);
+        let over = b.ins().icmp(IntCC::UnsignedGreaterThan, size, room16);
+        let lt = b.ins().uextend(I64, lt);
+        let tight = b.ins().uextend(I64, tight);
+        let over = b.ins().uextend(I64, over);
+        let bad = b.ins().bor(lt, odd);
+        let bad = b.ins().bor(bad, tight);
+        let bad = b.ins().bor(bad, over);
+        let next_b = b.create_block();
+        b.ins().brif(bad, no, &[], next_b, &[]);
+        b.switch_to_block(next_b);
+        let nextp = b.ins().iadd(chunk, size);
+        let nhead = b.ins().load(I64, target(), nextp, 8);
+        let inuse = b.ins().band_imm_s(nhead, 1);
+        let yes = b.create_block();
+        b.ins().brif(inuse, yes, &[], no, &[]);
+        b.switch_to_block(yes);
+        let u = b.ins().iadd_imm_s(size, -8);
+        b.ins().return_(&[u]);
+
+        b.seal_all_blocks();
+        b.finalize(fc);
+    }
+    func
+}
+
+/// Bits of the granule of the address that picks a key's home slot inside its group: 32
+/// bytes, glibc's smallest chunk, so that two heap objects never share a home slot.
+const VISIT_GRANULE_BITS: i64 = 5;
+/// Bits of a group's slot count: 256 slots of 16 bytes, one page of the table, for the
+/// home slots of one 8 KiB block of addresses.
+const VISIT_GROUP_BITS: i64 = 8;
+/// Bits of the address block whose keys share a group.
+const VISIT_BLOCK_BITS: i64 = VISIT_GRANULE_BITS + VISIT_GROUP_BITS;
+
+/// `fn(ctx, addr) -> 1 if newly inserted, 0 if present or the set is full`, over
+/// `VISITED_SLOTS` slots of (key, generation); a slot of another generation is empty.
+///
+/// A key is first tried at its home slot: its 8 KiB block picks a group of slots (Fibonacci
+/// hashing of the block number), its 32-byte granule the slot in the group. Objects
+/// allocated one after another then land in slots one after another, in one page of the
+/// table, where a hash of the whole key costs a cache and TLB miss per key (issue 18: 35 ms
+/// for 100,000 owned pointers). A key whose home slot holds another key goes on by linear
+/// probing from the Fibonacci hash of the whole key, so that keys closer than a granule
+/// (pointers into one array) spread out instead of piling up in one run. Slots are never
+/// emptied within a generation, so a key is present iff it is in its home slot or on its
+/// probe sequence. Which slots a key takes only decides the speed: the set holds the same
+/// keys as the interpreter's.
+pub(super) fn gen_visit(fctx: &mut FunctionBuilderContext, fc: TargetFrontendConfig) -> Function {
+    let mut func = new_function(FN_VISIT, 2);
+    {
+        let mut b = FunctionBuilder::new(&mut func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let (ctx, addr) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let count = b.ins().load(I64, trusted(), ctx, CTX_COUNT);
+        let full = b.ins().icmp_imm_s(
+            IntCC::UnsignedGreaterThanOrEqual,
+            count,
+            VISITED_CAPACITY as i64,
+        );
+        let no = b.create_block();
+        let go = b.create_block();
+        b.ins().brif(full, no, &[], go, &[]);
+
+        b.switch_to_block(no);
+        let zero = b.ins().iconst(I64, 0);
+        b.ins().return_(&[zero]);
+
+        b.switch_to_block(go);
+        let table = b.ins().load(I64, trusted(), ctx, CTX_TABLE);
+        let generation = b.ins().load(I64, trusted(), ctx, CTX_GEN);
+        let slot_bits = VISITED_SLOTS.trailing_zeros() as i64;
+        let block = b.ins().ushr_imm_s(addr, VISIT_BLOCK_BITS);
+        let g = b.ins().imul_imm_s(block, 0x9E37_79B9_7F4A_7C15u64 as i64);
+        let g = b.ins().ushr_imm_s(g, 64 - (slot_bits - VISIT_GROUP_BITS));
+        let g = b.ins().ishl_imm_s(g, VISIT_GROUP_BITS);
+        let granule = b.ins().ushr_imm_s(addr, VISIT_GRANULE_BITS);
+        let granule = b.ins().band_imm_s(granule, (1 << VISIT_GROUP_BITS) - 1);
+        let home = b.ins().bor(g, granule);
+        let off = b.ins().ishl_imm_s(home, 4);
+        let home_slot = b.ins().iadd(table, off);
+
+        let insert = b.create_block();
+        let at = b.append_block_param(insert, I64);
+        let tag = b.ins().load(I64, trusted(), home_slot, 8);
+        let home_empty = b.ins().icmp(IntCC::NotEqual, tag, generation);
+        let home_taken = b.create_block();
+        b.ins().brif(
+            home_empty,
+            insert,
+            &[BlockArg::Value(home_slot)],
+            home_taken,
+            &[],
+        );
+
+        b.switch_to_block(home_taken);
+        let stored = b.ins().load(I64, trusted(), home_slot, 0);
+        let same = b.ins().icmp(IntCC::Equal, stored, addr);
+        let away = b.create_block();
+        b.ins().brif(same, no, &[], away, &[]);
+
+        // Fibonacci hashing of the whole key: the top bits of key * 2^64/φ.
+        b.switch_to_block(away);
+        let h = b.ins().imul_imm_s(addr, 0x9E37_79B9_7F4A_7C15u64 as i64);
+        let h = b.ins().ushr_imm_s(h, 64 - slot_bits);
+        let probe = b.create_block();
+        let idx = b.append_block_param(probe, I64);
+        b.ins().jump(probe, &[BlockArg::Value(h)]);
+
+        b.switch_to_block(probe);
+        let off = b.ins().ishl_imm_s(idx, 4);
+        let slot = b.ins().iadd(table, off);
+        let tag = b.ins().load(I64, trusted(), slot, 8);
+        let empty = b.ins().icmp(IntCC::NotEqual, tag, generation);
+        let check = b.create_block();
+        b.ins()
+            .brif(empty, insert, &[BlockArg::Value(slot)], check, &[]);
+
+        b.switch_to_block(insert);
+        b.ins().store(trusted(), addr, at, 0);
+        b.ins().store(trusted(), generation, at, 8);
+        let c1 = b.ins().iadd_imm_s(count, 1);
+        b.ins().store(trusted(), c1, ctx, CTX_COUNT);
+        let one = b.ins().iconst(I64, 1);
+        b.ins().return_(&[one]);
+
+        b.switch_to_block(check);
+        let stored = b.ins().load(I64, trusted(), slot, 0);
+        let same = b.ins().icmp(IntCC::Equal, stored, addr);
+        let next_b = b.create_block();
+        b.ins().brif(same, no, &[], next_b, &[]);
+
+        b.switch_to_block(next_b);
+        let n = b.ins().iadd_imm_s(idx, 1);
+        let n = b.ins().band_imm_s(n, (VISITED_SLOTS - 1) as i64);
+        b.ins().jump(probe, &[BlockArg::Value(n)]);
+
+        b.seal_all_blocks();
+        b.finalize(fc);
+    }
+    func
+}
