@@ -25,12 +25,16 @@ use nix::{
 
 pub use nix::sys::signal::Signal::{SIGINT, SIGKILL, SIGTERM, SIGUSR1};
 
-/// The workspace root (this crate lives in `tests/`).
+/// The workspace root: the parent of the package cargo runs us for (`tests/` for the
+/// journeys, `xtask/` for the bench and soak). Read at run time, so that a build directory
+/// copied from another checkout of the workspace still uses its own tree's fixtures and
+/// binary; the directory this crate was compiled in is the fallback outside cargo.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    package
         .parent()
-        .expect("workspace root")
-        .to_path_buf()
+        .map_or_else(|| package.clone(), Path::to_path_buf)
 }
 
 /// The `oi-trace` binary under test: `$OI_TRACE_BIN`, else `release/oi-trace` under
