@@ -1,6 +1,10 @@
 //! `cargo xtask bench`: the figures of oi-trace's speed promise, each a ratio against a
 //! baseline measured in the same run on the same machine. Prints a table and writes
 //! `target/bench/results.json`. `--quick` shrinks the objects and repetitions.
+//!
+//! It also writes `target/bench/results.md`: the same table in the README's Markdown, headed
+//! by what the run was (the command, UTC start and end, commit, load average), so that the
+//! README's Performance table is the latest run pasted whole, never figures copied by hand.
 
 use std::{
     path::{Path, PathBuf},
@@ -55,6 +59,7 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
         bail!("unknown figure `{bad}` (known: {})", FIGURES.join(", "));
     }
     let wanted = |f: &str| only.is_empty() || only.iter().any(|o| o == f);
+    let started = RunStamp::now(root);
     // The fixtures' helpers run the same binary (`$OI_TRACE_BIN`, else this one).
     let bin = oi_e2e::oi_trace_bin();
     let mut figures = Vec::new();
@@ -88,7 +93,102 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     if wanted("protobuf") {
         protobuf::run(quick, &mut figures)?;
     }
-    report(root, &figures)
+    report(root, &figures)?;
+    let mut command = String::from("cargo xtask bench");
+    if quick {
+        command.push_str(" --quick");
+    }
+    for o in only {
+        command.push_str(" --only ");
+        command.push_str(o);
+    }
+    write_markdown(root, &command, &started, &RunStamp::now(root), &figures)
+}
+
+/// When a run started or ended, on what, under what load.
+struct RunStamp {
+    utc: String,
+    commit: String,
+    load: String,
+}
+
+impl RunStamp {
+    fn now(root: &Path) -> Self {
+        let out = |cmd: &mut Command| {
+            cmd.output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_else(|| "unknown".into())
+        };
+        let utc = out(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M"]));
+        let commit = out(Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(root));
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into());
+        RunStamp { utc, commit, load }
+    }
+}
+
+/// A number as the README prints it: three significant digits or whole units.
+fn readable(v: f64) -> String {
+    if !v.is_finite() {
+        "—".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// `target/bench/results.md`: the run's table, ready for the README.
+fn write_markdown(
+    root: &Path,
+    command: &str,
+    start: &RunStamp,
+    end: &RunStamp,
+    figures: &[Figure],
+) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut md = format!(
+        "`{command}`, {} to {} UTC, commit {}, load average {} at the start and {} at the \
+         end ({cores} cores).\n\n| figure | value | baseline | ratio | goal | met |\n\
+         |---|---|---|---|---|---|\n",
+        start.utc,
+        end.utc.rsplit(' ').next().unwrap_or(&end.utc),
+        start.commit,
+        start.load,
+        end.load,
+    );
+    for f in figures {
+        let baseline = if f.baseline > 0.0 {
+            format!("{} {}", readable(f.baseline), f.unit)
+        } else {
+            "—".into()
+        };
+        let met = match f.pass {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "—",
+        };
+        md.push_str(&format!(
+            "| {} | {} {} | {baseline} | {} | {} | {met} |\n",
+            f.name,
+            readable(f.value),
+            f.unit,
+            readable(f.ratio()),
+            f.goal,
+        ));
+    }
+    let path = root.join("target/bench/results.md");
+    std::fs::write(&path, md)?;
+    println!("written to {}", path.display());
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
