@@ -41,8 +41,13 @@ const oil_type* oil_type_lookup(const char* type_name, std::size_t type_size,
                                 oil_append_fn error, void* error_ctx);
 int oil_size(const oil_type* type, const void* object, std::uint64_t* size, oil_append_fn error,
              void* error_ctx);
-// The steady state of oil_size: the size, or UINT64_MAX when oil_size must be asked.
-std::uint64_t oil_size_steady(const oil_type* type, const void* object, oil_thread* thread);
+// The steady state of oil_size: status 0 and the size, or another status when oil_size
+// must be asked.
+struct oil_steady {
+    std::uint64_t status;
+    std::uint64_t size;
+};
+oil_steady oil_size_steady(const oil_type* type, const void* object, oil_thread* thread);
 int oil_report(const oil_type* type, const void* object, int format, oil_append_fn append,
                void* out_ctx, void* error_ctx);
 std::uint64_t oil_compilations(void);
@@ -181,8 +186,8 @@ std::string tree(const T& obj, const Options& opts = {}) {
 template <class T>
 std::size_t size(const T& obj, const Options& opts) {
     const oil_type* t = detail::type_of(obj, opts);
-    std::uint64_t s = oil_size_steady(t, &obj, detail::thread_state());
-    if (__builtin_expect(s != UINT64_MAX, 1)) return static_cast<std::size_t>(s);
+    oil_steady s = oil_size_steady(t, &obj, detail::thread_state());
+    if (__builtin_expect(s.status == 0, 1)) return static_cast<std::size_t>(s.size);
     return detail::size_general(t, &obj);
 }
 
@@ -191,8 +196,8 @@ std::size_t size(const T& obj, const Options& opts) {
 template <class T>
 std::size_t size(const T& obj) {
     const oil_type* t = detail::type_of<T>(obj);
-    std::uint64_t s = oil_size_steady(t, &obj, detail::thread_state());
-    if (__builtin_expect(s != UINT64_MAX, 1)) return static_cast<std::size_t>(s);
+    oil_steady s = oil_size_steady(t, &obj, detail::thread_state());
+    if (__builtin_expect(s.status == 0, 1)) return static_cast<std::size_t>(s.size);
     return detail::size_general(t, &obj);
 }
 

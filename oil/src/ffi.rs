@@ -161,16 +161,23 @@ pub unsafe extern "C" fn oil_size(
     }
 }
 
-/// What [`oil_size_steady`] returns when it did not measure (then call [`oil_size`]).
-pub const OIL_NOT_MEASURED: u64 = u64::MAX;
+/// What [`oil_size_steady`] returns (in rax:rdx): the walker's status and, when it is 0
+/// (`STATUS_DONE`), the inclusive size; any other status means "call [`oil_size`]", which
+/// takes the general path (and gives the same number).
+#[repr(C)]
+pub struct OilSteady {
+    pub status: u64,
+    pub size: u64,
+}
 
-/// The steady state of `oil::size`: the inclusive size of `object`, or
-/// [`OIL_NOT_MEASURED`] when this call cannot give it without the general path (the first
-/// call of a type, a corrupt object, a shared pointee, no room on this stack...), which
-/// [`oil_size`] then takes (it gives the same number if the size really is `u64::MAX`).
-/// `thread` is the calling thread's own `oil_thread`, zeroed before its first use and used
-/// by no other thread. Touches no thread-local of this library and panics nowhere (so it
-/// needs no `catch_unwind`): a walk entered on the caller's stack, with its faults contained.
+/// The steady state of `oil::size`: the optimistic walker entered on the caller's stack
+/// (`run::walk_steady`), its status and total passed back as the walker returns them (the
+/// call into the walker is this function's last act, so it needs no frame of its own).
+/// A status other than 0 (not compiled yet, no room on this stack, a fault, a corrupt
+/// object, a shared pointee...) sends the caller to [`oil_size`], which also gives up the
+/// optimistic walker for a type whose pointees are shared. `thread` is the calling thread's
+/// own `oil_thread`, zeroed before its first use and used by no other thread. Touches no
+/// thread-local of this library and panics nowhere (so it needs no `catch_unwind`).
 ///
 /// # Safety
 /// `ty` is null or a handle from [`oil_type_lookup`], `object` points to an object of that
@@ -180,14 +187,14 @@ pub unsafe extern "C" fn oil_size_steady(
     ty: *const OilType,
     object: *const c_void,
     thread: *mut crate::guard::ThreadState,
-) -> u64 {
+) -> OilSteady {
     if ty.is_null() || thread.is_null() {
-        return OIL_NOT_MEASURED;
+        return crate::run::NOT_MEASURED;
     }
     // SAFETY: handles are `&'static Compiled` cast by `oil_type_lookup`, never freed; the
     // thread state is the caller's, for this thread only.
     let (c, st) = unsafe { (&*ty.cast::<crate::resolve::Compiled>(), &mut *thread) };
-    crate::run::size_steady(c, object as usize, st).unwrap_or(OIL_NOT_MEASURED)
+    crate::run::walk_steady(c, object as usize, st)
 }
 
 /// Sends the report of `object` in `format` ([`OIL_JSON`], [`OIL_JSON_PRETTY`],

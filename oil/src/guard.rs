@@ -100,9 +100,12 @@ struct Active {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ThreadState {
-    /// This thread's stack, `[low, high)`, once read; (1, 1): unknown, never walk on it.
-    low: usize,
-    high: usize,
+    /// The lowest stack pointer a direct walk may use, `DIRECT_RESERVE` above this thread's
+    /// stack's low end, once read (0: not read yet).
+    base: usize,
+    /// `room - DIRECT_MIN` is below this for a stack pointer with `room = sp - base` bytes
+    /// above `base` and below the stack's high end (0: unknown stack, never walk on it).
+    span: usize,
     /// Walks left before the installed actions are read again (0: read them now).
     walks_to_check: usize,
 }
@@ -125,7 +128,7 @@ thread_local! {
         PerThread {
             active: Cell::new(None),
             fault_addr: Cell::new(0),
-            state: Cell::new(ThreadState { low: 0, high: 0, walks_to_check: 0 }),
+            state: Cell::new(ThreadState { base: 0, span: 0, walks_to_check: 0 }),
         }
     };
 }
@@ -295,9 +298,11 @@ pub fn on_stack<R>(stack: &mut WalkStack, f: impl FnOnce() -> R) -> R {
     corosensei::on_stack(stack, f)
 }
 
-// The trampoline that enters a walker on the caller's stack. `oil_walk_direct(entry, frame)`
-// saves the callee-saved registers and calls `entry(frame)`, whose return address is
-// `oil_walk_direct_return`; it returns (status, 0) in rax:rdx. The handler resumes a faulting
+// The trampoline that enters a walker on the caller's stack. `oil_walk_direct(entry, a, b, c)`
+// saves the callee-saved registers and calls `entry(a, b, c)` (a frame walker takes the
+// frame as `a`; an optimistic one `obj, bias, stack_len`), whose return address is
+// `oil_walk_direct_return`; it returns the walker's rax:rdx (status, and the optimistic
+// walker's total or anything). The handler resumes a faulting
 // walk at `oil_walk_direct_resume` with the stack pointer the call left (found from the
 // walker's frame chain, see `recover`), `rax = STATUS_FAULT` and `rdx` = the faulting
 // address, which restores the registers and returns, as if the walker had returned.
@@ -326,11 +331,12 @@ std::arch::global_asm!(
     ".cfi_adjust_cfa_offset 8",
     "mov rax, rdi",
     "mov rdi, rsi",
+    "mov rsi, rdx",
+    "mov rdx, rcx",
     "call rax",
     ".globl oil_walk_direct_return",
     ".hidden oil_walk_direct_return",
     "oil_walk_direct_return:",
-    "xor edx, edx",
     ".globl oil_walk_direct_resume",
     ".hidden oil_walk_direct_resume",
     "oil_walk_direct_resume:",
@@ -355,15 +361,15 @@ std::arch::global_asm!(
 );
 
 /// What the trampoline returns (in rax:rdx): the walker's status and, with [`STATUS_FAULT`],
-/// the faulting address.
+/// the faulting address, else the walker's second result (an optimistic walker's total).
 #[repr(C)]
 struct DirectResult {
     status: u64,
-    fault_addr: usize,
+    second: u64,
 }
 
 unsafe extern "sysv64" {
-    fn oil_walk_direct(entry: usize, frame: *mut WalkFrame) -> DirectResult;
+    fn oil_walk_direct(entry: usize, a: u64, b: u64, c: u64) -> DirectResult;
     fn oil_walk_direct_return();
     fn oil_walk_direct_resume();
 }
@@ -383,17 +389,22 @@ const DIRECT_MIN: usize = 256 << 10;
 /// thread's stack is unknown, or this is not it (a fiber), or it has too little room.
 #[inline]
 fn direct_room(st: &mut ThreadState) -> Option<usize> {
-    if st.high == 0 {
-        let (low, high) = thread_stack().unwrap_or((1, 1));
-        st.low = low;
-        st.high = high;
+    if st.base == 0 {
+        read_stack_bounds(st);
     }
-    let sp = stack_pointer();
-    if !(st.low < sp && sp < st.high) {
-        return None;
-    }
-    let room = (sp - st.low).checked_sub(DIRECT_RESERVE)?;
-    (room >= DIRECT_MIN).then_some(room)
+    // One subtraction and one comparison (a stack pointer below `base` wraps `room` far
+    // above `span`).
+    let room = stack_pointer().wrapping_sub(st.base);
+    (room.wrapping_sub(DIRECT_MIN) < st.span).then_some(room)
+}
+
+/// A thread's first direct walk: its stack's bounds, as [`direct_room`] uses them.
+#[cold]
+#[inline(never)]
+fn read_stack_bounds(st: &mut ThreadState) {
+    let (low, high) = thread_stack().unwrap_or((1, 1));
+    st.base = low + DIRECT_RESERVE;
+    st.span = high.saturating_sub(st.base + DIRECT_MIN);
 }
 
 /// The current stack pointer (a register read: an address taken of a local would cost a
@@ -447,14 +458,9 @@ pub unsafe fn run_direct(
     entry: usize,
     frame: *mut WalkFrame,
 ) -> Result<Option<(u64, usize)>, GuardError> {
-    let Some(room) = direct_room(st) else {
+    let Some(room) = direct_ready(st)? else {
         return Ok(None);
     };
-    if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
-        ensure_handlers()?;
-        st.walks_to_check = RECHECK_EVERY;
-    }
-    st.walks_to_check -= 1;
     // SAFETY: writing the frame the caller owns.
     unsafe { (*frame).stack_len = room as u64 };
     // SAFETY: the entry has the signature the trampoline calls it with; the frame and the
@@ -463,8 +469,76 @@ pub unsafe fn run_direct(
     // turned into a return of STATUS_FAULT by `handler`, which discards only generated
     // frames below the trampoline's. The walker writes only to `frame`, `out` and `scratch`
     // (raw memory the compiler sees escape through the call).
-    let r = unsafe { oil_walk_direct(entry, frame) };
-    Ok(Some((r.status, r.fault_addr)))
+    let r = unsafe { oil_walk_direct(entry, frame as u64, 0, 0) };
+    let fault_addr = if r.status == STATUS_FAULT {
+        r.second
+    } else {
+        0
+    };
+    Ok(Some((r.status, fault_addr as usize)))
+}
+
+/// [`run_direct`] for an optimistic walker (`LocalWalker::compile_totals_optimistic`),
+/// whose entry takes the root `obj` and `bias` in registers and returns the status and the
+/// total: `Some((status, total))`, or `Some(`([`STATUS_FAULT`], the faulting address)`)`;
+/// `None` when this stack has no room, or when the thread's stack bounds are not read
+/// yet or the fault handler is due for a check (call [`check_handlers`] first, as the
+/// general path does). No frame in memory and no
+/// call but the walk's, which is the last thing done: the steady state of `oil::size`.
+///
+/// # Safety
+/// `entry` is the entry of a live optimistic walker whose code is registered; `obj` is the
+/// object it walks.
+#[inline(always)]
+pub unsafe fn run_direct_optimistic(
+    st: &mut ThreadState,
+    entry: usize,
+    obj: u64,
+    bias: u64,
+) -> Option<(u64, u64)> {
+    // Bounds not read yet (`base` 0) make `span` 0: no room.
+    let room = stack_pointer().wrapping_sub(st.base);
+    if room.wrapping_sub(DIRECT_MIN) >= st.span
+        || st.walks_to_check == 0
+        || MAYBE_REPLACED.load(Ordering::Acquire)
+    {
+        return None;
+    }
+    st.walks_to_check -= 1;
+    // SAFETY: as in `run_direct`; this walker writes nothing but its own stack, within
+    // `room` below the current stack pointer.
+    let r = unsafe { oil_walk_direct(entry, obj, bias, room as u64) };
+    Some((r.status, r.second))
+}
+
+/// Reads this thread's stack bounds at its first walk, and makes sure our fault handler is
+/// in front if this thread's countdown or a `sigaction`/`signal` call says it is due (what
+/// [`run_direct_optimistic`] leaves to its caller's general path).
+pub fn check_handlers(st: &mut ThreadState) -> Result<(), GuardError> {
+    if st.base == 0 {
+        read_stack_bounds(st);
+    }
+    if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
+        ensure_handlers()?;
+        st.walks_to_check = RECHECK_EVERY;
+    }
+    Ok(())
+}
+
+/// The room a direct walk may use on this stack (`None`: not enough, or not this thread's
+/// stack), after making sure our fault handler is in front (at the first walk, after a
+/// `sigaction`/`signal` call on SIGSEGV/SIGBUS, and every [`RECHECK_EVERY`] walks).
+#[inline]
+fn direct_ready(st: &mut ThreadState) -> Result<Option<usize>, GuardError> {
+    let Some(room) = direct_room(st) else {
+        return Ok(None);
+    };
+    if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
+        ensure_handlers()?;
+        st.walks_to_check = RECHECK_EVERY;
+    }
+    st.walks_to_check -= 1;
+    Ok(Some(room))
 }
 
 /// The handlers that were installed before ours (leaked boxes, swapped atomically so the

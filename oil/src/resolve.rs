@@ -11,8 +11,8 @@
 //! Reads files (the modules and their separate debug files, as `debuginfo` finds them) and
 //! compiles; never reads the program's memory.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use oi_trace::debuginfo::Binary;
 use oi_trace::debuginfo::dwarf::{self, DwarfError};
@@ -160,6 +160,7 @@ pub fn compile(
     for module in &candidates {
         match plan_in(module, name, size, features) {
             Ok(Found::Yes(measurer)) => {
+                warn_once(&measurer.plan().warnings);
                 let roots = measurer.roots();
                 let root = *roots
                     .first()
@@ -214,6 +215,25 @@ pub fn compile(
         reason: first,
         others: why_not.len().saturating_sub(1),
     })
+}
+
+/// Prints each of a plan's warnings (a shipped container description that does not fit
+/// this program, so its type is measured as a plain class) on stderr once per process, as
+/// `oil: warning: …`, the way oi-trace prints them (`oi-trace: warning: …`). A plan is
+/// built once per (type, features), at the first call; other types that meet the same
+/// description do not repeat it.
+fn warn_once(warnings: &[String]) {
+    static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    if warnings.is_empty() {
+        return;
+    }
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    for w in warnings {
+        if !said.contains(w) {
+            eprintln!("oil: warning: {w}");
+            said.push(w.clone());
+        }
+    }
 }
 
 enum Found {

@@ -13,7 +13,6 @@
 //! object.
 
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::Ordering;
 
@@ -22,6 +21,7 @@ use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
 use oi_trace::measure::{OutputFormat, WALK_STACK};
 use oi_trace::report;
 
+use crate::ffi::OilSteady;
 use crate::guard::{self, STATUS_FAULT, ThreadState, WalkStack};
 use crate::resolve::{Compiled, Walker};
 use crate::{Error, Format};
@@ -139,33 +139,15 @@ pub fn size(c: &Compiled, obj: usize) -> Result<u64, Error> {
 }
 
 /// The steady state of `oil::size`: the optimistic walker, compiled already, on the caller's
-/// stack, its frame on that stack too (it reads only `nargs`, `args`, `unseeded`, `bias` and
-/// `stack_len`, and writes only the status, the totals and the error fields). `None` for
-/// anything but a finished walk (not compiled yet, no room on this stack, a fault, a corrupt
-/// object, a shared pointee), which [`size`] then handles; a shared pointee or a type that
-/// nests too deep for the caller's stack take the exact walker from then on.
+/// stack, its inputs and results in registers (no frame). `None` for anything but a
+/// finished walk (not compiled yet, no room on this stack, a fault, a corrupt object, a
+/// shared pointee), which [`size`] then handles; a shared pointee or a type that nests too
+/// deep for the caller's stack take the exact walker from then on.
 #[inline]
 pub fn size_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> Option<u64> {
-    let entry = c.steady_entry.load(Ordering::Acquire);
-    if entry == 0 || obj == 0 {
-        return None;
-    }
-    let mut frame = MaybeUninit::<WalkFrame>::uninit();
-    let f = frame.as_mut_ptr();
-    // SAFETY: writing fields of our own (uninitialised) frame through its raw pointer; the
-    // walker reads no other field (see above), and only the fields it wrote are read back.
-    unsafe {
-        (&raw mut (*f).nargs).write(1);
-        (&raw mut (*f).unseeded).write(0);
-        (&raw mut (*f).bias).write(c.bias);
-        (&raw mut (*f).args[0]).write(obj as u64);
-    }
-    // SAFETY: `entry` is the optimistic walker's, registered and alive for the life of the
-    // process (`Compiled` is never freed); the frame is ours and names no buffer.
-    let (status, _) = unsafe { guard::run_direct(st, entry, f) }.ok()??;
+    let OilSteady { status, size } = walk_steady(c, obj, st);
     match status {
-        // SAFETY: the walker wrote the total before returning STATUS_DONE.
-        jit::STATUS_DONE => Some(unsafe { (&raw const (*f).total).read() }),
+        jit::STATUS_DONE => Some(size),
         jit::STATUS_REVISIT | jit::STATUS_STACK => {
             c.steady_entry.store(0, Ordering::Relaxed);
             if status == jit::STATUS_STACK {
@@ -174,6 +156,47 @@ pub fn size_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> Option<u64
             None
         }
         _ => None,
+    }
+}
+
+/// What [`walk_steady`] returns when it did not walk: a status no walker returns.
+pub const NOT_MEASURED: OilSteady = OilSteady {
+    status: u64::MAX,
+    size: 0,
+};
+
+/// The optimistic walker on `obj`, on the caller's stack, as it returns: `(STATUS_DONE,
+/// total)`, or another status (a fault, a shared pointee...), or [`NOT_MEASURED`] (not
+/// compiled yet, given up, no room on this stack). Decides nothing: [`size_steady`] does.
+/// The usual call is a few compares and the walk, entered last (no frame of its own); a
+/// thread's first walk, and every walk that is due to check the fault handler, take
+/// [`walk_steady_checked`].
+#[inline]
+pub fn walk_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> OilSteady {
+    let entry = c.steady_entry.load(Ordering::Acquire);
+    if entry == 0 || obj == 0 {
+        return NOT_MEASURED;
+    }
+    // SAFETY: `entry` is the optimistic walker's, registered and alive for the life of the
+    // process (`Compiled` is never freed).
+    match unsafe { guard::run_direct_optimistic(st, entry, obj as u64, c.bias) } {
+        Some((status, size)) => OilSteady { status, size },
+        None => walk_steady_checked(c, entry, obj, st),
+    }
+}
+
+/// [`walk_steady`] after reading this thread's stack bounds (its first walk) and checking
+/// the fault handler (when due).
+#[cold]
+#[inline(never)]
+fn walk_steady_checked(c: &Compiled, entry: usize, obj: usize, st: &mut ThreadState) -> OilSteady {
+    if guard::check_handlers(st).is_err() {
+        return NOT_MEASURED;
+    }
+    // SAFETY: as in `walk_steady`.
+    match unsafe { guard::run_direct_optimistic(st, entry, obj as u64, c.bias) } {
+        Some((status, size)) => OilSteady { status, size },
+        None => NOT_MEASURED,
     }
 }
 

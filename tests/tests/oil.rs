@@ -319,3 +319,40 @@ fn oil_rust_api_measures_a_cpp_librarys_objects() {
     let e = unsafe { oil::size(std::ptr::null(), "lib::Catalog", &oil::Options::default()) };
     assert!(matches!(e, Err(oil::Error::Null)), "{e:?}");
 }
+
+/// A shipped container description that does not fit the program (issue 18): OIL measures
+/// the type as the plain class it is and says so once on stderr, as oi-trace does, however
+/// many sizes and reports follow.
+#[test]
+fn oil_warns_once_of_a_shipped_description_that_does_not_fit() {
+    for opt in ["-O0", "-O2"] {
+        let exe = build("oil_misfit", &format!("oil_misfit{opt}"), &[opt]);
+        let out = Command::new(&exe).output().expect("run the fixture");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{opt}: {stdout}\n{stderr}");
+        let line = |key: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("{opt}: no `{key}` in {stdout}"))
+                .to_string()
+        };
+        let expect = line("expect ");
+        assert_eq!(line("size "), format!("{expect} {expect}"), "{opt}");
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("shipped description"))
+            .collect();
+        let want = "oil: warning: shipped description absl::debian3::InlinedVector \
+                    (containers/abseil.toml:";
+        assert_eq!(warnings.len(), 1, "{opt}: {stderr}");
+        assert!(
+            warnings[0].starts_with(want)
+                && warnings[0].contains("does not fit this program: ")
+                && warnings[0].ends_with("; measured as a plain class"),
+            "{opt}: want `{want}…` in {:?}",
+            warnings[0]
+        );
+    }
+}

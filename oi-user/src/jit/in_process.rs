@@ -44,9 +44,24 @@ enum Output {
     TotalOptimistic,
 }
 
+/// The optimistic walker's entry (`codegen::entry`): `(obj, bias, stack_len)` in, `(status,
+/// total)` out in rax:rdx.
+type OptimisticEntry = unsafe extern "sysv64" fn(u64, u64, u64) -> StatusTotal;
+
+/// Two words returned in rax:rdx (System V: a 16-byte struct of two integers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct StatusTotal {
+    pub status: u64,
+    pub total: u64,
+}
+
 /// A walker compiled into this process. The code stays mapped as long as this value lives.
 pub struct LocalWalker {
-    entry: unsafe extern "sysv64" fn(*mut WalkFrame) -> u64,
+    /// The entry function: `extern "sysv64" fn(*mut WalkFrame) -> u64`, or an
+    /// [`OptimisticEntry`] when `optimistic`.
+    entry: usize,
+    optimistic: bool,
     code: Range<usize>,
     /// Owns the executable memory; only touched again to free it (`Drop`). A mutex makes
     /// the walker `Sync` without ever being locked while the code runs.
@@ -93,7 +108,8 @@ impl LocalWalker {
     /// assumed and checks it at the end: the same total as the exact walker, or
     /// [`super::STATUS_REVISIT`] (a shared or cyclic pointee, or more than a few dozen
     /// pointees), and then the caller runs the exact one. Not for plans that charge heap
-    /// blocks (an error).
+    /// blocks, and for one root only (errors otherwise). Its entry takes its inputs in
+    /// registers (see [`Self::entry_address`]); [`Self::call`] still takes a frame.
     pub fn compile_totals_optimistic(plan: &Plan, roots: &[NodeId]) -> Result<Self, JitError> {
         Self::build(plan, roots, Output::TotalOptimistic)
     }
@@ -173,13 +189,9 @@ impl LocalWalker {
             .get(codegen::FN_ENTRY as usize)
             .copied()
             .ok_or_else(|| err("no entry function"))?;
-        // SAFETY: the entry function was generated with exactly this signature (System V,
-        // one pointer argument, one u64 result) and is finalized (mapped read-execute).
-        let entry = unsafe {
-            std::mem::transmute::<usize, unsafe extern "sysv64" fn(*mut WalkFrame) -> u64>(entry)
-        };
         Ok(Self {
             entry,
+            optimistic: matches!(output, Output::TotalOptimistic),
             code,
             module: Mutex::new(Some(module)),
         })
@@ -191,12 +203,21 @@ impl LocalWalker {
         self.code.clone()
     }
 
-    /// The address of the entry function, `extern "sysv64" fn(*mut WalkFrame) -> u64`, for a
-    /// caller that enters it through its own trampoline (the `oil` crate's fault recovery
-    /// on the caller's stack). The same contract as [`Self::call`] applies, and the code
-    /// lives only as long as `self`.
+    /// The address of the entry function, for a caller that enters it through its own
+    /// trampoline (the `oil` crate's fault recovery on the caller's stack):
+    /// `extern "sysv64" fn(*mut WalkFrame) -> u64`, or for an optimistic walker
+    /// `extern "sysv64" fn(obj, bias, stack_len) -> StatusTotal` (one root, seeded; the
+    /// frame fields of those names; the total is 0 unless the status is `STATUS_DONE`).
+    /// The same contract as [`Self::call`] applies, and the code lives only as long as
+    /// `self`.
     pub fn entry_address(&self) -> usize {
-        self.entry as usize
+        self.entry
+    }
+
+    /// Whether the entry is an optimistic walker's (inputs in registers, see
+    /// [`Self::entry_address`]).
+    pub fn is_optimistic(&self) -> bool {
+        self.optimistic
     }
 
     /// Runs the walk described by `frame` on the calling thread and stack; returns the status
@@ -209,8 +230,34 @@ impl LocalWalker {
     /// `frame.args` with plain loads: a bad pointer in them faults (SIGSEGV/SIGBUS), which
     /// the caller must be ready to contain.
     pub unsafe fn call(&self, frame: &mut WalkFrame) -> u64 {
-        // SAFETY: the caller upholds the contract above; the code is alive while `self` is.
-        unsafe { (self.entry)(frame) }
+        if self.optimistic {
+            // One seeded root, as the entry takes it; the frame says the rest.
+            if frame.nargs != 1 || frame.unseeded & 1 != 0 {
+                frame.status = super::STATUS_BAD_FRAME;
+                return frame.status;
+            }
+            // SAFETY: the entry was generated with this signature (`codegen::entry`) and is
+            // finalized; the caller upholds the contract above.
+            let r = unsafe {
+                std::mem::transmute::<usize, OptimisticEntry>(self.entry)(
+                    frame.args[0],
+                    frame.bias,
+                    frame.stack_len,
+                )
+            };
+            frame.status = r.status;
+            frame.total = r.total;
+            frame.out_used = 0;
+            return r.status;
+        }
+        // SAFETY: the entry function was generated with this signature (System V, one
+        // pointer argument, one u64 result) and is finalized; the caller upholds the
+        // contract above; the code is alive while `self` is.
+        unsafe {
+            std::mem::transmute::<usize, unsafe extern "sysv64" fn(*mut WalkFrame) -> u64>(
+                self.entry,
+            )(frame)
+        }
     }
 }
 

@@ -48,7 +48,10 @@
 //! OIL's optimistic count-only walker (`in_process::LocalWalker::compile_totals_optimistic`)
 //! has no table: it assumes every insertion succeeds, records the keys (32 at most) in its
 //! own frame and compares them at the end, returning [`STATUS_REVISIT`] when one repeats or
-//! they do not fit; its total is then the exact walker's to give.
+//! they do not fit; its total is then the exact walker's to give. It walks one root, and
+//! its entry takes no frame: `extern "sysv64" fn(obj, bias, stack_len) -> (status, total)`,
+//! the pair in rax:rdx (`LocalWalker::entry_address`; `LocalWalker::call` still takes a
+//! frame and fills in `status` and `total`).
 
 pub mod cache;
 mod codegen;

@@ -1,6 +1,10 @@
 //! The entry function: sets up the walker context from the `WalkFrame`, walks each root into
 //! its own counted section of the output (or inline, for OIL's total-only walkers), and
 //! leaves the status, the cursor and the total in the frame.
+//!
+//! The optimistic walker's entry (OIL's steady state, one root) takes no frame: its inputs
+//! come in registers and it returns the status and the total in two (rax:rdx), so that a
+//! small object's walk spends no loads and stores on a frame in memory.
 
 use super::*;
 
@@ -13,23 +17,20 @@ pub(super) fn gen_entry(
     fctx: &mut FunctionBuilderContext,
     fc: TargetFrontendConfig,
 ) -> Result<Function, JitError> {
+    if reg.optimistic {
+        return gen_optimistic_entry(plan, roots, reg, fctx, fc);
+    }
     build(plan, FN_ENTRY, 1, reg, fctx, fc, |g, args| {
         let frame = args[0];
         let fl =
             |g: &mut Gen<'_, '_>, off: usize| g.b.ins().load(I64, trusted(), frame, frame_off(off));
         let stream = g.reg.stream;
-        let optimistic = g.reg.optimistic;
-        // Validate the frame first: nothing is written to `out` or `scratch` otherwise (an
-        // optimistic walker uses no scratch).
+        // Validate the frame first: nothing is written to `out` or `scratch` otherwise.
         let nargs = fl(g, offset_of!(WalkFrame, nargs));
         let wrong_n = g.icmp_imm(IntCC::NotEqual, nargs, roots.len() as u64);
-        let bad = if optimistic {
-            wrong_n
-        } else {
-            let scratch_len = fl(g, offset_of!(WalkFrame, scratch_len));
-            let small = g.icmp_imm(IntCC::UnsignedLessThan, scratch_len, SCRATCH_BYTES);
-            g.b.ins().bor(wrong_n, small)
-        };
+        let scratch_len = fl(g, offset_of!(WalkFrame, scratch_len));
+        let small = g.icmp_imm(IntCC::UnsignedLessThan, scratch_len, SCRATCH_BYTES);
+        let bad = g.b.ins().bor(wrong_n, small);
         let bad_b = g.b.create_block();
         let ok = g.b.create_block();
         g.b.ins().brif(bad, bad_b, &[], ok, &[]);
@@ -44,14 +45,9 @@ pub(super) fn gen_entry(
         g.b.ins().return_(&[s]);
         g.b.switch_to_block(ok);
 
-        let ctx_size = if optimistic {
-            CTX_KEYS as u32 + 8 * OPTIMISTIC_KEYS as u32
-        } else {
-            CTX_SIZE
-        };
         let slot = g.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
-            ctx_size,
+            CTX_SIZE,
             3,
         ));
         g.ctx = g.b.ins().stack_addr(I64, slot, 0);
@@ -70,21 +66,17 @@ pub(super) fn gen_entry(
             g.st_ctx(end, CTX_END);
         }
         g.b.def_var(g.cur, out);
-        if !optimistic {
-            let scratch = fl(g, offset_of!(WalkFrame, scratch));
-            g.st_ctx(scratch, CTX_TABLE);
-            let heaps =
-                g.b.ins()
-                    .iadd_imm_s(frame, offset_of!(WalkFrame, heaps) as i64);
-            g.st_ctx(heaps, CTX_HEAPS);
-            let nheaps = fl(g, offset_of!(WalkFrame, heaps_len));
-            let most = g.c(MAX_HEAPS as u64);
-            let nheaps = g.b.ins().umin(nheaps, most);
-            g.st_ctx(nheaps, CTX_NHEAPS);
-            g.st_ctx(zero, CTX_COUNT);
-        } else {
-            g.st_ctx(zero, CTX_NKEYS);
-        }
+        let scratch = fl(g, offset_of!(WalkFrame, scratch));
+        g.st_ctx(scratch, CTX_TABLE);
+        let heaps =
+            g.b.ins()
+                .iadd_imm_s(frame, offset_of!(WalkFrame, heaps) as i64);
+        g.st_ctx(heaps, CTX_HEAPS);
+        let nheaps = fl(g, offset_of!(WalkFrame, heaps_len));
+        let most = g.c(MAX_HEAPS as u64);
+        let nheaps = g.b.ins().umin(nheaps, most);
+        g.st_ctx(nheaps, CTX_NHEAPS);
+        g.st_ctx(zero, CTX_COUNT);
         let bias = fl(g, offset_of!(WalkFrame, bias));
         g.st_ctx(bias, CTX_BIAS);
         g.st_ctx(zero, CTX_ERR_CODE);
@@ -103,11 +95,7 @@ pub(super) fn gen_entry(
         g.st_ctx(limit, CTX_LIMIT);
 
         let gen_v = g.b.declare_var(I64);
-        let generation = if optimistic {
-            zero
-        } else {
-            fl(g, offset_of!(WalkFrame, generation))
-        };
+        let generation = fl(g, offset_of!(WalkFrame, generation));
         g.b.def_var(gen_v, generation);
         let root_v = g.b.declare_var(I64);
         g.b.def_var(root_v, zero);
@@ -137,14 +125,12 @@ pub(super) fn gen_entry(
                     frame,
                     frame_off(offset_of!(WalkFrame, err_root)),
                 );
-                if !optimistic {
-                    let gv = g.b.use_var(gen_v);
-                    let next = g.b.ins().iadd_imm_s(gv, 1);
-                    g.b.def_var(gen_v, next);
-                    g.st_ctx(next, CTX_GEN);
-                    let zero = g.c(0);
-                    g.st_ctx(zero, CTX_COUNT);
-                }
+                let gv = g.b.use_var(gen_v);
+                let next = g.b.ins().iadd_imm_s(gv, 1);
+                g.b.def_var(gen_v, next);
+                g.st_ctx(next, CTX_GEN);
+                let zero = g.c(0);
+                g.st_ctx(zero, CTX_COUNT);
                 let header = g.b.use_var(g.cur);
                 g.emit_raw_word(zero);
                 let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
@@ -192,22 +178,14 @@ pub(super) fn gen_entry(
                 frame,
                 frame_off(offset_of!(WalkFrame, out_used)),
             );
-            if !optimistic {
-                let gv = g.b.use_var(gen_v);
-                g.b.ins().store(
-                    trusted(),
-                    gv,
-                    frame,
-                    frame_off(offset_of!(WalkFrame, generation)),
-                );
-            }
+            let gv = g.b.use_var(gen_v);
+            g.b.ins().store(
+                trusted(),
+                gv,
+                frame,
+                frame_off(offset_of!(WalkFrame, generation)),
+            );
         };
-        let walked = walked.and_then(|()| {
-            if optimistic {
-                g.check_recorded()?;
-            }
-            Ok(())
-        });
         match walked {
             Ok(()) => {
                 if stream {
@@ -268,6 +246,64 @@ pub(super) fn gen_entry(
         );
         g.b.ins().jump(real_ret, &[BlockArg::Value(status)]);
         g.ret = real_ret;
+        Err(Stop::Dead)
+    })
+}
+
+/// The optimistic walker's entry, `fn(obj, bias, stack_len) -> (status, total)` (System V,
+/// the pair in rax:rdx): the walk of the one root at `obj` (seeded, as a frame with
+/// `unseeded == 0` says), with `bias` as `WalkFrame::bias` and `stack_len` as
+/// `WalkFrame::stack_len` (0: the default). The total is 0 unless the status is
+/// `STATUS_DONE`. Writes nothing but its own stack.
+fn gen_optimistic_entry(
+    plan: &Plan,
+    roots: &[NodeId],
+    reg: &mut Registry,
+    fctx: &mut FunctionBuilderContext,
+    fc: TargetFrontendConfig,
+) -> Result<Function, JitError> {
+    let &[root] = roots else {
+        return Err(JitError::Codegen(format!(
+            "an optimistic walker takes one root, not {}",
+            roots.len()
+        )));
+    };
+    build(plan, FN_ENTRY, 3, reg, fctx, fc, |g, args| {
+        let (addr, bias, stack_len) = (args[0], args[1], args[2]);
+        let slot = g.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            CTX_KEYS as u32 + 8 * OPTIMISTIC_KEYS as u32,
+            3,
+        ));
+        g.ctx = g.b.ins().stack_addr(I64, slot, 0);
+        let zero = g.c(0);
+        g.st_ctx(zero, CTX_NKEYS);
+        g.st_ctx(bias, CTX_BIAS);
+        g.st_ctx(zero, CTX_TOTAL);
+        // Stack limit: `stack_len` below the entry stack pointer, less a margin (as the
+        // frame's entry computes it).
+        let sp = g.b.ins().get_stack_pointer(I64);
+        let is_default = g.icmp_imm(IntCC::Equal, stack_len, 0);
+        let default = g.c(DEFAULT_STACK);
+        let stack_len = g.b.ins().select(is_default, default, stack_len);
+        let margin = g.c(STACK_MARGIN);
+        let stack_len = g.b.ins().umax(stack_len, margin);
+        let usable = g.b.ins().iadd_imm_s(stack_len, -(STACK_MARGIN as i64));
+        let limit = g.b.ins().isub(sp, usable);
+        g.st_ctx(limit, CTX_LIMIT);
+        // The root's walk inline, as in the frame's entry.
+        g.budget = INLINE_BUDGET;
+        let tag = g.plan.visit_tag(Some(root));
+        g.visit_as(addr, tag);
+        if !g.dynamic(root) {
+            let part = g.st(root);
+            g.tally_const(part);
+        }
+        g.walk_at(root, addr, 0)?;
+        g.check_recorded()?;
+        let done = g.c(STATUS_DONE);
+        let total = g.b.use_var(g.total);
+        g.b.ins().return_(&[done, total]);
         Err(Stop::Dead)
     })
 }

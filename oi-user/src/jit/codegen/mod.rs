@@ -649,6 +649,11 @@ fn build(
     body: impl FnOnce(&mut Gen<'_, '_>, &[Value]) -> G,
 ) -> Result<Function, JitError> {
     let mut func = new_function(id, params);
+    if id == FN_ENTRY && reg.optimistic {
+        // The optimistic entry also returns the total (`entry::gen_entry`).
+        func.signature.returns.push(AbiParam::new(I64));
+    }
+    let results = func.signature.returns.len();
     {
         let mut b = FunctionBuilder::new(&mut func, fctx);
         let entry = b.create_block();
@@ -686,7 +691,9 @@ fn build(
             Err(Stop::Err(e)) => return Err(e),
         }
         g.b.switch_to_block(ret);
-        g.b.ins().return_(&[status]);
+        let mut out = vec![status];
+        out.resize_with(results, || zero);
+        g.b.ins().return_(&out);
         g.b.seal_all_blocks();
         g.b.finalize(fc);
     }

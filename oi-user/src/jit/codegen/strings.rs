@@ -10,6 +10,9 @@ impl Gen<'_, '_> {
         if !in_obj(l.ptr_off) || !in_obj(l.len_off) {
             return self.fail(ErrorCode::String, addr);
         }
+        if self.reg.optimistic && in_obj(l.cap_off) {
+            return self.optimistic_string(l, addr);
+        }
         let ptr = self.ld(addr, l.ptr_off);
         // A walker without a stream never uses the length (and the word lies between the two
         // it does read: it cannot fault alone).
@@ -41,6 +44,31 @@ impl Gen<'_, '_> {
             let e = self.b.ins().iadd_imm_s(heap, l.size as i64);
             self.tally(e);
         }
+        Ok(())
+    }
+
+    /// An optimistic walker's string (its capacity inside the object): `size`, plus the
+    /// capacity when the characters are on the heap, with one branch on where they are
+    /// and one bound check on the heap side: a heap capacity of 0 (which the exact walk
+    /// counts as 1) or beyond the decoder's bound ends the walk as corrupt, and its caller
+    /// asks the exact walker. An inline string costs its pointer's load and a compare.
+    fn optimistic_string(&mut self, l: &StringLayout, addr: Value) -> G {
+        self.tally_const(l.size);
+        let ptr = self.ld(addr, l.ptr_off);
+        let from = self.b.ins().isub(ptr, addr);
+        let inline = self.icmp_imm(IntCC::UnsignedLessThan, from, l.size);
+        let heap = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(inline, join, &[], heap, &[]);
+        self.b.switch_to_block(heap);
+        let cap = self.ld(addr, l.cap_off);
+        let less = self.b.ins().iadd_imm_s(cap, -1);
+        let bad = self.icmp_imm(IntCC::UnsignedGreaterThan, less, MAX_BYTES - 1);
+        self.fail_if(bad, ErrorCode::String, addr);
+        let bytes = self.b.ins().imul_imm_s(cap, l.char_size as i64);
+        self.tally(bytes);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
         Ok(())
     }
 

@@ -27,11 +27,12 @@ impl Gen<'_, '_> {
         let all = self.b.ins().isub(eos, start);
         // `eos < start` wraps `all` above the bound; then `finish < start` wraps `used`
         // above `all`.
+        // Two compare-and-branches (one fused instruction each), not two flags combined.
         let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, used, all);
+        self.fail_if(over, code, addr);
         let most = MAX_ELEMENTS.saturating_add(1).saturating_mul(es) - 1;
         let big = self.icmp_imm(IntCC::UnsignedGreaterThan, all, most);
-        let bad = self.b.ins().bor(over, big);
-        self.fail_if(bad, code, addr);
+        self.fail_if(big, code, addr);
         let cap_bytes = if es.is_power_of_two() {
             self.b.ins().band_imm_s(all, !(es as i64 - 1))
         } else {

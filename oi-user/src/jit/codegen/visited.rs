@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Most recorded keys whose pairs the optimistic entry compares without a loop.
+const UNROLLED_KEYS: u64 = 6;
+
 impl Gen<'_, '_> {
     /// Inserts the key of `addr` seen as `tag` (`Plan::visit_tag`) into the visited set:
     /// 1 if newly inserted, else 0.
@@ -38,6 +41,35 @@ impl Gen<'_, '_> {
     /// equal (the exact walker would not have descended the second time).
     pub(super) fn check_recorded(&mut self) -> G {
         let n = self.ld_ctx(CTX_NKEYS);
+        // Up to UNROLLED_KEYS keys (a small object's), the pairs are compared straight, the
+        // key `i` only once `n > i`: about two instructions a pair, where the loops below
+        // cost a dozen an iteration.
+        let few = self.icmp_imm(IntCC::UnsignedLessThanOrEqual, n, UNROLLED_KEYS);
+        let unrolled = self.b.create_block();
+        let looped = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.ins().brif(few, unrolled, &[], looped, &[]);
+        self.b.switch_to_block(unrolled);
+        let mut keys = Vec::new();
+        for i in 0..UNROLLED_KEYS {
+            let more = self.icmp_imm(IntCC::UnsignedGreaterThan, n, i);
+            let next = self.b.create_block();
+            self.b.ins().brif(more, next, &[], done, &[]);
+            self.b.switch_to_block(next);
+            let ki = self.ld_ctx(CTX_KEYS + 8 * i as i32);
+            for &kj in &keys {
+                let same = self.b.ins().icmp(IntCC::Equal, ki, kj);
+                let s = self.c(STATUS_REVISIT);
+                let ok = self.b.create_block();
+                self.b
+                    .ins()
+                    .brif(same, self.ret, &[BlockArg::Value(s)], ok, &[]);
+                self.b.switch_to_block(ok);
+            }
+            keys.push(ki);
+        }
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(looped);
         self.loop_n(n, |g, i| {
             let off = g.b.ins().ishl_imm_s(i, 3);
             let slot = g.b.ins().iadd(g.ctx, off);
@@ -53,7 +85,10 @@ impl Gen<'_, '_> {
                 g.b.switch_to_block(ok);
                 Ok(())
             })
-        })
+        })?;
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+        Ok(())
     }
 
     /// Inserts `addr` into the visited set: 1 if newly inserted, else 0.
