@@ -292,18 +292,16 @@ impl InTarget {
             Ok(Walk::Each(streams)) => {
                 before_resume();
                 let ended = held.end();
-                self.phases.resumed_ns = monotonic_ns();
                 self.flush_audit();
-                ended?;
+                self.phases.resumed_ns = ended?;
                 return Ok(streams);
             }
             Err(e) => (Err(e), None),
         };
         before_resume();
         let ended = held.end();
-        self.phases.resumed_ns = monotonic_ns();
         self.flush_audit();
-        ended?;
+        self.phases.resumed_ns = ended?;
         let bytes = match (early, result?) {
             (Some(bytes), _) => bytes?,
             (None, Some(walked)) => read(walked)?,
