@@ -340,6 +340,40 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 if walked.is_nan() || decoded.is_nan() {
                     bail!("no -v timings from oi-trace on {kind}: {:?}", out.stderr);
                 }
+                // Where the rest of the pause went (`(held after A ms, walked in B ms,
+                // resumed in C ms)`): the trigger's stop and the tracer's wake-up, the
+                // ptrace stops around the walk (B less the walk), giving the thread back.
+                let part = |key: &str| {
+                    median(
+                        out.stderr
+                            .iter()
+                            .filter(|l| l.contains("walk in the target"))
+                            .filter_map(|l| after(l, key))
+                            .collect(),
+                    )
+                };
+                let around = median(
+                    out.stderr
+                        .iter()
+                        .filter_map(|l| {
+                            Some(after(l, "walked in")? - after(l, "walk in the target")?)
+                        })
+                        .collect(),
+                );
+                for (what, ms) in [
+                    ("hit to the thread held", part("held after")),
+                    ("the walk's ptrace stops", around),
+                    ("walk's end to the thread running", part("resumed in")),
+                ] {
+                    figures.push(Figure {
+                        name: format!("pause besides the walk, jit, {label}{of_n}: {what}"),
+                        value: ms * 1e3,
+                        baseline: paused / 1e3,
+                        unit: "µs",
+                        goal: "report".into(),
+                        pass: None,
+                    });
+                }
                 let goal = walk_goal(kind);
                 figures.push(Figure {
                     name: format!(

@@ -14,9 +14,10 @@ use super::{CompiledWalker, JitError, compile};
 use crate::disk_cache::{DiskCache, stable_hash};
 use crate::plan::{NodeId, Plan};
 
-/// Bumped whenever the generated code changes for the same plan (2: LEB128 stream, byte
+/// Bumped whenever the generated code changes for the same plan (3: vector<string> groups
+/// stored string by string; 2: LEB128 stream, byte
 /// count headers, `WalkFrame::total`).
-const CODEGEN_VERSION: u32 = 2;
+const CODEGEN_VERSION: u32 = 3;
 const MAGIC: &[u8; 8] = b"OIJIT\0\0\x01";
 
 /// Cache key of (plan, roots) for this compiler.

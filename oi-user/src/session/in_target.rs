@@ -13,7 +13,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use nix::errno::Errno;
 use oi_common::EntryRegs;
 
-use super::Probe;
+use super::{Probe, monotonic_ns};
 use crate::{
     audit::{Audit, Injection},
     error::{Error, Result},
@@ -83,6 +83,19 @@ pub struct InTarget {
     /// Time stamp counter ticks of the last sample's walks that returned a result (the
     /// walk alone, in the target, without the ptrace stops around it).
     walk_ticks: u64,
+    /// The last sample's moments (CLOCK_MONOTONIC): see [`Phases`].
+    phases: Phases,
+}
+
+/// When the parts of a sample's pause ended (CLOCK_MONOTONIC ns, 0 when not reached), so that
+/// `oi-trace -v` can say where a pause went besides the walk: the thread held (after the
+/// trigger's stop reached the tracer), its walks done, and the thread running again. The copy
+/// of a large output comes after `resumed` and is no part of the pause.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Phases {
+    pub held_ns: u64,
+    pub walked_ns: u64,
+    pub resumed_ns: u64,
 }
 
 /// A mapping made during the sample in progress, to be audited when it ends.
@@ -211,6 +224,7 @@ impl InTarget {
             probe_names,
             clock: TscClock::new(),
             walk_ticks: 0,
+            phases: Phases::default(),
         })
     }
 
@@ -231,9 +245,14 @@ impl InTarget {
             .get(&tgid)
             .map(|m| m.bootstrap)
             .or_else(|| self.bootstraps.get(&tgid).copied());
+        self.phases = Phases {
+            held_ns: monotonic_ns(),
+            ..Phases::default()
+        };
         let mut held = Held::begin(tgid, tid, bootstrap)?;
         self.walk_ticks = 0;
         let result = self.walk(&mut held, (probe, site), measurer, regs, bias);
+        self.phases.walked_ns = monotonic_ns();
         let result = match result {
             Err(Failure::Gone) => return Err(Failure::Gone),
             Err(Failure::Exec) => return Err(Failure::Exec),
@@ -274,7 +293,7 @@ impl InTarget {
                 before_resume();
                 let ended = held.end();
                 self.flush_audit();
-                ended?;
+                self.phases.resumed_ns = ended?;
                 return Ok(streams);
             }
             Err(e) => (Err(e), None),
@@ -282,7 +301,7 @@ impl InTarget {
         before_resume();
         let ended = held.end();
         self.flush_audit();
-        ended?;
+        self.phases.resumed_ns = ended?;
         let bytes = match (early, result?) {
             (Some(bytes), _) => bytes?,
             (None, Some(walked)) => read(walked)?,
@@ -438,6 +457,11 @@ impl InTarget {
         (self.walk_ticks > 0)
             .then(|| self.clock.ns(self.walk_ticks))
             .flatten()
+    }
+
+    /// The last sample's moments (see [`Phases`]).
+    pub fn last_phases(&self) -> Phases {
+        self.phases
     }
 
     /// Finds, now, where the first remote syscalls into `tgid` will go: a restoring stub in the

@@ -39,7 +39,7 @@ use crate::{
     probe::{AttachPoint, Trigger},
     target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs, remote},
 };
-use in_target::{Failure, InTarget};
+use in_target::{Failure, InTarget, Phases};
 use logs::{Logs, SampleRecord};
 use reporter::{BACKLOG, Reporter, Written};
 use resolve::{BinaryCache, Resolved};
@@ -755,8 +755,20 @@ impl Session {
                 || "unknown".to_string(),
                 |ns| format!("{:.3} ms", ns as f64 / 1e6),
             );
+            // Where the pause went: from the hit to the tracer holding the thread (the trigger's
+            // stop and the tracer's wake-up), the walks with the ptrace stops around them, and
+            // giving the thread back.
+            let parts = timing.phases.map_or_else(String::new, |p| {
+                let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
+                format!(
+                    " (held after {:.3} ms, walked in {:.3} ms, resumed in {:.3} ms)",
+                    ms(ev.time_ns, p.held_ns),
+                    ms(p.held_ns, p.walked_ns),
+                    ms(p.walked_ns, p.resumed_ns)
+                )
+            });
             eprintln!(
-                "oi-trace: sample {} of pid {tgid}: walk in the target {in_target}, pause {:.3} ms",
+                "oi-trace: sample {} of pid {tgid}: walk in the target {in_target}, pause {:.3} ms{parts}",
                 ev.hit,
                 pause_us as f64 / 1e3
             );
@@ -861,6 +873,14 @@ impl Session {
         timing.resumed_ns = monotonic_ns();
         timing.walk_us = started.elapsed().as_micros() as u64;
         timing.in_target_ns = self.in_target.as_ref().and_then(InTarget::last_walk_ns);
+        if let Some(in_target) = &self.in_target {
+            let phases = in_target.last_phases();
+            // The thread ran again before a large output was copied: that copy is no pause.
+            if phases.resumed_ns != 0 {
+                timing.resumed_ns = phases.resumed_ns;
+            }
+            timing.phases = Some(phases);
+        }
         let probe = (ev.probe as usize, &*self.probes[ev.probe as usize].symbol);
         self.reporter
             .submit((tgid, tid, ev.hit), probe, measurer, streams?);
@@ -1145,6 +1165,8 @@ struct Timing {
     walk_us: u64,
     /// `--mode jit`: the walk alone, timed inside the target by the stub.
     in_target_ns: Option<u64>,
+    /// `--mode jit`: when the pause's parts ended.
+    phases: Option<Phases>,
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGCHLD, blocked and read through a signalfd.

@@ -1,5 +1,5 @@
 //! `std::string` and arrays of strings: the SSO check, and `vector<string>`'s unrolled loop
-//! that writes one byte per inline string.
+//! that writes each string's length and capacity as one two-byte store while both are small.
 
 use super::*;
 
@@ -102,11 +102,12 @@ impl Gen<'_, '_> {
 
     /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
     /// has room for the elements at their longest (two ten-byte words each), stores need no
-    /// check. [`STRING_GROUP`] strings an iteration: their loads, two compares (elements
-    /// left, room left) and, when every length and capacity is below 128, one store of all
-    /// their bytes (eight for four strings); then one string an iteration for the last. With sizes, the heap
-    /// capacities are summed in registers and added once. The last elements, once the room
-    /// is short, are emitted checked.
+    /// check. [`STRING_GROUP`] strings an iteration: two compares (elements left, room left),
+    /// then per string its loads and a two-byte store of (length, capacity) as if both were
+    /// below 128, and one compare for the group that they were (else the group is written
+    /// again word by word, over those bytes); then one string an iteration for the last.
+    /// With sizes, the heap capacities are summed in registers and added once. The last
+    /// elements, once the room is short, are emitted checked.
     pub(super) fn string_array(
         &mut self,
         l: &StringLayout,
@@ -143,14 +144,13 @@ impl Gen<'_, '_> {
         };
         let cur = self.b.use_var(self.cur);
         let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
+        let args5 = |vs: [Value; 5]| vs.map(BlockArg::Value);
 
-        // (element, cursor, sum of heap capacities, largest capacity)
+        // (element, cursor, sum of heap capacities, largest capacity[, last group's bound])
         let head_k = self.b.create_block();
-        let room_k = self.b.create_block();
         let body_k = self.b.create_block();
         let store_k = self.b.create_block();
         let long_k = self.b.create_block();
-        let next_k = self.b.create_block();
         let head = self.b.create_block();
         let check = self.b.create_block();
         let body = self.b.create_block();
@@ -160,78 +160,75 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let spill = self.b.create_block();
         let join = self.b.create_block();
-        let [pk, qk, sumk, maxk] = [(); 4].map(|()| self.b.append_block_param(head_k, I64));
+        let [pk, qk, sumk, maxk, bk] = [(); 5].map(|()| self.b.append_block_param(head_k, I64));
         let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
-        let qnk = self.b.append_block_param(next_k, I64);
         let qn = self.b.append_block_param(next, I64);
-        self.b.ins().jump(head_k, &args([start, cur, zero, zero]));
+        let bound = self.group_bound(start, cur, limk, last_group, stride);
+        self.b
+            .ins()
+            .jump(head_k, &args5([start, cur, zero, zero, bound]));
 
-        // Groups: two compare-and-branches, no flags combined.
+        // Groups: one compare, against the bound of groups that have room at two bytes a
+        // string (what a fast group writes); a long group computes the bound again.
         self.b.switch_to_block(head_k);
-        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, last_group);
+        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, bk);
         self.b
             .ins()
-            .brif(group, room_k, &[], head, &args([pk, qk, sumk, maxk]));
-        self.b.switch_to_block(room_k);
-        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, qk, limk);
-        self.b
-            .ins()
-            .brif(room, body_k, &[], head, &args([pk, qk, sumk, maxk]));
+            .brif(group, body_k, &[], head, &args([pk, qk, sumk, maxk]));
         self.b.switch_to_block(body_k);
-        // Each string folded in as it is loaded (few values live at once, so nothing spills):
-        // `packed` has every word as a byte, right for the store when `all` is below 128.
-        let mut caps = Vec::with_capacity(K as usize);
+        // Each string's two bytes are stored as soon as it is loaded, before anyone knows
+        // that they are right (the room is there for the group at its longest): its values
+        // die at once instead of living until a store after the branch (cranelift computes
+        // a pure value where it is first used; eight of them and the loop's do not fit in
+        // registers). If a word turns out to need two bytes or more, the long path writes
+        // the group again from the same cursor, over them.
         let mut all = None;
-        let mut packed = None;
+        let mut caps = Vec::with_capacity(K as usize);
         for i in 0..K {
             let (len, cap) = self.load_string(l, pk, i * stride);
             caps.push(cap);
+            if self.reg.stream {
+                self.b.ins().istore8(trusted(), len, qk, 2 * i as i32);
+                self.b.ins().istore8(trusted(), cap, qk, 2 * i as i32 + 1);
+            }
             let either = self.b.ins().bor(len, cap);
             all = Some(match all {
                 Some(a) => self.b.ins().bor(a, either),
                 None => either,
             });
-            let c = self.b.ins().ishl_imm_s(cap, 16 * i as i64 + 8);
-            let lc = if i == 0 {
-                self.b.ins().bor(len, c)
-            } else {
-                let ls = self.b.ins().ishl_imm_s(len, 16 * i as i64);
-                self.b.ins().bor(ls, c)
-            };
-            packed = Some(match packed {
-                Some(v) => self.b.ins().bor(v, lc),
-                None => lc,
-            });
         }
-        let (all, packed) = (all.expect("K > 0"), packed.expect("K > 0"));
-        let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
+        let all = all.expect("K > 0");
         let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
-        self.b.ins().brif(small, store_k, &[], long_k, &[]);
-        // Every word one byte: all of them one store.
+        let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
+        self.b
+            .ins()
+            .brif(small, store_k, &[], long_k, &[BlockArg::Value(pk)]);
         self.b.switch_to_block(store_k);
-        let at = if self.reg.stream {
-            match K {
-                4 => self.b.ins().store(trusted(), packed, qk, 0),
-                2 => self.b.ins().istore32(trusted(), packed, qk, 0),
-                _ => unreachable!("groups of 2 or 4 strings"),
-            };
+        let fast = if self.reg.stream {
             self.b.ins().iadd_imm_s(qk, 2 * K as i64)
         } else {
             qk
         };
-        self.b.ins().jump(next_k, &[BlockArg::Value(at)]);
-        // A word of two bytes or more (rare): the strings loaded again, word by word.
+        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
+        self.b
+            .ins()
+            .jump(head_k, &args5([pn, fast, sumkb, maxkb, bk]));
+        // A word of two bytes or more (rare): the strings loaded again, word by word, from
+        // a pointer that is a block parameter, so that none of the fast path's values (the
+        // objects' addresses) is shared with this path and kept alive across the branch.
         self.b.switch_to_block(long_k);
+        let pl = self.b.append_block_param(long_k, I64);
         let mut at = qk;
         for i in 0..K {
-            let (len, cap) = self.load_string(l, pk, i * stride);
+            let (len, cap) = self.load_string(l, pl, i * stride);
             at = self.varint_unchecked(len, at);
             at = self.varint_unchecked(cap, at);
         }
-        self.b.ins().jump(next_k, &[BlockArg::Value(at)]);
-        self.b.switch_to_block(next_k);
-        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
-        self.b.ins().jump(head_k, &args([pn, qnk, sumkb, maxkb]));
+        let pn = self.b.ins().iadd_imm_s(pl, (K * stride) as i64);
+        let bound = self.group_bound(pn, at, limk, last_group, stride);
+        self.b
+            .ins()
+            .jump(head_k, &args5([pn, at, sumkb, maxkb, bound]));
 
         // One at a time.
         self.b.switch_to_block(head);
@@ -289,6 +286,32 @@ impl Gen<'_, '_> {
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(join);
         Ok(())
+    }
+
+    /// Where the groups from `p` (cursor `q`) must stop: at `last_group`, or earlier where
+    /// a group written at two bytes a string would start past `limk` (the last cursor with
+    /// room for a group at its longest). Without a stream there is always room.
+    fn group_bound(
+        &mut self,
+        p: Value,
+        q: Value,
+        limk: Value,
+        last_group: Value,
+        stride: u64,
+    ) -> Value {
+        if !self.reg.stream {
+            return last_group;
+        }
+        let k = STRING_GROUP;
+        // Groups at q, q + 2K, … up to limk: (limk − q) / 2K + 1 of them, none when q > limk.
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, limk);
+        let left = self.b.ins().isub(limk, q);
+        let groups = self.div(left, 2 * k);
+        let groups = self.b.ins().iadd_imm_s(groups, 1);
+        let span = self.b.ins().imul_imm_s(groups, (k * stride) as i64);
+        let reach = self.b.ins().iadd(p, span);
+        let bound = self.b.ins().umin(reach, last_group);
+        self.b.ins().select(room, bound, p)
     }
 
     /// `count` strings of the unchecked loop: their objects and heap capacities (`sum`), after
