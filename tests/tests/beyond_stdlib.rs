@@ -138,6 +138,14 @@ fn abseil_flat_hash_map_and_set() {
     absl_probes(O2, FLAT_HASH);
 }
 
+/// `node_hash_map<int64, string>`: the table's block of 8-byte slots, one node per element
+/// (each walked as an owned pointer), and the strings the nodes own.
+#[test]
+fn abseil_node_hash_map() {
+    absl_probes(O0, &["take_node_map"]);
+    absl_probes(O2, &["take_node_map"]);
+}
+
 const REPEATED_PTR_FIELD: &[&str] = &["take_tags", "take_no_tags"];
 
 #[test]

@@ -59,8 +59,8 @@ pub struct ArrayDesc {
     pub cap: Option<At<Ast>>,
     pub heap: At<Ast>,
     pub inline: Option<At<Ast>>,
-    /// Layout `owned_pointers`: each element is a `T*` to an owned `T`, walked and charged
-    /// its `sizeof(T)` (as a `unique_ptr` is).
+    /// Layout `owned_pointers` (and `control_bytes` with `owned_slots`): each element is a
+    /// `T*` to an owned `T`, walked and charged its `sizeof(T)` (as a `unique_ptr` is).
     pub owned: bool,
     /// Layout `control_bytes` (a Swiss table): `data` is `slots`, `cap` is `capacity`, and
     /// only the slots whose control byte passes `full` are elements.
@@ -314,6 +314,9 @@ struct RawSwiss {
     ctrl_at: Option<Spanned<String>>,
     len: Spanned<String>,
     heap: Spanned<String>,
+    /// Each slot is a pointer to an owned node (Abseil `node_hash_map`).
+    #[serde(default)]
+    owned_slots: bool,
 }
 
 #[derive(Deserialize)]
@@ -527,7 +530,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                     )
                 })?;
                 Layout::Array(ArrayDesc {
-                    owned: false,
+                    owned: t.owned_slots,
                     data: at_expr(&t.slots)?,
                     len: at_expr(&t.len)?,
                     cap: Some(at_expr(&t.capacity)?),
@@ -659,6 +662,10 @@ heap = "capacity * 17"
         let sw = a.swiss.as_ref().expect("control_bytes");
         assert_eq!((sw.full.line, a.heap.line), (11, 14));
         assert!(sw.ctrl_at.is_some() && a.cap.is_some() && a.inline.is_none());
+        assert!(!a.owned, "slots hold the elements unless `owned_slots`");
+        let owned = parse_file("s.toml", &format!("{SWISS}owned_slots = true\n")).expect("parses");
+        let Layout::Array(a) = &owned[0].layout;
+        assert!(a.owned, "node_hash_map: each slot owns its node");
         let head = &SWISS[..SWISS.find("[container.control_bytes]").expect("table")];
         let e = parse_file("s.toml", head).unwrap_err();
         assert_eq!(e.line, 5, "{e}");
@@ -755,6 +762,7 @@ pointee_base = "t::Base"
             "google::protobuf::RepeatedField<double>",
             "absl::debian3::InlinedVector<int, 4, std::allocator<int> >",
             "absl::debian3::flat_hash_set<long int>",
+            "absl::debian3::node_hash_map<long int, long int>",
         ] {
             let found = d.find(name).unwrap_or_else(|| panic!("no shipped {name}"));
             assert!(found.shipped, "{name} from {}", found.file);
