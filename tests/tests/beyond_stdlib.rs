@@ -138,6 +138,30 @@ fn abseil_flat_hash_map_and_set() {
     absl_probes(O2, FLAT_HASH);
 }
 
+const BTREE: &[&str] = &[
+    "take_btree",
+    "take_small_btree",
+    "take_empty_btree",
+    "take_str_btree",
+];
+
+/// `btree_map`: every node's allocation (leaves, internal nodes, a root leaf grown to 4
+/// slots) as the counting twin saw it, the empty tree's static node not charged, and the
+/// values walked in key order (strings with heap).
+#[test]
+fn abseil_btree_map() {
+    absl_probes(O0, BTREE);
+    absl_probes(O2, BTREE);
+}
+
+/// `node_hash_map<int64, string>`: the table's block of 8-byte slots, one node per element
+/// (each walked as an owned pointer), and the strings the nodes own.
+#[test]
+fn abseil_node_hash_map() {
+    absl_probes(O0, &["take_node_map"]);
+    absl_probes(O2, &["take_node_map"]);
+}
+
 const REPEATED_PTR_FIELD: &[&str] = &["take_tags", "take_no_tags"];
 
 #[test]

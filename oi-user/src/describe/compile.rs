@@ -32,6 +32,30 @@ pub struct DescribedArray {
     /// stream's heap adds `len · node_size`.
     #[serde(default)]
     pub chains: Option<Chains>,
+    /// Layout `btree`: `data` is the root node (not read when `len` is 0); the elements are
+    /// every node's values, in key order. The stream's heap is the nodes' bytes.
+    #[serde(default)]
+    pub btree: Option<Box<Btree>>,
+}
+
+/// A B-tree's nodes: per-node expressions of the node's address ([`Expr::Arg`]) and the
+/// constants that place values and children in a node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Btree {
+    /// Index of a node's first value; its values are `[start, finish)`.
+    pub start: Expr,
+    pub finish: Expr,
+    /// Non-zero for a leaf (no children); an internal node's children are
+    /// `[start, finish]`.
+    pub leaf: Expr,
+    /// Bytes the node was allocated with.
+    pub node_size: Expr,
+    /// Value `i` is at `node + values_off + i · elem_size`.
+    pub values_off: u64,
+    /// Child `i` (a node pointer) is at `node + children_off + 8 i`.
+    pub children_off: u64,
+    /// Most values a node holds: a `finish` beyond it is corrupt.
+    pub node_slots: u64,
 }
 
 /// A node-based hash map's node: where its value and its next pointer sit, and its size.
@@ -165,6 +189,10 @@ pub fn compile(
                 })
             }
         },
+        btree: match &a.btree {
+            None => None,
+            Some(b) => Some(Box::new(cx.btree(b, tg.size(elem), tg.align(elem))?)),
+        },
         chains: match &a.chains {
             None => None,
             Some(c) => {
@@ -194,6 +222,64 @@ pub fn compile(
 }
 
 impl Ctx<'_> {
+    /// The `btree` keys: the constants first (each may name those before it), then the
+    /// per-node expressions of `node`, which may name them all.
+    fn btree(
+        &self,
+        b: &super::parse::BtreeDesc,
+        elem_size: u64,
+        elem_align: u64,
+    ) -> Result<Btree, DescribeError> {
+        let mut names = vec![
+            ("elem_size", Expr::Const(elem_size)),
+            ("elem_align", Expr::Const(elem_align)),
+        ];
+        let constant = |a: &At<Ast>, key: &'static str, names: &mut Vec<(&str, Expr)>| {
+            let v = self
+                .fold_in(&a.v, a.line, names)?
+                .constant()
+                .ok_or_else(|| {
+                    self.err(
+                        a.line,
+                        format!("{key} must be a constant (sizeof, alignof, elem_size, numbers)"),
+                    )
+                })?;
+            names.push((key, Expr::Const(v)));
+            Ok::<u64, DescribeError>(v)
+        };
+        let values_off = constant(&b.values_offset, "values_offset", &mut names)?;
+        let node_slots = constant(&b.node_slots, "node_slots", &mut names)?;
+        let children_off = constant(&b.children_offset, "children_offset", &mut names)?;
+        if node_slots == 0 || node_slots > 65_535 {
+            return Err(self.err(
+                b.node_slots.line,
+                format!("node_slots is {node_slots}, not 1..=65535"),
+            ));
+        }
+        let values_end = node_slots
+            .checked_mul(elem_size)
+            .and_then(|v| v.checked_add(values_off));
+        if values_end.is_none_or(|e| e > children_off) {
+            return Err(self.err(
+                b.children_offset.line,
+                format!(
+                    "children at {children_off} overlap {node_slots} values of {elem_size} bytes at {values_off}"
+                ),
+            ));
+        }
+        names.push(("node", Expr::Arg));
+        let node = |a: &At<Ast>| self.fold_in(&a.v, a.line, &names);
+        Ok(Btree {
+            start: node(&b.start)?,
+            finish: node(&b.finish)?,
+            leaf: node(&b.leaf)?,
+            node_size: node(&b.node_size)?,
+            values_off,
+            children_off,
+            node_slots,
+        })
+    }
+
     fn err(&self, line: usize, what: String) -> DescribeError {
         self.d.error(line, what)
     }

@@ -395,14 +395,72 @@ impl Parser {
         }
     }
 
-    /// The single name inside `sizeof( )`: a type argument name or `member:path`.
+    /// The name inside `sizeof( )`: a type argument name, `member:path`, a one-word type
+    /// name, or a C base type of several words (`unsigned long`), spelled as g++ names it
+    /// in DWARF (`long unsigned int`).
     fn type_text(&mut self) -> Result<String, String> {
-        let t = self.next()?;
-        if t == ")" {
+        let mut words = vec![self.next()?];
+        if words[0] == ")" {
             return Err("empty argument".into());
         }
-        Ok(t)
+        while self.peek().is_some_and(|t| t != ")") {
+            words.push(self.next()?);
+        }
+        match gcc_base_type(&words) {
+            Some(name) => Ok(name),
+            None if words.len() == 1 => Ok(words.remove(0)),
+            None => Err(format!(
+                "`{}` is not a type name (several words: a C base type only)",
+                words.join(" ")
+            )),
+        }
     }
+}
+
+/// A C base type written with its keywords in any order (`unsigned long`, `long long`,
+/// `short`), as g++ spells it in DWARF (`long unsigned int`, `long long int`,
+/// `short int`); None when the words are not only such keywords (or are one word g++ spells
+/// the same: `int`, `char`, `double`).
+pub fn gcc_base_type(words: &[String]) -> Option<String> {
+    let count = |k: &str| words.iter().filter(|w| *w == k).count();
+    let known = [
+        "signed", "unsigned", "short", "long", "int", "char", "double", "float", "bool",
+    ];
+    if words.is_empty() || !words.iter().all(|w| known.contains(&w.as_str())) {
+        return None;
+    }
+    let (signed, unsigned) = (count("signed"), count("unsigned"));
+    let (short, long, int) = (count("short"), count("long"), count("int"));
+    let (char, double) = (count("char"), count("double"));
+    let (float, bool) = (count("float"), count("bool"));
+    if signed + unsigned > 1 || short + long > 2 || (short > 0 && long > 0) || int > 1 {
+        return None;
+    }
+    let sized = short + long + signed + unsigned + int;
+    let name = match (char, double, float, bool) {
+        (1, 0, 0, 0) if short + long + int == 0 => match (signed, unsigned) {
+            (1, _) => "signed char".to_string(),
+            (_, 1) => "unsigned char".to_string(),
+            _ => "char".to_string(),
+        },
+        (0, 1, 0, 0) if sized == long && long <= 1 => {
+            if long == 1 { "long double" } else { "double" }.to_string()
+        }
+        (0, 0, 1, 0) if sized == 0 => "float".to_string(),
+        (0, 0, 0, 1) if sized == 0 => "bool".to_string(),
+        (0, 0, 0, 0) => {
+            let base = match (short, long) {
+                (1, _) => "short ",
+                (_, 1) => "long ",
+                (_, 2) => "long long ",
+                _ => "",
+            };
+            let sign = if unsigned == 1 { "unsigned " } else { "" };
+            format!("{base}{sign}int")
+        }
+        _ => return None,
+    };
+    (words.len() > 1 || name != words[0]).then_some(name)
 }
 
 #[cfg(test)]
@@ -416,6 +474,29 @@ mod tests {
             Ast::Bin(op, x, y) => op.apply(fold(x), fold(y)),
             _ => panic!("not constant"),
         }
+    }
+
+    #[test]
+    fn base_types_of_several_words_as_gcc_spells_them() {
+        let spell = |t: &str| match parse(&format!("sizeof({t})")).unwrap() {
+            Ast::SizeOf(n) => n,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(spell("unsigned long"), "long unsigned int");
+        assert_eq!(spell("long unsigned int"), "long unsigned int");
+        assert_eq!(spell("unsigned"), "unsigned int");
+        assert_eq!(spell("long"), "long int");
+        assert_eq!(spell("long long"), "long long int");
+        assert_eq!(spell("unsigned long long int"), "long long unsigned int");
+        assert_eq!(spell("short unsigned"), "short unsigned int");
+        assert_eq!(spell("signed char"), "signed char");
+        assert_eq!(spell("long double"), "long double");
+        assert_eq!(spell("int"), "int");
+        assert_eq!(spell("T"), "T");
+        assert_eq!(spell("member:rep_"), "member:rep_");
+        assert!(parse("sizeof(unsigned T)").is_err());
+        assert!(parse("sizeof(long short)").is_err());
+        assert!(parse("sizeof()").is_err());
     }
 
     #[test]

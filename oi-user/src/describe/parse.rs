@@ -59,8 +59,8 @@ pub struct ArrayDesc {
     pub cap: Option<At<Ast>>,
     pub heap: At<Ast>,
     pub inline: Option<At<Ast>>,
-    /// Layout `owned_pointers`: each element is a `T*` to an owned `T`, walked and charged
-    /// its `sizeof(T)` (as a `unique_ptr` is).
+    /// Layout `owned_pointers` (and `control_bytes` with `owned_slots`): each element is a
+    /// `T*` to an owned `T`, walked and charged its `sizeof(T)` (as a `unique_ptr` is).
     pub owned: bool,
     /// Layout `control_bytes` (a Swiss table): `data` is `slots`, `cap` is `capacity`, and
     /// only the slots whose control byte passes `full` are elements.
@@ -68,6 +68,24 @@ pub struct ArrayDesc {
     /// Layout `node_chains` (a node-based hash map): `data` is `buckets`, `cap` is
     /// `bucket_count`, the elements are the nodes of every bucket's chain.
     pub chains: Option<ChainsDesc>,
+    /// Layout `btree` (Abseil `btree_map`): `data` is `root`, the elements are the values
+    /// of every node, in key order.
+    pub btree: Option<BtreeDesc>,
+}
+
+/// The `btree` keys beyond `root` and `len`. `start`, `finish`, `leaf` and `node_size` are
+/// expressions of `node` (a node's address); `values_offset`, `node_slots` and
+/// `children_offset` fold to constants, each may use `elem_size`, `elem_align` and the keys
+/// before it.
+#[derive(Debug, Clone)]
+pub struct BtreeDesc {
+    pub start: At<Ast>,
+    pub finish: At<Ast>,
+    pub leaf: At<Ast>,
+    pub node_size: At<Ast>,
+    pub values_offset: At<Ast>,
+    pub node_slots: At<Ast>,
+    pub children_offset: At<Ast>,
 }
 
 /// The `node_chains` keys beyond those of an array; each folds to a constant.
@@ -89,6 +107,10 @@ impl ArrayDesc {
         }
         if let Some(c) = &self.chains {
             out.extend([&c.next_offset, &c.value_offset, &c.node_size]);
+        }
+        if let Some(b) = &self.btree {
+            out.extend([&b.start, &b.finish, &b.leaf, &b.node_size]);
+            out.extend([&b.values_offset, &b.node_slots, &b.children_offset]);
         }
         out
     }
@@ -289,6 +311,20 @@ struct RawChains {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawBtree {
+    root: Spanned<String>,
+    len: Spanned<String>,
+    start: Spanned<String>,
+    finish: Spanned<String>,
+    leaf: Spanned<String>,
+    node_size: Spanned<String>,
+    values_offset: Spanned<String>,
+    node_slots: Spanned<String>,
+    children_offset: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawContainer {
     name: Spanned<String>,
     #[serde(default)]
@@ -302,6 +338,7 @@ struct RawContainer {
     control_bytes: Option<RawSwiss>,
     tagged_pointer: Option<RawTagged>,
     node_chains: Option<RawChains>,
+    btree: Option<RawBtree>,
 }
 
 #[derive(Deserialize)]
@@ -314,6 +351,9 @@ struct RawSwiss {
     ctrl_at: Option<Spanned<String>>,
     len: Spanned<String>,
     heap: Spanned<String>,
+    /// Each slot is a pointer to an owned node (Abseil `node_hash_map`).
+    #[serde(default)]
+    owned_slots: bool,
 }
 
 #[derive(Deserialize)]
@@ -448,6 +488,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                     inline: a.inline.as_ref().map(&at_expr).transpose()?,
                     swiss: None,
                     chains: None,
+                    btree: None,
                 })
             }
             // A tagged pointer is an array of at most one element: the pointee, when the
@@ -495,6 +536,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                     inline: None,
                     swiss: None,
                     chains: None,
+                    btree: None,
                 })
             }
             "node_chains" => {
@@ -517,6 +559,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                         value_offset: at_expr(&t.value_offset)?,
                         node_size: at_expr(&t.node_size)?,
                     }),
+                    btree: None,
                 })
             }
             "control_bytes" => {
@@ -527,7 +570,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                     )
                 })?;
                 Layout::Array(ArrayDesc {
-                    owned: false,
+                    owned: t.owned_slots,
                     data: at_expr(&t.slots)?,
                     len: at_expr(&t.len)?,
                     cap: Some(at_expr(&t.capacity)?),
@@ -539,13 +582,45 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                         ctrl_at: t.ctrl_at.as_ref().map(&at_expr).transpose()?,
                     }),
                     chains: None,
+                    btree: None,
+                })
+            }
+            "btree" => {
+                let t = c.btree.as_ref().ok_or_else(|| {
+                    err(
+                        lline,
+                        "layout \"btree\" needs a [container.btree] table".into(),
+                    )
+                })?;
+                let len = at_expr(&t.len)?;
+                Layout::Array(ArrayDesc {
+                    owned: false,
+                    data: at_expr(&t.root)?,
+                    heap: At {
+                        line: len.line,
+                        v: Ast::Num(0),
+                    },
+                    len,
+                    cap: None,
+                    inline: None,
+                    swiss: None,
+                    chains: None,
+                    btree: Some(BtreeDesc {
+                        start: at_expr(&t.start)?,
+                        finish: at_expr(&t.finish)?,
+                        leaf: at_expr(&t.leaf)?,
+                        node_size: at_expr(&t.node_size)?,
+                        values_offset: at_expr(&t.values_offset)?,
+                        node_slots: at_expr(&t.node_slots)?,
+                        children_offset: at_expr(&t.children_offset)?,
+                    }),
                 })
             }
             other => {
                 return Err(err(
                     lline,
                     format!(
-                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\", \"control_bytes\", \"tagged_pointer\", \"node_chains\")"
+                        "unknown layout \"{other}\" (this build knows \"array\", \"owned_pointers\", \"control_bytes\", \"tagged_pointer\", \"node_chains\", \"btree\")"
                     ),
                 ));
             }
@@ -659,6 +734,10 @@ heap = "capacity * 17"
         let sw = a.swiss.as_ref().expect("control_bytes");
         assert_eq!((sw.full.line, a.heap.line), (11, 14));
         assert!(sw.ctrl_at.is_some() && a.cap.is_some() && a.inline.is_none());
+        assert!(!a.owned, "slots hold the elements unless `owned_slots`");
+        let owned = parse_file("s.toml", &format!("{SWISS}owned_slots = true\n")).expect("parses");
+        let Layout::Array(a) = &owned[0].layout;
+        assert!(a.owned, "node_hash_map: each slot owns its node");
         let head = &SWISS[..SWISS.find("[container.control_bytes]").expect("table")];
         let e = parse_file("s.toml", head).unwrap_err();
         assert_eq!(e.line, 5, "{e}");
@@ -728,6 +807,42 @@ pointee_base = "t::Base"
         assert_eq!(e.line, 20, "{e}");
     }
 
+    const BTREE: &str = r#"
+[[container]]
+name = "t::Tree"
+args = ["K"]
+elem = "K"
+layout = "btree"
+[container.btree]
+root = "load(this, 8)"
+len = "load(this + 16, 8)"
+start = "load(node + 9, 1)"
+finish = "load(node + 10, 1)"
+leaf = "load(node + 11, 1) != 0"
+values_offset = "align(12, elem_align)"
+node_slots = "(256 - values_offset) / elem_size"
+children_offset = "align(values_offset + node_slots * elem_size, 8)"
+node_size = "children_offset"
+"#;
+
+    #[test]
+    fn reads_a_btree() {
+        let d = parse_file("b.toml", BTREE).expect("parses");
+        let Layout::Array(a) = &d[0].layout;
+        let b = a.btree.as_ref().expect("btree");
+        assert_eq!((a.data.line, b.leaf.line, b.node_size.line), (8, 12, 16));
+        assert!(a.swiss.is_none() && a.chains.is_none() && !a.owned);
+        let head = &BTREE[..BTREE.find("[container.btree]").expect("table")];
+        let e = parse_file("b.toml", head).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.to_string().contains("[container.btree]"), "{e}");
+        let e = parse_file("b.toml", &BTREE.replace("node_slots =", "nodeslots =")).unwrap_err();
+        assert_eq!(e.line, 14, "{e}");
+        let e =
+            parse_file("b.toml", &BTREE.replace("(256 - values", "(256 - (values")).unwrap_err();
+        assert_eq!(e.line, 14, "{e}");
+    }
+
     #[test]
     fn name_patterns() {
         assert!(name_matches("*::Impl_", "oi::fixture::Order::Impl_"));
@@ -755,6 +870,8 @@ pointee_base = "t::Base"
             "google::protobuf::RepeatedField<double>",
             "absl::debian3::InlinedVector<int, 4, std::allocator<int> >",
             "absl::debian3::flat_hash_set<long int>",
+            "absl::debian3::node_hash_map<long int, long int>",
+            "absl::debian3::btree_map<long int, long int>",
         ] {
             let found = d.find(name).unwrap_or_else(|| panic!("no shipped {name}"));
             assert!(found.shipped, "{name} from {}", found.file);

@@ -35,6 +35,13 @@ const CHUNK_BYTES: u64 = 32 << 20;
 pub const SWISS_COUNT: &str = "full slots differ from the table's size";
 /// A node-chain map whose chains do not hold its `len` nodes (the JIT's `ChainCount`).
 pub const CHAIN_COUNT: &str = "chained nodes differ from the map's size";
+/// A b-tree whose nodes do not hold its `len` values in a plausible shape (the JIT's
+/// `BtreeShape`): more nodes than values, deeper than [`BTREE_DEPTH`], a node's
+/// `[start, finish)` beyond its slots, or a value count different from `len`.
+pub const BTREE_SHAPE: &str = "b-tree nodes do not hold the tree's size";
+/// Deepest b-tree walked (a node holds at least one value and a child per value, so 40
+/// levels hold more than 2^40 values).
+pub const BTREE_DEPTH: u64 = 40;
 /// Most heap bytes a described container may claim (the decoder's bound on byte counts).
 pub const MAX_DESCRIBED_HEAP: u64 = 1 << 47;
 /// Longest captured string key.
@@ -205,6 +212,72 @@ impl Walker<'_> {
         }
         let heap = heap.wrapping_add(len.wrapping_mul(ch.node_size));
         let values = nodes.into_iter().map(|p| p.wrapping_add(ch.value_off));
+        self.counted_elements(elem, [addr, len, cap, heap], values)
+    }
+
+    /// A b-tree (`btree`): its nodes visited in key order (an explicit stack of
+    /// `(node, next child)`, as the JIT's), each node's bytes added to the heap, the shape
+    /// checked ([`BTREE_SHAPE`]), then `address, len, cap, heap` and the values in order.
+    fn btree(
+        &mut self,
+        bt: &crate::describe::compile::Btree,
+        elem: NodeId,
+        elem_size: u64,
+        obj: &[u8],
+        [addr, root, len, cap]: [u64; 4],
+    ) -> Result<(), WalkError> {
+        if len > MAX_ELEMENTS {
+            return Err(corrupt(addr, format!("implausible element count {len}")));
+        }
+        let shape = || corrupt(addr, BTREE_SHAPE);
+        let ev = |e: &crate::describe::expr::Expr, node: u64, w: &Self| -> Result<u64, WalkError> {
+            e.eval_arg(addr, obj, node, &mut |a, n| w.load(a, n))?
+                .ok_or_else(|| corrupt(addr, "field outside its object"))
+        };
+        let (mut values, mut heap, mut nodes) = (Vec::new(), 0u64, 0u64);
+        let mut stack: Vec<(u64, u64)> = Vec::new();
+        // Entering a node: counted (at most one per value), sized, its range checked.
+        let mut enter = |node: u64, w: &Self, stack: &mut Vec<(u64, u64)>| {
+            nodes += 1;
+            if nodes > len || stack.len() as u64 >= BTREE_DEPTH {
+                return Err(shape());
+            }
+            let (start, finish) = (ev(&bt.start, node, w)?, ev(&bt.finish, node, w)?);
+            if start > finish || finish > bt.node_slots {
+                return Err(shape());
+            }
+            heap = heap.wrapping_add(ev(&bt.node_size, node, w)?);
+            stack.push((node, start));
+            Ok(())
+        };
+        if len > 0 {
+            enter(root, self, &mut stack)?;
+        }
+        while let Some(&(node, i)) = stack.last() {
+            let (start, finish) = (ev(&bt.start, node, self)?, ev(&bt.finish, node, self)?);
+            let value = |j: u64| node.wrapping_add(bt.values_off + j * elem_size);
+            if ev(&bt.leaf, node, self)? != 0 {
+                values.extend((start..finish).map(value));
+                stack.pop();
+            } else if i > finish {
+                stack.pop();
+            } else {
+                if i > start {
+                    values.push(value(i - 1));
+                }
+                if let Some(top) = stack.last_mut() {
+                    top.1 = i + 1;
+                }
+                let child = self.load(node.wrapping_add(bt.children_off + 8 * i), 8)?;
+                enter(child, self, &mut stack)?;
+            }
+            if values.len() as u64 > len {
+                return Err(shape());
+            }
+        }
+        if values.len() as u64 != len {
+            return Err(shape());
+        }
         self.counted_elements(elem, [addr, len, cap, heap], values)
     }
 
@@ -530,6 +603,9 @@ impl Walker<'_> {
                 let heap = if inline { 0 } else { heap };
                 if let Some(ch) = &l.chains {
                     return self.chains(ch, *elem, [addr, data, len, cap, heap]);
+                }
+                if let Some(bt) = &l.btree {
+                    return self.btree(bt, *elem, l.elem_size, obj, [addr, data, len, cap]);
                 }
                 if let Some(sw) = &l.swiss {
                     if cap > MAX_ELEMENTS {

@@ -197,6 +197,7 @@ pub enum ErrorCode {
     Described = 19,
     SwissCount = 20,
     ChainCount = 21,
+    BtreeShape = 22,
 }
 
 impl ErrorCode {
@@ -224,6 +225,7 @@ impl ErrorCode {
             19 => Described,
             20 => SwissCount,
             21 => ChainCount,
+            22 => BtreeShape,
             _ => return None,
         })
     }
@@ -252,6 +254,7 @@ impl ErrorCode {
             Described => "implausible heap bytes".into(),
             SwissCount => crate::interp::walk::SWISS_COUNT.into(),
             ChainCount => crate::interp::walk::CHAIN_COUNT.into(),
+            BtreeShape => crate::interp::walk::BTREE_SHAPE.into(),
         }
     }
 }

@@ -27,7 +27,8 @@
 //!   heap` (heap 0 when the description's `inline` condition holds), then each element; a
 //!   Swiss table (`control_bytes`): len is the count of full slots, then those elements; node
 //!   chains (`node_chains`): cap is the bucket count, heap includes `len · node_size`, then
-//!   the nodes' values in bucket, chain order. (`tagged_pointer` is an array of 0 or 1.)
+//!   the nodes' values in bucket, chain order; a b-tree (`btree`): heap is the nodes'
+//!   bytes, then the values in key order. (`tagged_pointer` is an array of 0 or 1.)
 //! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
 //!   chosen node's words.
 //! - `Leaf` with a [`Scalar`] (`--values` only): the value's bytes, zero-extended, in one

@@ -358,6 +358,9 @@ impl Gen<'_, '_> {
                 if let Some(ch) = &l.chains {
                     return self.chains(l, ch, *elem, [addr, data, n, cap, heap], k);
                 }
+                if let Some(bt) = &l.btree {
+                    return self.btree(l, bt, *elem, [addr, data, n, cap], len, k);
+                }
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
                 let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);

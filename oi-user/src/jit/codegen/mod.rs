@@ -59,6 +59,7 @@ use crate::plan::stream::MAX_WORD_BYTES;
 use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 mod body;
+mod btree;
 mod entry;
 mod expr;
 mod nodes;
@@ -78,7 +79,7 @@ const MAX_READ: u64 = 1 << 30;
 const STRING_GROUP: u64 = 4;
 /// Most node walks inlined into one function before children become calls (code size).
 const INLINE_BUDGET: u32 = 48;
-/// Most red-black descent stacks (1 KiB each) in one function's frame.
+/// Most red-black (1 KiB) and b-tree (640 B) descent stacks in one function's frame.
 const MAX_RB_STACKS: u32 = 4;
 /// Entries of the red-black descent stack: the interpreter refuses a push beyond 129.
 const RB_STACK: u64 = 129;
@@ -581,7 +582,12 @@ impl Gen<'_, '_> {
         if !self.dynamic(id) {
             return Ok(());
         }
-        let is_rb = matches!(self.plan.nodes[id].op, Op::RbTree { .. });
+        // Red-black trees and b-trees keep a descent stack in the frame.
+        let is_rb = match &self.plan.nodes[id].op {
+            Op::RbTree { .. } => true,
+            Op::Described { layout, .. } => layout.btree.is_some(),
+            _ => false,
+        };
         if self.inline.contains(&(id, len))
             || self.budget == 0
             || (is_rb && self.rb_stacks >= MAX_RB_STACKS)
