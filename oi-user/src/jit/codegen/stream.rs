@@ -1,5 +1,5 @@
 //! The output stream: words as LEB128 varints, checked against the buffer end or written
-//! unchecked where a loop has reserved room.
+//! unchecked where a loop has reserved room; pointer nodes' pointers as deltas.
 
 use super::*;
 
@@ -12,6 +12,34 @@ impl Gen<'_, '_> {
         for &w in words {
             self.varint(w);
         }
+    }
+
+    /// A pointer node's pointer `p` as its distance from the last one
+    /// (`plan::stream::PointerDelta`, branch-free): mostly a one-byte word.
+    pub(super) fn emit_pointer(&mut self, p: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let last = self.b.use_var(self.last_pointer);
+        let d = self.b.ins().isub(p, last);
+        let z = self.zigzag(d);
+        let back = self.b.ins().ineg(last);
+        let m = self.zigzag(back);
+        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, z, m);
+        let below = self.b.ins().uextend(I64, below);
+        let w = self.b.ins().iadd(z, below);
+        let nonnull = self.icmp_imm(IntCC::NotEqual, p, 0);
+        let zero = self.c(0);
+        let w = self.b.ins().select(nonnull, w, zero);
+        let next = self.b.ins().select(nonnull, p, last);
+        self.b.def_var(self.last_pointer, next);
+        self.varint(w);
+    }
+
+    fn zigzag(&mut self, v: Value) -> Value {
+        let up = self.b.ins().ishl_imm_s(v, 1);
+        let sign = self.b.ins().sshr_imm_s(v, 63);
+        self.b.ins().bxor(up, sign)
     }
 
     /// One LEB128 word at the cursor; a byte is stored only when it lies before `end`.
