@@ -56,11 +56,42 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// Inserts `addr` into the visited set: 1 if newly inserted, else 0.
+    /// Inserts `addr` into the visited set: 1 if newly inserted, else 0. The common case, an
+    /// empty home slot in a set with room, is inlined (a call per owned pointer was a third
+    /// of a `RepeatedPtrField`'s walk, issue 18); anything else calls `gen_visit`, which
+    /// looks at the home slot again and goes on from there.
     pub(super) fn visit(&mut self, addr: Value) -> Value {
+        let count = self.ld_ctx(CTX_COUNT);
+        let table = self.ld_ctx(CTX_TABLE);
+        let generation = self.ld_ctx(CTX_GEN);
+        let slot = home_slot(&mut self.b, table, addr);
+        let tag = self.b.ins().load(I64, trusted(), slot, 8);
+        let empty = self.b.ins().icmp(IntCC::NotEqual, tag, generation);
+        let room = self.icmp_imm(IntCC::UnsignedLessThan, count, VISITED_CAPACITY as u64);
+        let fast = self.b.ins().band(empty, room);
+        let insert = self.b.create_block();
+        let call_b = self.b.create_block();
+        let join = self.b.create_block();
+        let fresh = self.b.append_block_param(join, I64);
+        self.b.ins().brif(fast, insert, &[], call_b, &[]);
+
+        self.b.switch_to_block(insert);
+        self.b.ins().store(trusted(), addr, slot, 0);
+        self.b.ins().store(trusted(), generation, slot, 8);
+        let c1 = self.b.ins().iadd_imm_s(count, 1);
+        self.st_ctx(c1, CTX_COUNT);
+        let one = self.c(1);
+        self.b.ins().jump(join, &[BlockArg::Value(one)]);
+
+        self.b.switch_to_block(call_b);
+        self.b.set_cold_block(call_b);
         let f = self.func_ref(FN_VISIT, 2);
         let call = self.b.ins().call(f, &[self.ctx, addr]);
-        self.b.inst_results(call)[0]
+        let r = self.b.inst_results(call)[0];
+        self.b.ins().jump(join, &[BlockArg::Value(r)]);
+
+        self.b.switch_to_block(join);
+        fresh
     }
 }
 
@@ -191,6 +222,20 @@ const VISIT_GROUP_BITS: i64 = 8;
 /// Bits of the address block whose keys share a group.
 const VISIT_BLOCK_BITS: i64 = VISIT_GRANULE_BITS + VISIT_GROUP_BITS;
 
+/// The address of the home slot of key `addr` in the visited-set `table` (see `gen_visit`).
+fn home_slot(b: &mut FunctionBuilder<'_>, table: Value, addr: Value) -> Value {
+    let slot_bits = VISITED_SLOTS.trailing_zeros() as i64;
+    let block = b.ins().ushr_imm_s(addr, VISIT_BLOCK_BITS);
+    let g = b.ins().imul_imm_s(block, 0x9E37_79B9_7F4A_7C15u64 as i64);
+    let g = b.ins().ushr_imm_s(g, 64 - (slot_bits - VISIT_GROUP_BITS));
+    let g = b.ins().ishl_imm_s(g, VISIT_GROUP_BITS);
+    let granule = b.ins().ushr_imm_s(addr, VISIT_GRANULE_BITS);
+    let granule = b.ins().band_imm_s(granule, (1 << VISIT_GROUP_BITS) - 1);
+    let home = b.ins().bor(g, granule);
+    let off = b.ins().ishl_imm_s(home, 4);
+    b.ins().iadd(table, off)
+}
+
 /// `fn(ctx, addr) -> 1 if newly inserted, 0 if present or the set is full`, over
 /// `VISITED_SLOTS` slots of (key, generation); a slot of another generation is empty.
 ///
@@ -230,15 +275,7 @@ pub(super) fn gen_visit(fctx: &mut FunctionBuilderContext, fc: TargetFrontendCon
         let table = b.ins().load(I64, trusted(), ctx, CTX_TABLE);
         let generation = b.ins().load(I64, trusted(), ctx, CTX_GEN);
         let slot_bits = VISITED_SLOTS.trailing_zeros() as i64;
-        let block = b.ins().ushr_imm_s(addr, VISIT_BLOCK_BITS);
-        let g = b.ins().imul_imm_s(block, 0x9E37_79B9_7F4A_7C15u64 as i64);
-        let g = b.ins().ushr_imm_s(g, 64 - (slot_bits - VISIT_GROUP_BITS));
-        let g = b.ins().ishl_imm_s(g, VISIT_GROUP_BITS);
-        let granule = b.ins().ushr_imm_s(addr, VISIT_GRANULE_BITS);
-        let granule = b.ins().band_imm_s(granule, (1 << VISIT_GROUP_BITS) - 1);
-        let home = b.ins().bor(g, granule);
-        let off = b.ins().ishl_imm_s(home, 4);
-        let home_slot = b.ins().iadd(table, off);
+        let home_slot = home_slot(&mut b, table, addr);
 
         let insert = b.create_block();
         let at = b.append_block_param(insert, I64);
