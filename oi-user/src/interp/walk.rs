@@ -57,6 +57,8 @@ pub struct Walker<'a> {
     depth: u32,
     /// Ranges that may hold heap chunks, read from `mem` at the first chased pointer.
     heaps: Option<Vec<(u64, u64)>>,
+    /// Pointer nodes write their pointer against the last one (`stream::PointerDelta`).
+    pointers: stream::PointerDelta,
 }
 
 /// Walks `root` (whose object is at `addr`) and returns the stream. `seed` puts the root's
@@ -78,6 +80,7 @@ pub fn run(
         visited: HashSet::new(),
         bias,
         depth: 0,
+        pointers: stream::PointerDelta::default(),
         heaps: None,
     };
     if seed {
@@ -110,6 +113,12 @@ fn word(obj: &[u8], off: u64, addr: u64) -> Result<u64, WalkError> {
 impl Walker<'_> {
     fn emit(&mut self, w: u64) {
         stream::push(&mut self.out, w);
+    }
+
+    /// A pointer node's pointer, as its distance from the last one.
+    fn emit_pointer(&mut self, p: u64) {
+        let w = self.pointers.encode(p);
+        self.emit(w);
     }
 
     /// Emits a container's element count after checking it is plausible.
@@ -581,7 +590,7 @@ impl Walker<'_> {
                 let ptr = word(obj, *offset, addr)?;
                 let tag = plan.visit_tag(*target);
                 let descend = ptr != 0 && target.is_some() && self.visit(ptr ^ tag);
-                self.emit(ptr);
+                self.emit_pointer(ptr);
                 self.emit(u64::from(descend));
                 if let (true, Some(t)) = (descend, target) {
                     self.walk_at(*t, ptr)?;
@@ -652,7 +661,7 @@ impl Walker<'_> {
             Op::RawPointer { target } => {
                 let ptr = word(obj, 0, addr)?;
                 let descend = ptr != 0 && self.visit(ptr ^ plan.visit_tag(*target));
-                self.emit(ptr);
+                self.emit_pointer(ptr);
                 self.emit(u64::from(descend));
                 if let (true, Some(t)) = (descend, target) {
                     self.walk_at(*t, ptr)?;
@@ -666,7 +675,7 @@ impl Walker<'_> {
                 } else {
                     0
                 };
-                self.emit(ptr);
+                self.emit_pointer(ptr);
                 self.emit(u64::from(descend));
                 self.emit(block);
                 if let (true, Some(t)) = (descend, target) {

@@ -163,6 +163,7 @@ pub fn size_root<'a>(
         record: true,
         unions: 0,
         union_memo: Vec::new(),
+        pointers: words::PointerDelta::default(),
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
@@ -193,6 +194,7 @@ impl Sized<'_> {
             record: true,
             unions: 0,
             union_memo: Vec::new(),
+            pointers: words::PointerDelta::default(),
         };
         print.node(self.root, None)?;
         Ok(())
@@ -215,6 +217,7 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, Repor
         record: false,
         unions: 0,
         union_memo: Vec::new(),
+        pointers: words::PointerDelta::default(),
     };
     d.node(root, None)
 }
@@ -336,11 +339,19 @@ struct Decoder<'a, 's> {
     /// Bytes in opaque unions met so far (pass 1), and their memo per plan node.
     unions: u64,
     union_memo: Vec<Option<u64>>,
+    /// The last pointer of a pointer node, against which the next one was written.
+    pointers: words::PointerDelta,
 }
 
 impl<'a> Decoder<'a, '_> {
     fn word(&mut self) -> Result<u64, ReportError> {
         words::read(self.stream, &mut self.pos).map_err(stream_error)
+    }
+
+    /// A pointer node's pointer (`stream::PointerDelta`).
+    fn pointer(&mut self) -> Result<u64, ReportError> {
+        let w = self.word()?;
+        Ok(self.pointers.decode(w))
     }
 
     /// A word that is at most `max`: an element count or a size the walker bounds (or that
@@ -523,9 +534,9 @@ impl<'a> Decoder<'a, '_> {
                 {
                     // The container's own words come next in the stream: read its header
                     // without consuming it (its node decodes them again).
-                    let at = self.pos;
+                    let (at, pointers) = (self.pos, self.pointers);
                     let inner = self.header(&plan.nodes[*c]);
-                    self.pos = at;
+                    (self.pos, self.pointers) = (at, pointers);
                     let inner = inner?;
                     pointer = inner.pointer.map(|p| p.wrapping_sub(*offset));
                     lc = inner.lc;
@@ -669,7 +680,7 @@ impl<'a> Decoder<'a, '_> {
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
             | Op::RawPointer { target } => {
-                let ptr = self.word()?;
+                let ptr = self.pointer()?;
                 let descended = self.word()? != 0;
                 pointer = Some(ptr);
                 lc = Some((u64::from(descended), 1));
@@ -679,7 +690,7 @@ impl<'a> Decoder<'a, '_> {
                 }
             }
             Op::HeapPointer { target, .. } => {
-                let ptr = self.word()?;
+                let ptr = self.pointer()?;
                 let descended = self.word()? != 0;
                 let block = self.bounded(MAX_BYTES, "heap block size")?;
                 pointer = Some(ptr);

@@ -133,6 +133,8 @@ pub(super) fn gen_entry(
                 g.st_ctx(zero, CTX_COUNT);
                 let header = g.b.use_var(g.cur);
                 g.emit_raw_word(zero);
+                // Each root's stream starts its pointer deltas afresh, as the interpreter's.
+                g.b.def_var(g.last_pointer, zero);
                 let addr = fl(g, offset_of!(WalkFrame, args) + 8 * i);
                 let bit = g.b.ins().ushr_imm_s(unseeded, i as i64);
                 let bit = g.b.ins().band_imm_s(bit, 1);

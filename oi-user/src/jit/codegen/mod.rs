@@ -108,11 +108,13 @@ const CTX_HEAPS: i32 = 72;
 const CTX_NHEAPS: i32 = 80;
 /// The running total of a walker compiled with sizes.
 const CTX_TOTAL: i32 = 88;
-const CTX_SIZE: u32 = 96;
+/// The last pointer of a pointer node (`plan::stream::PointerDelta`) across calls.
+const CTX_LAST_POINTER: i32 = 96;
+const CTX_SIZE: u32 = 104;
 /// An optimistic walker's recorded visits (`generate_totals_optimistic`): how many, then the
 /// keys themselves.
-const CTX_NKEYS: i32 = 96;
-const CTX_KEYS: i32 = 104;
+const CTX_NKEYS: i32 = 104;
+const CTX_KEYS: i32 = 112;
 /// Most visits an optimistic walker records before it gives up (`STATUS_REVISIT`): its
 /// end-of-walk check compares every pair, and objects with more pointers are better served
 /// by the visited-set table.
@@ -278,6 +280,9 @@ struct Gen<'a, 'b> {
     end: Value,
     /// Output cursor.
     cur: Variable,
+    /// The last non-null pointer a pointer node wrote (`plan::stream::PointerDelta`); in the
+    /// context across calls, as the cursor.
+    last_pointer: Variable,
     /// Running total of a walker compiled with sizes; in the context across calls.
     total: Variable,
     /// Error / full exit: one i64 parameter, the status.
@@ -339,6 +344,8 @@ impl Gen<'_, '_> {
         if self.reg.stream {
             let cur = self.b.use_var(self.cur);
             self.st_ctx(cur, CTX_CUR);
+            let last = self.b.use_var(self.last_pointer);
+            self.st_ctx(last, CTX_LAST_POINTER);
         }
         if self.reg.sizes {
             let t = self.b.use_var(self.total);
@@ -351,6 +358,8 @@ impl Gen<'_, '_> {
         if self.reg.stream {
             let cur = self.ld_ctx(CTX_CUR);
             self.b.def_var(self.cur, cur);
+            let last = self.ld_ctx(CTX_LAST_POINTER);
+            self.b.def_var(self.last_pointer, last);
         }
         if self.reg.sizes {
             let t = self.ld_ctx(CTX_TOTAL);
@@ -676,6 +685,8 @@ fn build(
         // A walker without a stream keeps its cursor at 0 (the entry and `sync_in` of a
         // stream walker set it).
         b.def_var(cur, zero);
+        let last_pointer = b.declare_var(I64);
+        b.def_var(last_pointer, zero);
         let mut g = Gen {
             plan,
             b,
@@ -685,6 +696,7 @@ fn build(
             depth: zero,
             end: zero,
             cur,
+            last_pointer,
             total,
             ret,
             inline: Vec::new(),

@@ -28,7 +28,8 @@ impl Gen<'_, '_> {
             })?;
         }
         let d = self.b.use_var(descend);
-        self.emit(&[ptr, d]);
+        self.emit_pointer(ptr);
+        self.emit(&[d]);
         self.tally_const(s);
         if let Some(t) = target {
             self.tally_static(t, d);
@@ -77,7 +78,8 @@ impl Gen<'_, '_> {
         })?;
         let d = self.b.use_var(descend);
         let bl = self.b.use_var(block);
-        self.emit(&[ptr, d, bl]);
+        self.emit_pointer(ptr);
+        self.emit(&[d, bl]);
         // Sized walkers add what the decoder charges: the pointer, the block less the pointee
         // it holds (a block is only ever found for a pointer that descends), the pointee.
         if self.reg.sizes {

@@ -1,5 +1,5 @@
 //! The output stream: words as LEB128 varints, checked against the buffer end or written
-//! unchecked where a loop has reserved room.
+//! unchecked where a loop has reserved room; pointer nodes' pointers as deltas.
 
 use super::*;
 
@@ -12,6 +12,76 @@ impl Gen<'_, '_> {
         for &w in words {
             self.varint(w);
         }
+    }
+
+    /// A pointer node's pointer `p` as its distance from the last one
+    /// (`plan::stream::PointerDelta`, branch-free): mostly a one-byte word.
+    pub(super) fn emit_pointer(&mut self, p: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let last = self.b.use_var(self.last_pointer);
+        let d = self.b.ins().isub(p, last);
+        let z = self.zigzag(d);
+        let back = self.b.ins().ineg(last);
+        let m = self.zigzag(back);
+        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, z, m);
+        let below = self.b.ins().uextend(I64, below);
+        let w = self.b.ins().iadd(z, below);
+        let nonnull = self.icmp_imm(IntCC::NotEqual, p, 0);
+        let zero = self.c(0);
+        let w = self.b.ins().select(nonnull, w, zero);
+        let next = self.b.ins().select(nonnull, p, last);
+        self.b.def_var(self.last_pointer, next);
+        self.varint_short(w);
+    }
+
+    /// [`Gen::varint`] with a branch-free path for the words below 2^14 (one or two bytes,
+    /// one 16-bit store: a pointer 64 bytes on is the word 128) when two bytes fit. A second
+    /// byte stored past a one-byte word lies beyond the cursor: the next word overwrites it
+    /// and the stream's length leaves it out.
+    fn varint_short(&mut self, w: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let cur = self.b.use_var(self.cur);
+        let short = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x4000);
+        let two = self.b.ins().iadd_imm_s(cur, 2);
+        let room = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, two, self.end);
+        let fast = self.b.ins().band(short, room);
+        let fast_b = self.b.create_block();
+        let slow_b = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(fast, fast_b, &[], slow_b, &[]);
+
+        self.b.switch_to_block(fast_b);
+        let many = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, w, 0x80);
+        let many = self.b.ins().uextend(I64, many);
+        let low = self.b.ins().band_imm_s(w, 0x7f);
+        let flag = self.b.ins().ishl_imm_s(many, 7);
+        let low = self.b.ins().bor(low, flag);
+        let high = self.b.ins().ushr_imm_s(w, 7);
+        let high = self.b.ins().ishl_imm_s(high, 8);
+        let both = self.b.ins().bor(low, high);
+        self.b.ins().istore16(trusted(), both, cur, 0);
+        let n = self.b.ins().iadd_imm_s(many, 1);
+        let next = self.b.ins().iadd(cur, n);
+        self.b.def_var(self.cur, next);
+        self.b.ins().jump(join, &[]);
+
+        self.b.switch_to_block(slow_b);
+        self.varint(w);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+    }
+
+    fn zigzag(&mut self, v: Value) -> Value {
+        let up = self.b.ins().ishl_imm_s(v, 1);
+        let sign = self.b.ins().sshr_imm_s(v, 63);
+        self.b.ins().bxor(up, sign)
     }
 
     /// One LEB128 word at the cursor; a byte is stored only when it lies before `end`.
