@@ -145,7 +145,15 @@ impl LocalWalker {
         }
         let mut sizes = Vec::with_capacity(count);
         let mut ctx = Context::new();
-        for (f, &id) in funcs.into_iter().zip(&ids) {
+        for (i, (f, &id)) in funcs.into_iter().zip(&ids).enumerate() {
+            // The prefetch is machine code of its own (Cranelift cannot emit the instruction).
+            if i == codegen::FN_PREFETCH as usize {
+                module
+                    .define_function_bytes(id, 16, &codegen::PREFETCH_CODE, &[])
+                    .map_err(|e| JitError::Codegen(format!("{e:?}")))?;
+                sizes.push(codegen::PREFETCH_CODE.len());
+                continue;
+            }
             // Callee names, before defining borrows the context.
             let names = f.params.user_named_funcs().clone();
             ctx.func = f;

@@ -1,6 +1,7 @@
 //! Cranelift IR functions → one blob of position-independent x86-64 code.
 //!
-//! Each function is compiled with `is_pic` and laid out 16-byte aligned, the entry first.
+//! Each function is compiled with `is_pic` and laid out 16-byte aligned, the entry first;
+//! the prefetch function (`codegen::FN_PREFETCH`) is four bytes of machine code instead.
 //! The only relocations accepted are PC-relative calls between these functions
 //! (`X86CallPCRel4` / `X86PCRel4` to a function of this blob): their displacement depends
 //! only on the layout, so they are resolved here and the blob runs at any address. Any other
@@ -13,7 +14,7 @@ use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{Context, FinalizedRelocTarget};
 
-use super::codegen::FN_ENTRY;
+use super::codegen::{FN_ENTRY, FN_PREFETCH, PREFETCH_CODE};
 use super::{CompiledWalker, JitError};
 
 pub(super) fn isa() -> Result<OwnedTargetIsa, JitError> {
@@ -85,8 +86,16 @@ fn compile_one(isa: &OwnedTargetIsa, func: Function) -> Result<Compiled, JitErro
 /// Compiles `funcs` (indexed by function id) and lays them out; resolves their mutual calls.
 pub(super) fn link(isa: &OwnedTargetIsa, funcs: Vec<Function>) -> Result<CompiledWalker, JitError> {
     let mut compiled = Vec::with_capacity(funcs.len());
-    for f in funcs {
-        compiled.push(compile_one(isa, f)?);
+    for (i, f) in funcs.into_iter().enumerate() {
+        // The prefetch is machine code of its own (Cranelift cannot emit the instruction).
+        compiled.push(if i == FN_PREFETCH as usize {
+            Compiled {
+                bytes: PREFETCH_CODE.to_vec(),
+                calls: Vec::new(),
+            }
+        } else {
+            compile_one(isa, f)?
+        });
     }
     let mut code = Vec::new();
     let mut starts = Vec::with_capacity(compiled.len());

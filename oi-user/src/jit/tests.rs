@@ -1383,3 +1383,89 @@ fn jit_fault_leaves_the_root_being_walked_in_the_frame() {
         libc::munmap(page, 4096);
     }
 }
+
+/// The tree walk's prefetches read a right child's `left` only in a page the walk has
+/// already read: a map whose extra node's right child lies in an unreadable page ends as the
+/// interpreter's "tree larger than its node count", never as a fault. The right child in a
+/// readable page whose `left` points into the unreadable one is only prefetched (a hint
+/// that never faults).
+#[test]
+fn jit_tree_prefetch_never_faults_before_the_interpreter_stops() {
+    let m = measurer("probe_imap", &["arg0"], &[]);
+    let (roots, _) = interp(&m, &[make("imap")]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    // SAFETY: three fresh private pages, the last made unreadable; the walker runs in a
+    // forked child (a fault ends only the child, reaped by pid); the frame lives in a
+    // shared page so that the parent sees its status.
+    unsafe {
+        let len = 3 * 4096;
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(base, libc::MAP_FAILED);
+        let b = base as u64;
+        let unreadable = b + 2 * 4096;
+        assert_eq!(
+            libc::mprotect(unreadable as *mut c_void, 4096, libc::PROT_NONE),
+            0
+        );
+        let put = |addr: u64, v: u64| (addr as *mut u64).write(v);
+        // map<int, string>: header at +8 (parent +16), count at +40; nodes: left +16,
+        // right +24, key +32, the string at +40 (pointer, length, inline buffer at +56).
+        let (map, x, l, r) = (b, b + 0x100, b + 0x200, b + 0x300);
+        for node in [x, l, r] {
+            put(node + 40, node + 56);
+        }
+        put(map + 16, x);
+        put(map + 40, 1); // one node, but the tree has two: corrupt at the second
+        put(x + 16, l);
+        for (right, r_left) in [(unreadable + 0x100, 0), (r, unreadable + 0x100)] {
+            put(x + 24, right);
+            put(r + 16, r_left);
+            assert!(interp(&m, &[map]).is_err());
+            let mut out = vec![0u8; 1 << 16];
+            let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
+            let page = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(page, libc::MAP_FAILED);
+            let frame = page as *mut WalkFrame;
+            frame.write(WalkFrame {
+                nargs: 1,
+                out: out.as_mut_ptr() as u64,
+                out_len: out.len() as u64,
+                scratch: scratch.as_mut_ptr() as u64,
+                scratch_len: SCRATCH_BYTES,
+                ..Default::default()
+            });
+            (*frame).args[0] = map;
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                code.call(&mut *frame);
+                libc::_exit(0);
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            assert!(
+                !libc::WIFSIGNALED(status),
+                "right child {right:#x}: the walk faulted"
+            );
+            assert_eq!((*frame).status, STATUS_CORRUPT);
+            assert_eq!((*frame).err_code, ErrorCode::RbLarge as u64);
+            assert_eq!((*frame).err_addr, map);
+            libc::munmap(page, 4096);
+        }
+        libc::munmap(base, len);
+    }
+}

@@ -26,7 +26,9 @@
 //! shortcuts that only hold for intact objects end such a walk as corrupt otherwise, and
 //! its caller then runs the exact walker.
 //!
-//! Never emits a call outside the functions generated here, and never a syscall.
+//! Never emits a call outside the functions generated here, and never a syscall. One of
+//! them is not Cranelift's: `FN_PREFETCH`, a `prefetcht0` (`nodes`), which `link` and the
+//! in-process backend put in place as bytes.
 //!
 //! This module holds the generator (`Gen`) and what every node uses: loads, checks, the
 //! running total, calls and inlining. `body` dispatches a node to the module of its kind
@@ -71,6 +73,7 @@ mod vectors;
 mod visited;
 
 use entry::gen_entry;
+pub(super) use nodes::PREFETCH_CODE;
 use visited::{gen_block, gen_visit};
 
 /// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
@@ -90,8 +93,10 @@ const STACK_MARGIN: u64 = 32 << 10;
 pub(super) const FN_ENTRY: u32 = 0;
 pub(super) const FN_VISIT: u32 = 1;
 pub(super) const FN_BLOCK: u32 = 2;
+/// `prefetcht0 [rdi]; ret` (`nodes::PREFETCH_CODE`, put in place by `link`).
+pub(super) const FN_PREFETCH: u32 = 3;
 /// Fixed functions before the node functions.
-const FIXED_FNS: u32 = 3;
+const FIXED_FNS: u32 = 4;
 
 // The walker context, a stack slot of the entry function shared by pointer with every
 // function: the output cursor lives in a register inside a function and here across calls.
@@ -189,6 +194,7 @@ fn generate_with(
     funcs[FN_ENTRY as usize] = Some(gen_entry(plan, roots, &mut reg, &mut fctx, fc)?);
     funcs[FN_VISIT as usize] = Some(gen_visit(&mut fctx, fc));
     funcs[FN_BLOCK as usize] = Some(gen_block(&mut fctx, fc));
+    funcs[FN_PREFETCH as usize] = Some(nodes::gen_prefetch(&mut fctx, fc));
     while let Some((id, node, len)) = reg.pending.pop() {
         let f = gen_node_fn(plan, id, node, len, &mut reg, &mut fctx, fc)?;
         let i = id as usize;
@@ -231,10 +237,13 @@ impl Registry {
 
 /// Node functions use the `tail` convention so that a walk ending in a call (the `next` of
 /// a linked list) is a tail call and chains need no stack; the entry (called by the
-/// tracer's stub) and the visited-set insertion use System V.
+/// tracer's stub) and the visited-set insertion use System V. The prefetch changes no
+/// register, so its callers keep all theirs (`preserve_all`: no spills around the call).
 fn conv(id: u32) -> CallConv {
     if id == FN_ENTRY || id == FN_VISIT || id == FN_BLOCK {
         CallConv::SystemV
+    } else if id == FN_PREFETCH {
+        CallConv::PreserveAll
     } else {
         CallConv::Tail
     }
@@ -243,7 +252,9 @@ fn conv(id: u32) -> CallConv {
 fn sig(id: u32, params: usize) -> Signature {
     let mut s = Signature::new(conv(id));
     s.params.extend((0..params).map(|_| AbiParam::new(I64)));
-    s.returns.push(AbiParam::new(I64));
+    if id != FN_PREFETCH {
+        s.returns.push(AbiParam::new(I64));
+    }
     s
 }
 
