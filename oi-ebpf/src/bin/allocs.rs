@@ -681,6 +681,11 @@ fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
     if h == 0 {
         h = 1;
     }
+    // A lookup first: a known stack (the usual case) costs no bucket lock.
+    // SAFETY: only whether the key is present is used.
+    if unsafe { STACKS.get(&h) }.is_some() {
+        return h;
+    }
     match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
         Ok(()) => h,
         // EEXIST: seen before.
