@@ -250,7 +250,7 @@ pub mod counter {
 /// The longest a thread that reports a change of its process's mappings (the dynamic
 /// linker's `_dl_debug_state`, called after a dlopen mapped its files and before their
 /// constructors run) is held in the probe while user space hooks the new files.
-pub const MAPPED_HOLD_NS: u64 = 300_000_000;
+pub const MAPPED_HOLD_NS: u64 = 1_000_000_000;
 
 /// Slots of the `MAPPED` array: mapping changes reported, and the last one user space has
 /// handled (it writes that slot).

@@ -143,7 +143,10 @@ pub fn oi_allocs_return(ctx: RetProbeContext) -> u32 {
 /// [`MAPPED_HOLD_NS`] passed, so that a library's first allocations (its constructors, the
 /// code right after dlopen) are counted. Holding is a busy wait inside the probe: the thread
 /// is not stopped, nothing the process or its parent can see changes, and it is bounded.
-#[uprobe]
+/// Sleepable, so that it runs outside an RCU read-side section: attaching uprobes waits for
+/// an RCU grace period (`dup_mmap_sem`), which a non-sleepable program spinning on a CPU
+/// would hold back until the bound (measured: the attach then ended only at the bound).
+#[uprobe(sleepable)]
 pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !in_scope(tgid) {
@@ -164,19 +167,27 @@ pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
     let mut hold = Hold {
         sequence,
         until: clock() + MAPPED_HOLD_NS,
+        done: 0,
         expired: 0,
     };
-    // SAFETY: the callback is a BPF function of this program and `hold` lives on this stack
-    // for the whole call.
-    unsafe {
-        bpf_loop(
-            1 << 23,
-            hold_step as *mut core::ffi::c_void,
-            (&raw mut hold).cast(),
-            0,
-        );
+    // One bpf_loop runs at most 2^23 steps (a few hundred ms here): as many as the bound
+    // needs.
+    for _ in 0..8 {
+        // SAFETY: the callback is a BPF function of this program and `hold` lives on this
+        // stack for the whole call.
+        unsafe {
+            bpf_loop(
+                1 << 23,
+                hold_step as *mut core::ffi::c_void,
+                (&raw mut hold).cast(),
+                0,
+            );
+        }
+        if hold.done != 0 {
+            break;
+        }
     }
-    if hold.expired != 0 {
+    if hold.expired != 0 || hold.done == 0 {
         count(counter::HOLDS_EXPIRED);
         info!(
             &ctx,
@@ -191,6 +202,8 @@ pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
 struct Hold {
     sequence: u64,
     until: u64,
+    /// 1 once the hold is over (handled or expired).
+    done: u64,
     expired: u64,
 }
 
@@ -200,11 +213,14 @@ extern "C" fn hold_step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Hold` that `oi_allocs_mapped` passed, on its stack.
     let hold = unsafe { &mut *ctx.cast::<Hold>() };
     match MAPPED.get(mapped::HANDLED) {
-        Some(handled) if *handled >= hold.sequence => return 1,
-        None => return 1,
-        Some(_) => {}
+        Some(handled) if *handled < hold.sequence => {}
+        _ => {
+            hold.done = 1;
+            return 1;
+        }
     }
     if clock() >= hold.until {
+        hold.done = 1;
         hold.expired = 1;
         return 1;
     }

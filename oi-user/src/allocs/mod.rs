@@ -566,9 +566,21 @@ impl Profiler for Run<'_> {
             return;
         };
         let pid = mapped.tgid as i32;
-        let _ = self.program.unwinder.track(pid);
+        // Hooks first: they make the counts exact, the unwind rows make the stacks whole, and
+        // the thread is let go at the bound whatever is done by then.
+        let started = Instant::now();
         self.hook_new_files(pid);
+        let hooked = started.elapsed();
+        let _ = self.program.unwinder.track(pid);
         self.program.mapped_handled(mapped.sequence);
+        if self.args.scope.verbose {
+            eprintln!(
+                "oi-trace: mapping change {} of pid {pid}: hooked in {} ms, unwind rows in {} ms",
+                mapped.sequence,
+                hooked.as_millis(),
+                (started.elapsed() - hooked).as_millis()
+            );
+        }
     }
 
     fn housekeeping(&mut self) -> Option<End> {
@@ -582,10 +594,11 @@ impl Profiler for Run<'_> {
             None => self.scope.processes.iter().copied().collect(),
         };
         for pid in &now {
-            // New processes, and new mappings (dlopen) of known ones: their unwind tables
-            // and their allocator functions.
-            let _ = self.program.unwinder.track(*pid);
+            // New processes, and new mappings (dlopen) of known ones: their allocator
+            // functions, then their unwind tables (the slower part; a thread held in the
+            // dynamic linker's probe meanwhile waits for the hooks most).
             self.hook_new_files(*pid);
+            let _ = self.program.unwinder.track(*pid);
         }
         for gone in self.tracked.difference(&now).copied().collect::<Vec<_>>() {
             self.program.unwinder.forget(gone);
