@@ -30,6 +30,10 @@
 //!   pointer at the same or a lower stack pointer is the same request (`operator delete` →
 //!   `free`, by a tail jump or a call) and is not counted again.
 //!
+//! A second program, on the dynamic linker's `_dl_debug_state`, reports each change of a
+//! process's mapped objects (a dlopen) to user space and holds the thread, bounded, until user
+//! space has hooked the new files, so that their first allocations are counted.
+//!
 //! Blocks live in a bounded hash map (address → size, usable size, time, stack, thread): a free
 //! finds its block there, adds its lifetime to its site's histogram and removes it; a free of a
 //! block the map does not hold is an unknown free; a block that does not fit is dropped and
