@@ -241,7 +241,32 @@ pub mod counter {
     pub const REUSED: u32 = 10;
     /// Allocations not sampled (`--every`, `--sample-bytes`).
     pub const SKIPPED: u32 = 11;
-    pub const COUNT: u32 = 12;
+    /// Mapping changes (`_dl_debug_state`) whose thread was let go before user space had
+    /// looked at the new files (`MAPPED_HOLD_NS`).
+    pub const HOLDS_EXPIRED: u32 = 12;
+    pub const COUNT: u32 = 13;
+}
+
+/// The longest a thread that reports a change of its process's mappings (the dynamic
+/// linker's `_dl_debug_state`, called after a dlopen mapped its files and before their
+/// constructors run) is held in the probe while user space hooks the new files.
+pub const MAPPED_HOLD_NS: u64 = 1_000_000_000;
+
+/// Slots of the `MAPPED` array: mapping changes reported, and the last one user space has
+/// handled (it writes that slot).
+pub mod mapped {
+    pub const REPORTED: u32 = 0;
+    pub const HANDLED: u32 = 1;
+}
+
+/// A ring-buffer record: process `tgid` changed its mappings; its thread waits until the
+/// `HANDLED` slot reaches `sequence`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mapped {
+    pub sequence: u64,
+    pub tgid: u32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]

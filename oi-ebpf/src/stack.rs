@@ -19,6 +19,12 @@
 //! pointer; it stops early (counted as truncated) on a rule it cannot follow, an unreadable
 //! or non-advancing stack, or after [`MAX_FRAMES`] frames.
 //!
+//! The stack's top is copied with one read per walk ([`STACK_COPY`] bytes from the probed
+//! stack pointer, into a per-CPU buffer) and the frames' return addresses and saved rbp come
+//! from that copy; only what lies above it is read word by word. A read of user memory is the
+//! costly part of a step (kernel `bpf_stats`: one large copy costs about what one word does),
+//! and a hot allocation site's whole stack usually fits.
+//!
 //! Every loop is bounded: the frame loop runs under `bpf_loop` (the verifier checks one step,
 //! not 48), the searches have fixed iteration counts. No large stack buffers: the frames go
 //! straight into the caller's map value. Never writes user memory; reads it only with
@@ -27,7 +33,10 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated::bpf_loop},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        generated::{self, bpf_loop},
+    },
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
     programs::ProbeContext,
@@ -59,6 +68,27 @@ static UNWIND_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter
 #[map]
 static UNWIND_ROW_CACHE: PerCpuArray<CachedRow> =
     PerCpuArray::with_max_entries(MAX_FRAMES as u32, 0);
+
+/// Bytes of the stack each walk copies at once, from the probed stack pointer up.
+const STACK_COPY: usize = 2048;
+/// A page: a copy that would cross into an unmapped page is cut at the end of the probed
+/// stack pointer's page, which is mapped (the probed call just wrote its return address).
+const PAGE: u64 = 4096;
+
+/// This CPU's copy of the top of the stack being walked.
+#[map]
+static UNWIND_STACK_COPY: PerCpuArray<StackCopy> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+struct StackCopy {
+    /// Bumped by each walk on this CPU before it copies: a walk preempted by another one on
+    /// the same CPU (which overwrote the copy) sees it changed at its end and gives the
+    /// probed frame only, counted as truncated.
+    generation: u64,
+    /// Bytes copied.
+    len: u64,
+    words: [u64; STACK_COPY / 8],
+}
 
 /// The row found for `pc` in process `tgid` while its mappings had `generation` (`found` 0:
 /// no row covers it). Valid only when `check` matches the other fields: a walk on this CPU
@@ -103,6 +133,13 @@ struct Walk {
     n: u64,
     /// 1 once the walk met the stack's end.
     ended: u64,
+    /// This CPU's copy of the stack from `copy_start` on, `copy_len` bytes of it valid (0: no
+    /// copy, every read goes to user memory).
+    copy: *const StackCopy,
+    copy_start: u64,
+    copy_len: u64,
+    /// The copy's generation when this walk made it.
+    copy_generation: u64,
 }
 
 /// Writes the user stack of the thread that hit the probe into `frames`: `frames[0]` is the
@@ -131,7 +168,25 @@ pub fn user_stack(ctx: &ProbeContext, frames: &mut [u64; MAX_FRAMES]) -> usize {
         bp,
         n: 0,
         ended: 0,
+        copy: core::ptr::null(),
+        copy_start: sp,
+        copy_len: 0,
+        copy_generation: 0,
     };
+    let Some(copy) = UNWIND_STACK_COPY.get_ptr_mut(0) else {
+        frames[0] = pc;
+        return 1;
+    };
+    // SAFETY: this CPU's value of a per-CPU array (see `StackCopy` for other walks).
+    unsafe {
+        walk.copy_generation = (*copy).generation.wrapping_add(1);
+        (*copy).generation = walk.copy_generation;
+        (*copy).len = copy_stack(copy, sp);
+        // Read back as the verifier sees a map value, unknown: every way of copying reaches
+        // the loop in one state, so its callback is verified once, not once per way.
+        walk.copy_len = core::ptr::read_volatile(&raw const (*copy).len);
+    }
+    walk.copy = copy;
     // SAFETY: the callback is a BPF function of this program and `walk` lives on this stack
     // for the whole call.
     unsafe {
@@ -143,6 +198,14 @@ pub fn user_stack(ctx: &ProbeContext, frames: &mut [u64; MAX_FRAMES]) -> usize {
         );
     }
     count(counter::STACKS);
+    // SAFETY: as above.
+    if unsafe { (*copy).generation } != walk.copy_generation {
+        // Another walk overwrote the copy meanwhile (see `StackCopy`): the frames above the
+        // probed one may be wrong, so they are not given.
+        count(counter::TRUNCATED_STACKS);
+        frames[0] = pc;
+        return 1;
+    }
     if walk.ended == 0 {
         count(counter::TRUNCATED_STACKS);
     }
@@ -152,6 +215,46 @@ pub fn user_stack(ctx: &ProbeContext, frames: &mut [u64; MAX_FRAMES]) -> usize {
         return 1;
     }
     walk.n as usize
+}
+
+/// Copies the stack from `sp` up into `copy`: [`STACK_COPY`] bytes, or up to the end of
+/// `sp`'s page when those cross into unmapped memory (the top of a stack). Returns the bytes
+/// copied (0 when nothing could be read).
+///
+/// # Safety
+/// `copy` is this CPU's value of `UNWIND_STACK_COPY`.
+#[inline(always)]
+unsafe fn copy_stack(copy: *mut StackCopy, sp: u64) -> u64 {
+    // SAFETY: the helper writes at most the given size into the buffer and fails cleanly on
+    // unreadable user memory.
+    unsafe {
+        let words = (&raw mut (*copy).words).cast::<c_void>();
+        if generated::bpf_probe_read_user(words, STACK_COPY as u32, sp as *const c_void) == 0 {
+            return STACK_COPY as u64;
+        }
+        let in_page = (PAGE - (sp & (PAGE - 1))).min(STACK_COPY as u64);
+        if generated::bpf_probe_read_user(words, in_page as u32, sp as *const c_void) == 0 {
+            return in_page;
+        }
+    }
+    0
+}
+
+/// The user word at `addr`: from the walk's copy of the stack when it holds it, else read.
+/// (`copy_len` is 0 while `copy` is not set.)
+#[inline(always)]
+fn read_word(w: &Walk, addr: u64) -> Option<u64> {
+    let offset = addr.wrapping_sub(w.copy_start);
+    if offset & 7 == 0 && offset < w.copy_len {
+        // `copy_len` ≤ STACK_COPY, so the mask changes nothing; it is there for the verifier,
+        // which does not learn the bound from the comparison.
+        let index = (offset / 8) as usize & (STACK_COPY / 8 - 1);
+        // SAFETY: a non-zero `copy_len` means `copy` is this CPU's value of
+        // UNWIND_STACK_COPY; the index is in bounds.
+        return Some(unsafe { (*w.copy).words[index] });
+    }
+    // SAFETY: a read of user memory through the helper, which fails on a bad address.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
 }
 
 /// One frame: record the pc, then find the caller's pc, sp and bp. 0 to go on, 1 to stop.
@@ -197,14 +300,12 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
         None if n == 0 => entry_frame(w),
         None => return frame_pointer_step(w),
     };
-    // SAFETY: reads of user memory through the helper, which fails on a bad address.
-    let Ok(ra) = (unsafe { bpf_probe_read_user((cfa.wrapping_sub(8)) as *const u64) }) else {
+    let Some(ra) = read_word(w, cfa.wrapping_sub(8)) else {
         return 1;
     };
     if rbp_slot != 0 {
         let at = cfa.wrapping_add((rbp_slot as i64 * 8) as u64);
-        // SAFETY: as above.
-        let Ok(bp) = (unsafe { bpf_probe_read_user(at as *const u64) }) else {
+        let Some(bp) = read_word(w, at) else {
             return 1;
         };
         w.bp = bp;
@@ -229,12 +330,10 @@ fn frame_pointer_step(w: &mut Walk) -> i64 {
         w.ended = 1;
         return 1;
     }
-    // SAFETY: reads of user memory through the helper, which fails on a bad address.
-    let Ok(next_bp) = (unsafe { bpf_probe_read_user(w.bp as *const u64) }) else {
+    let Some(next_bp) = read_word(w, w.bp) else {
         return 1;
     };
-    // SAFETY: as above.
-    let Ok(ra) = (unsafe { bpf_probe_read_user(w.bp.wrapping_add(8) as *const u64) }) else {
+    let Some(ra) = read_word(w, w.bp.wrapping_add(8)) else {
         return 1;
     };
     let cfa = w.bp.wrapping_add(16);

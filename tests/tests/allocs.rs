@@ -669,14 +669,47 @@ fn plugin_dlopened_after_attaching_is_hooked_and_counted_once() {
         let binary = FixtureBuild::new("allocs_dlopen")
             .variant(&format!("allocs_dlopen_{variant}"), flags)
             .build();
-        dlopen_journey(&binary, &plugin, false);
-        dlopen_journey(&binary, &plugin, true);
+        dlopen_journey(&binary, &plugin, false, false);
+        dlopen_journey(&binary, &plugin, true, false);
     }
 }
 
-fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool) {
-    let what = format!("{} in a cgroup: {in_cgroup}", binary.display());
-    let mut fixture = Fixture::start(binary, &[plugin.to_str().unwrap()]);
+/// The same plugin, used at once: the fixture allocates through it right after dlopen
+/// returns, with no pause for a sweep. The probe on the dynamic linker's `_dl_debug_state`
+/// holds the thread until the plugin is hooked, so every allocation is counted, at -O0 and
+/// -O2 without frame pointers, for `--pid` and for `--cgroup`.
+#[test]
+fn plugin_used_at_once_after_dlopen_is_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    for (variant, flags) in [
+        ("o0", &["-O0"][..]),
+        ("o2", &["-O2", "-fomit-frame-pointer"][..]),
+    ] {
+        let mut plugin_flags = flags.to_vec();
+        plugin_flags.push("-Wl,-Bsymbolic");
+        let plugin = FixtureBuild::new("allocs_plugin")
+            .variant(&format!("allocs_plugin_{variant}"), &plugin_flags)
+            .build_shared();
+        let binary = FixtureBuild::new("allocs_dlopen")
+            .variant(&format!("allocs_dlopen_{variant}"), flags)
+            .build();
+        dlopen_journey(&binary, &plugin, false, true);
+        dlopen_journey(&binary, &plugin, true, true);
+    }
+}
+
+fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) {
+    let what = format!(
+        "{} in a cgroup: {in_cgroup}, at once: {at_once}",
+        binary.display()
+    );
+    let mut args = vec![plugin.to_str().unwrap()];
+    if at_once {
+        args.push("at-once");
+    }
+    let mut fixture = Fixture::start(binary, &args);
     let pid = fixture.pid.to_string();
     let cgroup = in_cgroup.then(|| TestCgroup::new("allocs_dlopen"));
     let scope = match &cgroup {
@@ -699,7 +732,9 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool) {
         BUCKET,
     ]);
     fixture.signal(SIGUSR1);
-    fixture.stdout.expect("loaded", 60 * SECOND);
+    if !at_once {
+        fixture.stdout.expect("loaded", 60 * SECOND);
+    }
     // The plugin brings libstdc++ too (the fixture itself does not link it): one line each.
     let hooked = loop {
         let line = tracer.stderr.expect("oi-trace: hooked", 60 * SECOND);
@@ -716,7 +751,9 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool) {
         ),
         "{what}"
     );
-    fixture.signal(SIGUSR1);
+    if !at_once {
+        fixture.signal(SIGUSR1);
+    }
     fixture.stdout.expect("done", 120 * SECOND);
     tracer.signal(SIGINT);
     let out = tracer.finish(60 * SECOND);

@@ -30,6 +30,10 @@
 //!   pointer at the same or a lower stack pointer is the same request (`operator delete` →
 //!   `free`, by a tail jump or a call) and is not counted again.
 //!
+//! A second program, on the dynamic linker's `_dl_debug_state`, reports each change of a
+//! process's mapped objects (a dlopen) to user space and holds the thread, bounded, until user
+//! space has hooked the new files, so that their first allocations are counted.
+//!
 //! Blocks live in a bounded hash map (address → size, usable size, time, stack, thread): a free
 //! finds its block there, adds its lifetime to its site's histogram and removes it; a free of a
 //! block the map does not hold is an unknown free; a block that does not fit is dropped and
@@ -45,17 +49,18 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         generated::{
             bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_prandom_u32,
+            bpf_loop,
         },
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
     allocs::{
-        Block, MAX_BUCKETS, MAX_THREADS, Open, SiteStats, Stack, WEIGHT_ONE, cookie, counter,
-        function,
+        Block, MAPPED_HOLD_NS, MAX_BUCKETS, MAX_THREADS, Mapped, Open, SiteStats, Stack,
+        WEIGHT_ONE, cookie, counter, function, mapped,
     },
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
@@ -114,6 +119,14 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT
 #[map]
 static SEQUENCE: Array<u64> = Array::with_max_entries(1, 0);
 
+/// Mapping changes: `mapped::REPORTED` counts them, user space writes `mapped::HANDLED`.
+#[map]
+static MAPPED: Array<u64> = Array::with_max_entries(2, 0);
+
+/// One [`Mapped`] record per mapping change, which wakes user space.
+#[map]
+static MAPPED_EVENTS: RingBuf = RingBuf::with_byte_size(4096, 0);
+
 #[uprobe]
 pub fn oi_allocs(ctx: ProbeContext) -> u32 {
     on_hit(&ctx);
@@ -125,6 +138,96 @@ pub fn oi_allocs(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn oi_allocs_return(ctx: RetProbeContext) -> u32 {
     on_hit(&ProbeContext::new(ctx.as_ptr()));
+    0
+}
+
+/// The dynamic linker's `_dl_debug_state`, which it calls after every change of the mapped
+/// objects (a dlopen: once before mapping, once after, before their constructors run): tells
+/// user space, and holds the thread here until user space has hooked the new files or
+/// [`MAPPED_HOLD_NS`] passed, so that a library's first allocations (its constructors, the
+/// code right after dlopen) are counted. Holding is a busy wait inside the probe: the thread
+/// is not stopped, nothing the process or its parent can see changes, and it is bounded.
+/// Sleepable, so that it runs outside an RCU read-side section: attaching uprobes waits for
+/// an RCU grace period (`dup_mmap_sem`), which a non-sleepable program spinning on a CPU
+/// would hold back until the bound (measured: the attach then ended only at the bound).
+#[uprobe(sleepable)]
+pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !in_scope(tgid) {
+        return 0;
+    }
+    let Some(reported) = MAPPED.get_ptr_mut(mapped::REPORTED) else {
+        return 0;
+    };
+    let sequence = add(reported, 1);
+    let record = Mapped {
+        sequence,
+        tgid,
+        _pad: 0,
+    };
+    if MAPPED_EVENTS.output::<Mapped>(&record, 0).is_err() {
+        return 0;
+    }
+    let mut hold = Hold {
+        sequence,
+        until: clock() + MAPPED_HOLD_NS,
+        done: 0,
+        expired: 0,
+    };
+    // One bpf_loop runs at most 2^23 steps (a few hundred ms here): as many as the bound
+    // needs.
+    for _ in 0..8 {
+        // SAFETY: the callback is a BPF function of this program and `hold` lives on this
+        // stack for the whole call.
+        unsafe {
+            bpf_loop(
+                1 << 23,
+                hold_step as *mut core::ffi::c_void,
+                (&raw mut hold).cast(),
+                0,
+            );
+        }
+        if hold.done != 0 {
+            break;
+        }
+    }
+    if hold.expired != 0 || hold.done == 0 {
+        count(counter::HOLDS_EXPIRED);
+        info!(
+            &ctx,
+            "mapping change {} of pid {}: let go before user space hooked it", sequence, tgid
+        );
+    }
+    0
+}
+
+/// The state of a hold (`oi_allocs_mapped`).
+#[repr(C)]
+struct Hold {
+    sequence: u64,
+    until: u64,
+    /// 1 once the hold is over (handled or expired).
+    done: u64,
+    expired: u64,
+}
+
+/// One wait step: 1 (stop) once user space handled the change or the time is up.
+#[inline(never)]
+extern "C" fn hold_step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Hold` that `oi_allocs_mapped` passed, on its stack.
+    let hold = unsafe { &mut *ctx.cast::<Hold>() };
+    match MAPPED.get(mapped::HANDLED) {
+        Some(handled) if *handled < hold.sequence => {}
+        _ => {
+            hold.done = 1;
+            return 1;
+        }
+    }
+    if clock() >= hold.until {
+        hold.done = 1;
+        hold.expired = 1;
+        return 1;
+    }
     0
 }
 
@@ -680,6 +783,11 @@ fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
     }
     if h == 0 {
         h = 1;
+    }
+    // A lookup first: a known stack (the usual case) costs no bucket lock.
+    // SAFETY: only whether the key is present is used.
+    if unsafe { STACKS.get(&h) }.is_some() {
+        return h;
     }
     match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
         Ok(()) => h,

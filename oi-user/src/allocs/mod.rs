@@ -142,6 +142,14 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
             }
         }
     }
+    // Libraries dlopened from now on are hooked before their code runs (see
+    // `Run::record`).
+    for file in files.iter().filter(|f| is_dynamic_linker(&f.host_path)) {
+        if let Err(e) = program.attach_dynamic_linker(&file.host_path, scope.pid.map(|p| p as u32))
+        {
+            eprintln!("oi-trace: libraries loaded later are hooked within a second only: {e}");
+        }
+    }
     if scope.pid.is_some() {
         // One process, attached: what is left is reading its maps and files to name stacks,
         // and attaching the same probes to a library it dlopens later (as at start: a
@@ -182,6 +190,9 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         attachments,
     };
     let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
+    if let Some(ring) = state.program.take_mapped_events() {
+        event_loop = event_loop.ring(ring);
+    }
     if let Some(logger) = logger {
         event_loop = event_loop.logger(logger);
     }
@@ -195,7 +206,8 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
     let attachments = std::mem::take(&mut state.attachments);
     drop(state);
     // Symbolize while the processes still map their files, but after the probes are gone:
-    // the target runs at full speed again first.
+    // the target runs at full speed again first. Nothing handles a dlopen any more either.
+    program.detach_dynamic_linkers();
     for a in attachments {
         program.detach(a);
     }
@@ -494,6 +506,18 @@ impl Run<'_> {
                     h.skipped.join(", ")
                 );
             }
+            if is_dynamic_linker(&host) {
+                // A cgroup's newcomer with a dynamic linker of its own (a container).
+                if let Err(e) = self
+                    .program
+                    .attach_dynamic_linker(&host, self.scope.pid.map(|p| p as u32))
+                {
+                    eprintln!(
+                        "oi-trace: libraries {} loads later are hooked within a second only: {e}",
+                        target.display()
+                    );
+                }
+            }
             let binary = Arc::new(binary);
             // Its classes name stacks too.
             self.classes.binaries.push(binary.clone());
@@ -521,9 +545,42 @@ impl Run<'_> {
     }
 }
 
+/// Whether the file at `path` is a dynamic linker (`ld-linux-x86-64.so.2`, `ld-musl-….so.1`),
+/// whose `_dl_debug_state` says that a dlopen mapped new files.
+fn is_dynamic_linker(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("ld-linux") || n.starts_with("ld-musl"))
+}
+
 impl Profiler for Run<'_> {
     fn armed(&mut self) {
         eprintln!("{}", self.armed);
+    }
+
+    /// A process changed its mappings (a dlopen mapped its files; its thread waits in the
+    /// probe, before the files' constructors run): track and hook the new files now, then let
+    /// the thread go.
+    fn record(&mut self, data: &[u8]) {
+        let Some(mapped) = program::mapped_record(data) else {
+            return;
+        };
+        let pid = mapped.tgid as i32;
+        // Hooks first: they make the counts exact, the unwind rows make the stacks whole, and
+        // the thread is let go at the bound whatever is done by then.
+        let started = Instant::now();
+        self.hook_new_files(pid);
+        let hooked = started.elapsed();
+        let _ = self.program.unwinder.track(pid);
+        self.program.mapped_handled(mapped.sequence);
+        if self.args.scope.verbose {
+            eprintln!(
+                "oi-trace: mapping change {} of pid {pid}: hooked in {} ms, unwind rows in {} ms",
+                mapped.sequence,
+                hooked.as_millis(),
+                (started.elapsed() - hooked).as_millis()
+            );
+        }
     }
 
     fn housekeeping(&mut self) -> Option<End> {
@@ -537,10 +594,11 @@ impl Profiler for Run<'_> {
             None => self.scope.processes.iter().copied().collect(),
         };
         for pid in &now {
-            // New processes, and new mappings (dlopen) of known ones: their unwind tables
-            // and their allocator functions.
-            let _ = self.program.unwinder.track(*pid);
+            // New processes, and new mappings (dlopen) of known ones: their allocator
+            // functions, then their unwind tables (the slower part; a thread held in the
+            // dynamic linker's probe meanwhile waits for the hooks most).
             self.hook_new_files(*pid);
+            let _ = self.program.unwinder.track(*pid);
         }
         for gone in self.tracked.difference(&now).copied().collect::<Vec<_>>() {
             self.program.unwinder.forget(gone);

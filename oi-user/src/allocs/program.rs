@@ -11,10 +11,15 @@ use std::path::Path;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray},
-    programs::UProbe,
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
 };
-use oi_common::allocs::{Block, MAX_BUCKETS, Open, SiteStats, Stack, cookie, counter};
+use oi_common::allocs::{
+    Block, MAX_BUCKETS, Mapped, Open, SiteStats, Stack, cookie, counter, mapped,
+};
 
 use super::hooks::Site;
 use crate::{
@@ -31,6 +36,11 @@ use crate::{
 const PROGRAM: &str = "oi_allocs";
 /// The same program as a uretprobe, for one perf event per probe.
 const RETURN_PROGRAM: &str = "oi_allocs_return";
+/// The probe on the dynamic linker's `_dl_debug_state` (a dlopen's files are mapped).
+const MAPPED_PROGRAM: &str = "oi_allocs_mapped";
+/// The function the dynamic linker calls after each change of the mapped objects (the
+/// `r_brk` of `struct r_debug`, where debuggers break).
+const DL_DEBUG_STATE: &str = "_dl_debug_state";
 const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/allocs"));
 
 /// What the program is told at load time.
@@ -79,12 +89,23 @@ pub struct Program {
     live: HashMap<MapData, u64, Block>,
     threads: HashMap<MapData, u64, Open>,
     counters: PerCpuArray<MapData, u64>,
+    mapped: Array<MapData, u64>,
+    mapped_events: Option<RingBuf<MapData>>,
+    /// The probes on dynamic linkers' `_dl_debug_state`.
+    dl_links: Vec<UProbeLinkId>,
     logger: Option<aya_log::EbpfLogger<StderrLog>>,
     pub unwinder: Unwinder,
 }
 
 fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     move |e| Error::internal(format!("eBPF map {what}: {e}"))
+}
+
+/// A [`Mapped`] record of the ring buffer.
+pub fn mapped_record(data: &[u8]) -> Option<Mapped> {
+    (data.len() >= std::mem::size_of::<Mapped>())
+        // SAFETY: `Mapped` is plain integers; the length was checked; an unaligned read.
+        .then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<Mapped>()) })
 }
 
 impl Program {
@@ -133,6 +154,15 @@ impl Program {
                 ))
             })?;
         }
+        let dl: &mut UProbe = ebpf
+            .program_mut(MAPPED_PROGRAM)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| Error::internal(format!("eBPF program {MAPPED_PROGRAM} missing")))?;
+        dl.load().map_err(|e| {
+            Error::internal(format!(
+                "the kernel refused eBPF program {MAPPED_PROGRAM}: {e}"
+            ))
+        })?;
         let unwinder = Unwinder::new(&mut ebpf)?;
         let mut take = |name: &str| {
             ebpf.take_map(name)
@@ -144,6 +174,11 @@ impl Program {
             live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
             threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
             counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
+            mapped: Array::try_from(take("MAPPED")?).map_err(map_err("MAPPED"))?,
+            mapped_events: Some(
+                RingBuf::try_from(take("MAPPED_EVENTS")?).map_err(map_err("MAPPED_EVENTS"))?,
+            ),
+            dl_links: Vec::new(),
             logger,
             unwinder,
             ebpf,
@@ -159,6 +194,63 @@ impl Program {
 
     pub fn mechanism(&self) -> Mechanism {
         self.mechanism
+    }
+
+    /// The ring buffer of mapping changes ([`Mapped`] records), for the event loop.
+    pub fn take_mapped_events(&mut self) -> Option<RingBuf<MapData>> {
+        self.mapped_events.take()
+    }
+
+    /// Probes `_dl_debug_state` of the dynamic linker at `path` (in process `pid` only, if
+    /// given): from then on, a thread that maps new objects waits in the probe until
+    /// [`mapped_handled`](Self::mapped_handled) (or `MAPPED_HOLD_NS`).
+    pub fn attach_dynamic_linker(&mut self, path: &Path, pid: Option<u32>) -> Result<()> {
+        let program: &mut UProbe = self
+            .ebpf
+            .program_mut(MAPPED_PROGRAM)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| Error::internal(format!("eBPF program {MAPPED_PROGRAM} missing")))?;
+        let scope = match pid.and_then(std::num::NonZeroU32::new) {
+            Some(pid) => UProbeScope::OneProcess(pid),
+            None => UProbeScope::AllProcesses,
+        };
+        let link = program
+            .attach(
+                UProbeAttachPoint {
+                    location: UProbeAttachLocation::Symbol(DL_DEBUG_STATE),
+                    cookie: None,
+                },
+                path,
+                scope,
+            )
+            .map_err(|e| {
+                Error::internal(format!(
+                    "probing {DL_DEBUG_STATE} in {}: {e}",
+                    path.display()
+                ))
+            })?;
+        self.dl_links.push(link);
+        Ok(())
+    }
+
+    /// Lets go of every thread waiting for mapping change `sequence` and those before it.
+    pub fn mapped_handled(&mut self, sequence: u64) {
+        let _ = self.mapped.set(mapped::HANDLED, sequence, 0);
+    }
+
+    /// Removes the `_dl_debug_state` probes and lets every waiting thread go: nothing
+    /// handles mapping changes any more.
+    pub fn detach_dynamic_linkers(&mut self) {
+        if let Some(program) = self
+            .ebpf
+            .program_mut(MAPPED_PROGRAM)
+            .and_then(|p| <&mut UProbe>::try_from(p).ok())
+        {
+            for link in self.dl_links.drain(..) {
+                let _ = program.detach(link);
+            }
+        }
+        self.mapped_handled(u64::MAX);
     }
 
     /// Attaches the program to `sites` of the file `path` (only in process `pid`, if given):

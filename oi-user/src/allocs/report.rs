@@ -84,6 +84,8 @@ pub struct Counters {
     pub sites_full: u64,
     pub threads_full: u64,
     pub skipped_by_sampling: u64,
+    /// Threads let go from the dynamic linker's probe before their new files were hooked.
+    pub holds_expired: u64,
 }
 
 /// One report (JSON: exactly the keys, then `usable_size`, `counters`, `unwind`).
@@ -258,6 +260,7 @@ pub fn build(
             sites_full: c(counter::SITES_FULL),
             threads_full: c(counter::THREADS_FULL),
             skipped_by_sampling: c(counter::SKIPPED),
+            holds_expired: c(counter::HOLDS_EXPIRED),
         },
         unwind: cx.unwind,
     }
