@@ -363,20 +363,7 @@ impl Gen<'_, '_> {
                 }
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
-                let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
-                self.fail_if(big, ErrorCode::Described, addr);
-                self.emit(&[addr, n, cap, heap]);
-                if self.reg.sizes {
-                    // size + heap − len · sizeof(elem), at least 0, as the decoder adds it.
-                    let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
-                    let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
-                    let d = self.b.ins().isub(t, m);
-                    let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
-                    let zero = self.c(0);
-                    let e = self.b.ins().select(ge, d, zero);
-                    self.tally(e);
-                    self.tally_static(*elem, n);
-                }
+                self.described_words(l, *elem, [addr, n, cap, heap]);
                 self.vector_elements(*elem, data, n, l.elem_size, k)
             }
             Op::Poly {
@@ -418,6 +405,31 @@ impl Gen<'_, '_> {
                 self.b.switch_to_block(done);
                 Ok(())
             }
+        }
+    }
+
+    /// What every described layout ends with once its elements are counted: the heap bound
+    /// the decoder checks, the four words (`addr, len, cap, heap`) and, for walkers with
+    /// sizes, the container's own part, `size + heap − len · sizeof(elem)` (at least 0, as
+    /// the decoder adds it), and the elements that read nothing.
+    pub(super) fn described_words(
+        &mut self,
+        l: &DescribedArray,
+        elem: NodeId,
+        [addr, n, cap, heap]: [Value; 4],
+    ) {
+        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
+        self.fail_if(big, ErrorCode::Described, addr);
+        self.emit(&[addr, n, cap, heap]);
+        if self.reg.sizes {
+            let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
+            let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let d = self.b.ins().isub(t, m);
+            let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
+            let zero = self.c(0);
+            let e = self.b.ins().select(ge, d, zero);
+            self.tally(e);
+            self.tally_static(elem, n);
         }
     }
 }

@@ -144,19 +144,7 @@ impl Gen<'_, '_> {
         self.fail_if(differ, ErrorCode::ChainCount, addr);
         let nodes = self.b.ins().imul_imm_s(n, ch.node_size as i64);
         let heap = self.b.ins().iadd(heap, nodes);
-        let big = self.icmp_imm(IntCC::UnsignedGreaterThan, heap, MAX_DESCRIBED_HEAP);
-        self.fail_if(big, ErrorCode::Described, addr);
-        self.emit(&[addr, n, cap, heap]);
-        if self.reg.sizes {
-            let t = self.b.ins().iadd_imm_s(heap, l.size as i64);
-            let m = self.b.ins().imul_imm_s(n, l.elem_size as i64);
-            let d = self.b.ins().isub(t, m);
-            let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, m);
-            let zero = self.c(0);
-            let e = self.b.ins().select(ge, d, zero);
-            self.tally(e);
-            self.tally_static(elem, n);
-        }
+        self.described_words(l, elem, [addr, n, cap, heap]);
         if !self.dynamic(elem) {
             return Ok(());
         }
