@@ -82,17 +82,8 @@ pub(super) fn gen_entry(
         g.st_ctx(zero, CTX_ERR_CODE);
         g.st_ctx(zero, CTX_ERR_ADDR);
         g.st_ctx(zero, CTX_TOTAL);
-        // Stack limit: `stack_len` below the entry stack pointer, less a margin.
-        let sp = g.b.ins().get_stack_pointer(I64);
         let stack_len = fl(g, offset_of!(WalkFrame, stack_len));
-        let is_default = g.icmp_imm(IntCC::Equal, stack_len, 0);
-        let default = g.c(DEFAULT_STACK);
-        let stack_len = g.b.ins().select(is_default, default, stack_len);
-        let margin = g.c(STACK_MARGIN);
-        let stack_len = g.b.ins().umax(stack_len, margin);
-        let usable = g.b.ins().iadd_imm_s(stack_len, -(STACK_MARGIN as i64));
-        let limit = g.b.ins().isub(sp, usable);
-        g.st_ctx(limit, CTX_LIMIT);
+        g.store_stack_limit(stack_len);
 
         let gen_v = g.b.declare_var(I64);
         let generation = fl(g, offset_of!(WalkFrame, generation));
@@ -282,17 +273,7 @@ fn gen_optimistic_entry(
         g.st_ctx(zero, CTX_NKEYS);
         g.st_ctx(bias, CTX_BIAS);
         g.st_ctx(zero, CTX_TOTAL);
-        // Stack limit: `stack_len` below the entry stack pointer, less a margin (as the
-        // frame's entry computes it).
-        let sp = g.b.ins().get_stack_pointer(I64);
-        let is_default = g.icmp_imm(IntCC::Equal, stack_len, 0);
-        let default = g.c(DEFAULT_STACK);
-        let stack_len = g.b.ins().select(is_default, default, stack_len);
-        let margin = g.c(STACK_MARGIN);
-        let stack_len = g.b.ins().umax(stack_len, margin);
-        let usable = g.b.ins().iadd_imm_s(stack_len, -(STACK_MARGIN as i64));
-        let limit = g.b.ins().isub(sp, usable);
-        g.st_ctx(limit, CTX_LIMIT);
+        g.store_stack_limit(stack_len);
         // The root's walk inline, as in the frame's entry.
         g.budget = INLINE_BUDGET;
         let tag = g.plan.visit_tag(Some(root));
@@ -308,4 +289,21 @@ fn gen_optimistic_entry(
         g.b.ins().return_(&[done, total]);
         Err(Stop::Dead)
     })
+}
+
+impl Gen<'_, '_> {
+    /// Sets the context's stack limit, read by every node function before it recurses:
+    /// `stack_len` (0: `DEFAULT_STACK`) below this entry's stack pointer, less
+    /// `STACK_MARGIN` kept free for the last frame's own spills.
+    fn store_stack_limit(&mut self, stack_len: Value) {
+        let sp = self.b.ins().get_stack_pointer(I64);
+        let is_default = self.icmp_imm(IntCC::Equal, stack_len, 0);
+        let default = self.c(DEFAULT_STACK);
+        let stack_len = self.b.ins().select(is_default, default, stack_len);
+        let margin = self.c(STACK_MARGIN);
+        let stack_len = self.b.ins().umax(stack_len, margin);
+        let usable = self.b.ins().iadd_imm_s(stack_len, -(STACK_MARGIN as i64));
+        let limit = self.b.ins().isub(sp, usable);
+        self.st_ctx(limit, CTX_LIMIT);
+    }
 }
