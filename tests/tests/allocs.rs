@@ -657,18 +657,7 @@ fn plugin_dlopened_after_attaching_is_hooked_and_counted_once() {
     if !privileged() {
         return;
     }
-    for (variant, flags) in [
-        ("o0", &["-O0"][..]),
-        ("o2", &["-O2", "-fomit-frame-pointer"][..]),
-    ] {
-        let mut plugin_flags = flags.to_vec();
-        plugin_flags.push("-Wl,-Bsymbolic");
-        let plugin = FixtureBuild::new("allocs_plugin")
-            .variant(&format!("allocs_plugin_{variant}"), &plugin_flags)
-            .build_shared();
-        let binary = FixtureBuild::new("allocs_dlopen")
-            .variant(&format!("allocs_dlopen_{variant}"), flags)
-            .build();
+    for (binary, plugin) in dlopen_builds() {
         dlopen_journey(&binary, &plugin, false, false);
         dlopen_journey(&binary, &plugin, true, false);
     }
@@ -683,10 +672,21 @@ fn plugin_used_at_once_after_dlopen_is_counted_exactly() {
     if !privileged() {
         return;
     }
-    for (variant, flags) in [
+    for (binary, plugin) in dlopen_builds() {
+        dlopen_journey(&binary, &plugin, false, true);
+        dlopen_journey(&binary, &plugin, true, true);
+    }
+}
+
+/// The dlopen fixture and its plugin (its own allocator, bound by -Bsymbolic), built at -O0
+/// and at -O2 without frame pointers: (program, plugin) per build.
+fn dlopen_builds() -> Vec<(PathBuf, PathBuf)> {
+    [
         ("o0", &["-O0"][..]),
         ("o2", &["-O2", "-fomit-frame-pointer"][..]),
-    ] {
+    ]
+    .into_iter()
+    .map(|(variant, flags)| {
         let mut plugin_flags = flags.to_vec();
         plugin_flags.push("-Wl,-Bsymbolic");
         let plugin = FixtureBuild::new("allocs_plugin")
@@ -695,9 +695,9 @@ fn plugin_used_at_once_after_dlopen_is_counted_exactly() {
         let binary = FixtureBuild::new("allocs_dlopen")
             .variant(&format!("allocs_dlopen_{variant}"), flags)
             .build();
-        dlopen_journey(&binary, &plugin, false, true);
-        dlopen_journey(&binary, &plugin, true, true);
-    }
+        (binary, plugin)
+    })
+    .collect()
 }
 
 fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) {

@@ -1344,10 +1344,20 @@ fn jit_fault_leaves_the_root_being_walked_in_the_frame() {
     bad[2] = 0x10; // _M_header._M_parent (header at +8)
     bad[5] = 3; // _M_node_count
     let bad_addr = bad.as_ptr() as u64;
+    let (status, frame) = walk_frame_in_child(&code, &[good_a, bad_addr]);
+    assert!(libc::WIFSIGNALED(status), "the walk of the bad map faults");
+    assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+    assert_eq!(frame.err_root, 1, "root 1 was being walked");
+}
+
+/// Runs `code` over the roots `args` in a forked child whose frame lies in a page shared
+/// with the parent, so that a fault ends only the child and the parent still sees what the
+/// walk left in the frame: the child's wait status and that frame.
+fn walk_frame_in_child(code: &Mapped, args: &[u64]) -> (i32, WalkFrame) {
     let mut out = vec![0u8; 1 << 16];
     let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
-    // SAFETY: a shared anonymous page for the frame, so the parent sees what the child
-    // (which faults) left in it; the child only calls the walker; reaped by pid.
+    // SAFETY: a shared anonymous page for the frame; the child only calls the walker and
+    // exits; the parent reaps it by pid, copies the frame and unmaps the page.
     unsafe {
         let page = libc::mmap(
             std::ptr::null_mut(),
@@ -1360,15 +1370,14 @@ fn jit_fault_leaves_the_root_being_walked_in_the_frame() {
         assert_ne!(page, libc::MAP_FAILED);
         let frame = page as *mut WalkFrame;
         frame.write(WalkFrame {
-            nargs: 2,
+            nargs: args.len() as u64,
             out: out.as_mut_ptr() as u64,
             out_len: out.len() as u64,
             scratch: scratch.as_mut_ptr() as u64,
             scratch_len: SCRATCH_BYTES,
             ..Default::default()
         });
-        (*frame).args[0] = good_a;
-        (*frame).args[1] = bad_addr;
+        (&mut (*frame).args)[..args.len()].copy_from_slice(args);
         let pid = libc::fork();
         assert!(pid >= 0);
         if pid == 0 {
@@ -1377,10 +1386,9 @@ fn jit_fault_leaves_the_root_being_walked_in_the_frame() {
         }
         let mut status = 0;
         libc::waitpid(pid, &mut status, 0);
-        assert!(libc::WIFSIGNALED(status), "the walk of the bad map faults");
-        assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
-        assert_eq!((*frame).err_root, 1, "root 1 was being walked");
+        let left = *frame;
         libc::munmap(page, 4096);
+        (status, left)
     }
 }
 
@@ -1428,43 +1436,14 @@ fn jit_tree_prefetch_never_faults_before_the_interpreter_stops() {
             put(x + 24, right);
             put(r + 16, r_left);
             assert!(interp(&m, &[map]).is_err());
-            let mut out = vec![0u8; 1 << 16];
-            let mut scratch = vec![0u64; (SCRATCH_BYTES / 8) as usize];
-            let page = libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(page, libc::MAP_FAILED);
-            let frame = page as *mut WalkFrame;
-            frame.write(WalkFrame {
-                nargs: 1,
-                out: out.as_mut_ptr() as u64,
-                out_len: out.len() as u64,
-                scratch: scratch.as_mut_ptr() as u64,
-                scratch_len: SCRATCH_BYTES,
-                ..Default::default()
-            });
-            (*frame).args[0] = map;
-            let pid = libc::fork();
-            assert!(pid >= 0);
-            if pid == 0 {
-                code.call(&mut *frame);
-                libc::_exit(0);
-            }
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
+            let (status, frame) = walk_frame_in_child(&code, &[map]);
             assert!(
                 !libc::WIFSIGNALED(status),
                 "right child {right:#x}: the walk faulted"
             );
-            assert_eq!((*frame).status, STATUS_CORRUPT);
-            assert_eq!((*frame).err_code, ErrorCode::RbLarge as u64);
-            assert_eq!((*frame).err_addr, map);
-            libc::munmap(page, 4096);
+            assert_eq!(frame.status, STATUS_CORRUPT);
+            assert_eq!(frame.err_code, ErrorCode::RbLarge as u64);
+            assert_eq!(frame.err_addr, map);
         }
         libc::munmap(base, len);
     }
