@@ -345,6 +345,43 @@ mod tests {
     }
 
     #[test]
+    fn rules_parse_with_their_lines() {
+        let text = "[[union]]\nin = \"a::H\"\nmember = \"u\"\ndiscriminator = \"t\"\ncases = { \"-1\" = \"s\", \"0\" = \"none\" }\n";
+        let f = crate::describe::parse::parse("u.toml", text).expect("parses");
+        let [r] = f.unions.as_slice() else {
+            panic!("one rule: {:?}", f.unions)
+        };
+        assert_eq!((r.line, r.member.line, r.discriminator.line), (2, 3, 4));
+        let Cases::Listed(c) = &r.cases else {
+            panic!("listed")
+        };
+        let got: Vec<_> = c.iter().map(|c| (c.line, c.v.clone())).collect();
+        assert_eq!(
+            got,
+            [(5, (u64::MAX, Some("s".to_string()))), (5, (0, None))]
+        );
+        // Neither `cases` nor `cases_enum`; a case that is no number; both.
+        let bad = [
+            (
+                "[[union]]\nin = \"H\"\nmember = \"u\"\ndiscriminator = \"t\"\n",
+                2,
+            ),
+            (
+                "[[union]]\nin = \"H\"\nmember = \"u\"\ndiscriminator = \"t\"\ncases = { \"x\" = \"s\" }\n",
+                5,
+            ),
+            (
+                "[[union]]\nin = \"H\"\nmember = \"u\"\ndiscriminator = \"t\"\ncases = { \"1\" = \"s\" }\ncases_enum = { enum = \"E\", enumerator = \"k{Case}\" }\n",
+                2,
+            ),
+        ];
+        for (text, line) in bad {
+            let e = crate::describe::parse::parse("u.toml", text).expect_err(text);
+            assert_eq!(e.line, line, "{e}");
+        }
+    }
+
+    #[test]
     fn case_values() {
         assert_eq!(parse_case_value("3"), Some(3));
         assert_eq!(parse_case_value("0x10"), Some(16));
