@@ -212,6 +212,50 @@ fn protobuf_message_measured_whole() {
     }
 }
 
+/// One `Choice` per case of its oneof `kind` (a long string, a sub-message, a scalar, none),
+/// the second oneof `other` set in some (a double, a string).
+const ONEOF: &[&str] = &[
+    "take_choice_text",
+    "take_choice_where",
+    "take_choice_num",
+    "take_choice_none",
+    "take_choice_label",
+];
+
+/// Oneofs through protobuf.toml's `[[union]]` rule: each message exactly its layout-derived
+/// footprint (JIT = remote) and equal to its own `SpaceUsedLong()`, -O0 and -O2; no union is
+/// left not walked.
+#[test]
+fn protobuf_oneof_walks_the_active_member() {
+    for flags in [O0, O2] {
+        let exe = protobuf_fixture(flags);
+        check_probes_with(&exe, ONEOF, &[]);
+        let probes = footprint_common::start_fixture(&exe).2;
+        for w in notes(&exe, "SPACE_USED ")
+            .iter()
+            .filter(|w| ONEOF.contains(&w[0].as_str()))
+        {
+            let space: u64 = w[1].parse().expect("SPACE_USED number");
+            let index = probes
+                .iter()
+                .position(|p| p.symbol == w[0])
+                .unwrap_or_else(|| panic!("no probe {}", w[0]));
+            let (text, _) = footprint_common::run_probe_exe(&exe, index, &["--format", "json"]);
+            assert!(!text.contains("notWalked"), "{flags:?} {}: {text}", w[0]);
+            let json: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+            let got = footprint_common::find(&json, "0")["size"]
+                .as_u64()
+                .expect("size");
+            assert_eq!(
+                got, space,
+                "{flags:?} {}: oi-trace vs SpaceUsedLong()",
+                w[0]
+            );
+        }
+    }
+}
+
 /// [`check_probes_with`] where a protobuf `Map`'s elements may come in another order in the
 /// two runs: `InnerMap` seeds its hash with the time stamp counter, so the two fixture
 /// processes (jit, remote) put the same entries in other buckets. Each map's children are

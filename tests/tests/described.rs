@@ -230,3 +230,122 @@ fn shipped_description_that_does_not_fit_is_a_warning() {
         );
     }
 }
+
+/// The fixture's tagged unions (described_tagged.cpp): `tu::Value` with its enum tag before
+/// the union, `tu::Tail` with an int16_t tag after it (a negative case).
+const TAGGED: &str = r#"
+[[union]]
+in = "tu::Value"
+member = "u"
+discriminator = "kind"
+cases = { "0" = "none", "1" = "i", "2" = "s", "3" = "v" }
+
+[[union]]
+in = "tu::Tail"
+member = "u"
+discriminator = "tag"
+cases = { "-1" = "s", "5" = "v" }
+"#;
+
+/// A user's `[[union]]`: each active member walked as itself (a long, a long string, a
+/// vector), "none" and a tag no case names walking nothing (the latter reported as not
+/// walked), exactly the fixture's numbers at -O0 and -O2, jit = remote.
+#[test]
+fn user_described_tagged_unions_are_measured_exactly() {
+    if !privileged() {
+        return;
+    }
+    let dir = TempDir::new("tagged");
+    let file = description(&dir, "tagged.toml", TAGGED);
+    for opt in ["-O0", "-O2"] {
+        let failures = footprint_common::check_probe_with(
+            "described_tagged",
+            opt,
+            0,
+            &["--containers", &file],
+        );
+        assert!(
+            failures.is_empty(),
+            "{opt}: mismatches:\n{}",
+            failures.join("\n")
+        );
+    }
+}
+
+/// `[[union]]` rules that do not fit the DWARF: one line, `file:line:`, exit 2.
+#[test]
+fn union_rules_that_do_not_fit_are_one_line_errors() {
+    if !privileged() {
+        return;
+    }
+    let dir = TempDir::new("tagged-bad");
+    let exe = footprint_common::build_fixture("described_tagged", "-O0");
+    let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+    let pid = fixture.0.id().to_string();
+    let cases = [
+        // No such union member (line 4).
+        (
+            TAGGED.replace("member = \"u\"", "member = \"w\""),
+            4,
+            "has no member w",
+        ),
+        // A member that is not a union (line 4: `kind`).
+        (
+            TAGGED.replacen("member = \"u\"", "member = \"kind\"", 1),
+            4,
+            "is not a union",
+        ),
+        // No such discriminator (line 5).
+        (
+            TAGGED.replace("\"kind\"", "\"sort\""),
+            5,
+            "has no member sort",
+        ),
+        // A discriminator that is no integer (line 5: the union itself).
+        (
+            TAGGED.replace("discriminator = \"kind\"", "discriminator = \"u\""),
+            5,
+            "is not an integer",
+        ),
+        // A case naming a member the union lacks (line 6).
+        (
+            TAGGED.replace("\"3\" = \"v\"", "\"3\" = \"d\""),
+            6,
+            "has no member d",
+        ),
+        // A case that is no number (line 6).
+        (
+            TAGGED.replace("\"3\" =", "\"three\" ="),
+            6,
+            "not an integer",
+        ),
+    ];
+    for (i, (text, line, what)) in cases.iter().enumerate() {
+        let file = description(&dir, &format!("bad{i}.toml"), text);
+        let out = run_oi_trace(
+            &[
+                "--pid",
+                &pid,
+                "--uprobe",
+                "inspect",
+                "--count",
+                "1",
+                "--containers",
+                &file,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(out.status.code(), Some(2), "case {i}: {out:#?}");
+        assert_eq!(out.stderr.len(), 1, "case {i}: {out:#?}");
+        let want = format!("{file}:{line}: ");
+        assert!(
+            out.stderr[0].contains(&want) && out.stderr[0].contains(what),
+            "case {i}: want `{want}…{what}` in {:?}",
+            out.stderr[0]
+        );
+    }
+    assert!(
+        fixture.0.try_wait().expect("wait").is_none(),
+        "fixture still runs"
+    );
+}

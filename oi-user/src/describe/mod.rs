@@ -2,7 +2,7 @@
 //! containers"), matched against the type graph while the plan is built and compiled into
 //! plan ops that the interpreter, the JIT and the decoder already share.
 //!
-//! Four steps, one file each:
+//! The steps, one file each:
 //! - [`parse`]: TOML → [`Description`]s with parsed expressions and the file/line of every
 //!   value, so that each later error names the line it comes from. Parsing never looks at
 //!   DWARF; a file that does not parse is refused at start (exit 2).
@@ -13,6 +13,8 @@
 //! - [`names`]: types a description names by spelling (`double`, `MapPair<{K}, {V}>`),
 //!   found in DWARF before the plan is built (the type graph holds only what the arguments
 //!   reach).
+//! - [`unions`]: `[[union]]` rules (a union walked as the member its discriminator names),
+//!   parsed here and checked against each holding class while the plan is built.
 //! - [`compile`]: one description against one struct of the type graph: binds the template
 //!   arguments, finds every field by member path (after base flattening) and checks its width,
 //!   resolves the element type, folds the expressions. A mismatch is an error naming the file
@@ -37,5 +39,6 @@ pub mod compile;
 pub mod expr;
 pub mod names;
 pub mod parse;
+pub mod unions;
 
 pub use parse::{DescribeError, Description, Descriptions};

@@ -88,13 +88,14 @@ pub fn resolve(
     b: &mut Builder<'_, '_>,
 ) -> NamedTypes {
     let mut found = NamedTypes::new();
-    if descs.list.is_empty() {
+    if descs.list.is_empty() && descs.unions.is_empty() {
         return found;
     }
     let mut next = 0;
     while next < b.graph.types.len() {
         let id = next;
         next += 1;
+        enums_of_unions(descs, di, b, id, &mut found);
         let Some(d) = b
             .graph
             .as_struct(id)
@@ -120,6 +121,46 @@ pub fn resolve(
         }
     }
     found
+}
+
+/// The enums `[[union]]` rules with `cases_enum` name for struct `id` (protobuf's
+/// `Msg::KindCase`, nested in the message class: found among that class's children).
+fn enums_of_unions(
+    descs: &super::Descriptions,
+    di: &DebugInfo<'_>,
+    b: &mut Builder<'_, '_>,
+    id: TypeId,
+    found: &mut NamedTypes,
+) {
+    let Some(holder) = b
+        .graph
+        .as_struct(id)
+        .filter(|st| !st.is_union)
+        .and_then(|st| st.name.clone())
+    else {
+        return;
+    };
+    for rule in descs.unions.iter().filter(|r| r.matches(&holder)) {
+        for name in super::unions::enum_names(rule, &b.graph, id) {
+            if found.contains_key(&name) {
+                continue;
+            }
+            if let Some(t) = nested_enum(di, b, &name) {
+                found.insert(name, t);
+            }
+        }
+    }
+}
+
+/// An enum declared in a class (`a::Msg::KindCase`): the class's definition, then its child.
+fn nested_enum(di: &DebugInfo<'_>, b: &mut Builder<'_, '_>, qualified: &str) -> Option<TypeId> {
+    let (scope, name) = qualified.rsplit_once("::")?;
+    let class = di.find_definition(scope).ok()??;
+    let die = di.children(class).ok()?.into_iter().find(|&c| {
+        di.tag(c).ok() == Some(gimli::constants::DW_TAG_enumeration_type)
+            && di.name(c).ok().flatten().as_deref() == Some(name)
+    })?;
+    b.type_of(Some(die)).ok()
 }
 
 fn lookup(di: &DebugInfo<'_>, b: &mut Builder<'_, '_>, spelled: &str) -> Option<TypeId> {

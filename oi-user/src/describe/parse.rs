@@ -9,6 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::expr::{self, Ast};
+use super::unions::{Cases, UnionRule};
 
 /// The shipped descriptions (`containers/` at the top of the repository), embedded. Their
 /// text is part of the binary, so a changed file is a new build, and the plan cache key
@@ -207,12 +208,14 @@ pub struct OwnedRule {
 pub struct Descriptions {
     pub list: Arc<Vec<Description>>,
     pub owned: Arc<Vec<OwnedRule>>,
+    /// `[[union]]` rules, in the same order (a later one wins for the same union).
+    pub unions: Arc<Vec<UnionRule>>,
 }
 
 impl Descriptions {
     /// The shipped descriptions followed by `files` (name, text).
     pub fn load(files: &[(String, String)]) -> Result<Self, DescribeError> {
-        let (mut list, mut owned) = (Vec::new(), Vec::new());
+        let (mut list, mut owned, mut unions) = (Vec::new(), Vec::new(), Vec::new());
         let shipped = SHIPPED.iter().map(|(n, t)| (*n, *t, true));
         let given = files.iter().map(|(n, t)| (n.as_str(), t.as_str(), false));
         for (name, text, is_shipped) in shipped.chain(given) {
@@ -222,10 +225,15 @@ impl Descriptions {
                 d
             }));
             owned.extend(f.owned);
+            unions.extend(f.unions.into_iter().map(|mut u| {
+                u.shipped = is_shipped;
+                u
+            }));
         }
         Ok(Self {
             list: Arc::new(list),
             owned: Arc::new(owned),
+            unions: Arc::new(unions),
         })
     }
 
@@ -280,6 +288,27 @@ struct RawFile {
     container: Vec<RawContainer>,
     #[serde(default)]
     owned: Vec<RawOwned>,
+    #[serde(default)]
+    union: Vec<RawUnion>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUnion {
+    #[serde(rename = "in")]
+    holder: Spanned<String>,
+    member: Spanned<String>,
+    discriminator: Spanned<String>,
+    cases: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
+    cases_enum: Option<Spanned<RawCasesEnum>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCasesEnum {
+    #[serde(rename = "enum")]
+    name: String,
+    enumerator: String,
 }
 
 #[derive(Deserialize)]
@@ -395,6 +424,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Description>, DescribeEr
 pub struct ParsedFile {
     pub containers: Vec<Description>,
     pub owned: Vec<OwnedRule>,
+    pub unions: Vec<UnionRule>,
 }
 
 /// Parses one description file: its containers and its `[[owned]]` rules.
@@ -649,9 +679,57 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
             pointee_base: o.pointee_base.clone(),
         })
         .collect();
+    let mut unions = Vec::new();
+    for u in &raw.union {
+        let line = line_of(text, u.holder.span().start);
+        let at = |s: &Spanned<String>| At {
+            line: line_of(text, s.span().start),
+            v: s.get_ref().clone(),
+        };
+        let cases = match (&u.cases, &u.cases_enum) {
+            (Some(list), None) => {
+                let mut cases = Vec::new();
+                for (key, m) in list.get_ref() {
+                    let cline = line_of(text, m.span().start);
+                    let value = super::unions::parse_case_value(key)
+                        .ok_or_else(|| err(cline, format!("case `{key}` is not an integer")))?;
+                    let member = Some(m.get_ref().clone()).filter(|m| m != "none");
+                    cases.push(At {
+                        line: cline,
+                        v: (value, member),
+                    });
+                }
+                if cases.is_empty() {
+                    return Err(err(line_of(text, list.span().start), "no cases".into()));
+                }
+                Cases::Listed(cases)
+            }
+            (None, Some(e)) => Cases::Enum {
+                line: line_of(text, e.span().start),
+                name: e.get_ref().name.clone(),
+                enumerator: e.get_ref().enumerator.clone(),
+            },
+            _ => {
+                return Err(err(
+                    line,
+                    "a [[union]] needs either `cases` or `cases_enum`".into(),
+                ));
+            }
+        };
+        unions.push(UnionRule {
+            file: file.to_string(),
+            line,
+            holder: u.holder.get_ref().clone(),
+            member: at(&u.member),
+            discriminator: at(&u.discriminator),
+            cases,
+            shipped: false,
+        });
+    }
     Ok(ParsedFile {
         containers: out,
         owned,
+        unions,
     })
 }
 

@@ -586,6 +586,20 @@ impl Walker<'_> {
                     None => self.emit(u64::MAX),
                 }
             }
+            Op::Union { disc, width, cases } => {
+                // The discriminator is in the class around the union: read from the target.
+                let value = self.load(addr.wrapping_add(*disc as u64), *width)?;
+                match cases.iter().position(|c| c.0 == value) {
+                    Some(i) => {
+                        self.emit(i as u64);
+                        if let Some((off, member)) = cases[i].1 {
+                            let size = plan.nodes[member].static_size;
+                            self.walk(member, addr + off, sub(obj, off, size, addr)?)?;
+                        }
+                    }
+                    None => self.emit(u64::MAX),
+                }
+            }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = word(obj, *offset, addr)?;
                 let tag = plan.visit_tag(*target);

@@ -336,6 +336,7 @@ fn check_references(plan: &Plan) -> Result<(), JitError> {
             Op::Pair { first, second } => vec![first.1, second.1],
             Op::Entry { key, value, .. } => vec![key.1, value.1],
             Op::Variant { alternatives, .. } => alternatives.clone(),
+            Op::Union { cases, .. } => cases.iter().filter_map(|c| c.1.map(|m| m.1)).collect(),
             Op::SmartPtr { target, .. }
             | Op::RefWrap { target, .. }
             | Op::RawPointer { target }

@@ -1448,3 +1448,67 @@ fn jit_tree_prefetch_never_faults_before_the_interpreter_stops() {
         libc::munmap(base, len);
     }
 }
+
+/// A discriminated union (`Op::Union`, a `[[union]]` rule): the JIT in this process and the
+/// interpreter write the same stream and the decoder the same size, for every case: a string
+/// member (heap), a long, "none", and a tag no case names; the tag 8 bytes before the union.
+#[test]
+fn jit_discriminated_union_agrees_with_the_interpreter() {
+    use crate::containers::string::StringLayout;
+    use crate::plan::{Node, Op};
+    let node = |name: &str, size: u64, op: Op| Node {
+        name: name.into(),
+        type_names: vec![name.into()],
+        static_size: size,
+        is_primitive: matches!(op, Op::Leaf),
+        op,
+        dynamic: false,
+        readable: String::new(),
+        value: None,
+        opaque_union: false,
+    };
+    let string = StringLayout {
+        ptr_off: 0,
+        len_off: 8,
+        cap_off: 16,
+        char_size: 1,
+        size: 32,
+    };
+    let mut plan = Plan::default();
+    plan.nodes.extend([
+        node(
+            "a0",
+            40,
+            Op::Struct {
+                members: vec![(0, 1), (8, 2)],
+                padding: 0,
+                adapter: false,
+            },
+        ),
+        node("tag", 8, Op::Leaf),
+        node(
+            "u",
+            32,
+            Op::Union {
+                disc: -8,
+                width: 8,
+                cases: vec![(1, Some((0, 3))), (2, Some((0, 4))), (0, None)],
+            },
+        ),
+        node("s", 32, Op::String(string)),
+        node("i", 8, Op::Leaf),
+    ]);
+    plan.compute_dynamic();
+    let text: &'static [u8] = Box::leak(vec![b'x'; 40].into_boxed_slice());
+    let mem = RemoteReader::new(std::process::id() as i32);
+    for (tag, size) in [(1u64, 40 + 40), (2, 40), (0, 40), (7, 40)] {
+        // tag; the union: a heap string (pointer, length 40, capacity 40) or a long.
+        let obj: &'static [u64; 5] = Box::leak(Box::new([tag, text.as_ptr() as u64, 40, 40, 0]));
+        let addr = obj.as_ptr() as u64;
+        let jit = in_process_streams(&plan, &[0], &[addr]);
+        let interp = crate::interp::walk::run(&plan, 0, addr, &mem, true, 0).expect("interp");
+        assert_eq!(jit[0], interp, "tag {tag}");
+        let total = crate::report::total_size(&plan, 0, &interp).expect("decode");
+        assert_eq!(total, size, "tag {tag}");
+    }
+}

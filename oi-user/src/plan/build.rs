@@ -446,6 +446,99 @@ impl<'t> PlanBuilder<'t> {
         descs.owns(holder_name, &names).then_some(t)
     }
 
+    /// The unions of struct `holder` that `[[union]]` rules describe (a later rule wins for
+    /// the same union). A user's rule that does not fit is an error; a shipped one a warning
+    /// (once), its unions staying opaque.
+    fn discriminated_unions(
+        &mut self,
+        holder: TypeId,
+    ) -> Result<Vec<crate::describe::unions::CompiledUnion>, PlanError> {
+        let tg = self.tg;
+        let rules = self.opts.descriptions.unions.clone();
+        let Some(name) = tg.as_struct(holder).and_then(|st| st.name.clone()) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<crate::describe::unions::CompiledUnion> = Vec::new();
+        for rule in rules.iter().filter(|r| r.matches(&name)) {
+            match crate::describe::unions::compile(rule, tg, holder, &self.named) {
+                Ok(found) => {
+                    for u in found {
+                        out.retain(|o| o.name != u.name);
+                        out.push(u);
+                    }
+                }
+                Err(e) if rule.shipped => {
+                    let said = format!("shipped union rule for {} (", rule.holder);
+                    if !self.plan.warnings.iter().any(|w| w.starts_with(&said)) {
+                        self.plan.warnings.push(format!(
+                            "{said}{}:{}) does not fit this program: {}; its unions not walked",
+                            e.file, e.line, e.what
+                        ));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The op of a discriminated union member of `holder`: its case members as nodes (a
+    /// raw pointer among them owned when an `[[owned]]` rule says the holder owns it).
+    fn discriminated(
+        &mut self,
+        holder: TypeId,
+        u: &crate::describe::unions::CompiledUnion,
+    ) -> Result<Op, PlanError> {
+        let mut built: HashMap<String, NodeId> = HashMap::new();
+        let mut cases = Vec::with_capacity(u.cases.len());
+        for (value, member) in &u.cases {
+            let Some((mname, off, ty)) = member else {
+                cases.push((*value, None));
+                continue;
+            };
+            let node = match built.get(mname) {
+                Some(&n) => n,
+                None => {
+                    let n = self.union_case(holder, mname, *ty)?;
+                    built.insert(mname.clone(), n);
+                    n
+                }
+            };
+            cases.push((*value, Some((*off, node))));
+        }
+        Ok(Op::Union {
+            disc: u.disc_offset as i64 - u.offset as i64,
+            width: u.width,
+            cases,
+        })
+    }
+
+    /// One member of a discriminated union, as a member of a struct is planned.
+    fn union_case(&mut self, holder: TypeId, name: &str, ty: TypeId) -> Result<NodeId, PlanError> {
+        let tg = self.tg;
+        let mut type_names = names::type_names_with_typedefs(tg, ty, &self.anon);
+        let declared = &tg.get(ty).kind;
+        let node = if let Some(target) = self.owned_member(holder, ty) {
+            let id = self.reserve(name.into(), type_names, 8, false);
+            let target = self.child(target, "*")?;
+            self.plan.nodes[id].op = Op::SmartPtr {
+                offset: 0,
+                target: Some(target),
+            };
+            id
+        } else {
+            let stubbed = self.is_stubbed(ty);
+            if stubbed && let Some(last) = type_names.last_mut() {
+                *last = STUBBED.into();
+            }
+            let is_primitive = matches!(declared, Kind::Primitive { .. })
+                || (stubbed && matches!(declared, Kind::Pointer { .. }));
+            self.build_node(ty, name.into(), type_names, is_primitive)?
+        };
+        self.plan.nodes[node].readable = readable::declared(tg, ty);
+        Ok(node)
+    }
+
     fn is_ignored(&self, name: Option<&str>) -> bool {
         name.is_some_and(|n| self.opts.ignored_types.iter().any(|t| t == n))
     }
@@ -465,6 +558,7 @@ impl<'t> PlanBuilder<'t> {
             members.retain(|m| !dropped(m));
         }
         let pad = layout::padding(tg, tg.size(r), &members);
+        let discriminated = self.discriminated_unions(r)?;
         let bare = tg.as_struct(r).and_then(|st| st.bare_name.clone());
         let bare = bare.as_deref();
         let mut out = Vec::with_capacity(members.len());
@@ -485,7 +579,14 @@ impl<'t> PlanBuilder<'t> {
             }
             let is_primitive = matches!(declared, Kind::Primitive { .. })
                 || (stubbed && matches!(declared, Kind::Pointer { .. }));
-            let node = if let Some(target) = owned {
+            let union = discriminated
+                .iter()
+                .find(|u| Some(&u.name) == m.name.as_ref() && u.offset == m.bit_offset / 8);
+            let node = if let Some(u) = union {
+                let id = self.reserve(name, type_names, tg.size(m.ty), false);
+                self.plan.nodes[id].op = self.discriminated(r, u)?;
+                id
+            } else if let Some(target) = owned {
                 // Owned by an `[[owned]]` rule: walked as a unique_ptr (S = E = 8).
                 let id = self.reserve(name, type_names, 8, false);
                 let target = self.child(target, "*")?;

@@ -29,6 +29,8 @@
 //!   chains (`node_chains`): cap is the bucket count, heap includes `len · node_size`, then
 //!   the nodes' values in bucket, chain order; a b-tree (`btree`): heap is the nodes'
 //!   bytes, then the values in key order. (`tagged_pointer` is an array of 0 or 1.)
+//! - `Union` (a union whose active member a `[[union]]` description names): the index of
+//!   the case the discriminator matched (u64::MAX: none), then that case's member, if any.
 //! - `Poly`: the index of the matching vtable (u64::MAX: none, the declared type), then the
 //!   chosen node's words.
 //! - `Leaf` with a [`Scalar`] (`--values` only): the value's bytes, zero-extended, in one
@@ -199,6 +201,17 @@ pub enum Op {
         layout: VariantLayout,
         alternatives: Vec<NodeId>,
     },
+    /// A union whose active member a discriminator names (`[[union]]`, `describe::unions`).
+    /// The discriminator (`width` bytes, unsigned) is read from the target at the union's
+    /// address + `disc` (it lives in the class around the union, before or after it). The
+    /// first case whose value it equals is walked: its member at an offset in the union
+    /// (E = S − its size), or nothing (None: a case of "none", E = S). No case matches:
+    /// nothing walked, E = S, and the report counts the union as not walked.
+    Union {
+        disc: i64,
+        width: u8,
+        cases: Vec<(u64, Option<(u64, NodeId)>)>,
+    },
     /// unique_ptr / shared_ptr: pointer at `offset`; `target` None for incomplete types.
     SmartPtr {
         offset: u64,
@@ -283,6 +296,7 @@ impl Plan {
             | Op::Hashtable { .. }
             | Op::Optional { .. }
             | Op::Variant { .. }
+            | Op::Union { .. }
             | Op::SmartPtr { .. }
             | Op::RefWrap { .. }
             | Op::RawPointer { .. }
@@ -325,6 +339,7 @@ impl Plan {
             | Op::Described { elem, .. }
             | Op::Optional { elem, .. } => vec![*elem],
             Op::Variant { alternatives, .. } => alternatives.clone(),
+            Op::Union { cases, .. } => cases.iter().filter_map(|c| c.1.map(|m| m.1)).collect(),
             Op::Poly {
                 candidates,
                 fallback,

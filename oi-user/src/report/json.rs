@@ -298,7 +298,7 @@ impl Sink for JsonSink<'_> {
         if let Some(b) = n.heap_block {
             self.number("heapBlock", b);
         }
-        if node.opaque_union {
+        if n.not_walked {
             self.number("notWalked", node.static_size);
         }
         if let Some(d) = n.data {
@@ -418,6 +418,7 @@ mod tests {
                 length_capacity: None,
                 has_children: true,
                 value: None,
+                not_walked: false,
             };
             sink.begin(&top).unwrap();
             for &(n, size, lc, data) in &kids {
@@ -433,6 +434,7 @@ mod tests {
                     length_capacity: Some(lc),
                     has_children: false,
                     value: None,
+                    not_walked: false,
                 })
                 .unwrap();
                 sink.end().unwrap();

@@ -60,6 +60,9 @@ pub struct NodeOut<'a> {
     pub has_children: bool,
     /// With `--values`: the scalar's words (low, high; high is 0 below 16 bytes).
     pub value: Option<(u64, u64)>,
+    /// A union not walked: opaque (`Node::opaque_union`), or discriminated by a value no
+    /// case of its `[[union]]` rule names (JSON `notWalked`: its staticSize).
+    pub not_walked: bool,
 }
 
 /// A captured key (SEMANTICS.md §9).
@@ -318,6 +321,8 @@ struct Header<'p> {
     lc: Option<(u64, u64)>,
     data: Option<Data>,
     value: Option<(u64, u64)>,
+    /// A discriminated union whose discriminator matched no case.
+    not_walked: bool,
 }
 
 struct Decoder<'a, 's> {
@@ -441,6 +446,7 @@ impl<'a> Decoder<'a, '_> {
             lc,
             data,
             value,
+            not_walked,
         } = self.header(n)?;
         let has_children = match &children {
             Children::None => false,
@@ -490,6 +496,7 @@ impl<'a> Decoder<'a, '_> {
             length_capacity: lc,
             has_children,
             value,
+            not_walked: not_walked || n.opaque_union,
         };
         if let Some(sink) = self.sink.as_mut() {
             sink.begin(&out)?;
@@ -511,6 +518,7 @@ impl<'a> Decoder<'a, '_> {
         let mut heap_block = None;
         let mut lc = None;
         let mut data = None;
+        let mut not_walked = false;
         let value = match &n.value {
             Some(v) => {
                 let low = self.word()?;
@@ -675,6 +683,24 @@ impl<'a> Decoder<'a, '_> {
                     }
                 }
             }
+            Op::Union { cases, .. } => {
+                let i = self.word()?;
+                match cases.get(i as usize) {
+                    Some(&(_, Some((_, member)))) => (
+                        s.saturating_sub(plan.nodes[member].static_size),
+                        Children::One(member),
+                    ),
+                    Some((_, None)) => (s, Children::None),
+                    // The discriminator matched no case: a union not walked (pass 1 counts).
+                    None => {
+                        if self.sink.is_none() {
+                            self.unions = self.unions.saturating_add(s);
+                        }
+                        not_walked = true;
+                        (s, Children::None)
+                    }
+                }
+            }
             // Handled by `node_here` (transparent).
             Op::Poly { fallback, .. } => (s, Children::One(*fallback)),
             Op::SmartPtr { target, .. }
@@ -714,6 +740,7 @@ impl<'a> Decoder<'a, '_> {
             lc,
             data,
             value,
+            not_walked,
         })
     }
 

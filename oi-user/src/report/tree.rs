@@ -193,7 +193,7 @@ impl<'p> TreeSink<'p> {
         if let Some(block) = n.heap_block {
             return Some(format!("heap block {}", human(block)));
         }
-        if n.node.opaque_union {
+        if n.not_walked {
             return Some("union, not walked".into());
         }
         let (len, cap) = n.length_capacity?;

@@ -326,6 +326,41 @@ impl Gen<'_, '_> {
                 self.b.switch_to_block(done);
                 Ok(())
             }
+            Op::Union { disc, width, cases } => {
+                // The discriminator is in the class around the union: read from the target
+                // (as the interpreter's `load`), at a signed distance from the union.
+                let at = self.b.ins().iadd_imm_s(addr, *disc);
+                let value = self.ld_uint(at, 0, u64::from(*width));
+                let done = self.b.create_block();
+                for (i, &(case, member)) in cases.iter().enumerate() {
+                    let is = self.icmp_imm(IntCC::Equal, value, case);
+                    let then = self.b.create_block();
+                    let next = self.b.create_block();
+                    self.b.ins().brif(is, then, &[], next, &[]);
+                    self.b.switch_to_block(then);
+                    self.then_join(done, |g| {
+                        let iw = g.c(i as u64);
+                        g.emit(&[iw]);
+                        let Some((off, m)) = member else {
+                            g.tally_const(s);
+                            return Ok(());
+                        };
+                        let size = g.size(m);
+                        let part = s.saturating_sub(size).wrapping_add(g.static_children(&[m]));
+                        g.tally_const(part);
+                        let v = g.member(addr, len, off, size)?;
+                        g.last(tail, |g| g.child(m, v, size, k))
+                    })?;
+                    self.b.switch_to_block(next);
+                }
+                // No case matches: nothing walked.
+                let none = self.c(u64::MAX);
+                self.emit(&[none]);
+                self.tally_const(s);
+                self.b.ins().jump(done, &[]);
+                self.b.switch_to_block(done);
+                Ok(())
+            }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
                 self.pointer(s, ptr, *target, target.is_some(), k, tail)
