@@ -217,7 +217,8 @@ inline std::size_t size_of(const oil_type* t, const void* obj) {
     oil_thread* th = thread_state();
     std::uintptr_t sp;
 #if defined(__x86_64__)
-    __asm__("movq %%rsp, %0" : "=r"(sp));
+    // Volatile: read at this call, never hoisted above an alloca of the caller.
+    __asm__ __volatile__("movq %%rsp, %0" : "=r"(sp));
 #else
     sp = 0;  // no direct walks: the slow path decides
 #endif
