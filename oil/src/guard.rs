@@ -880,6 +880,10 @@ mod tests {
 
     /// A plan of one `std::string`-shaped root (pointer, length, capacity).
     fn string_walker() -> LocalWalker {
+        LocalWalker::compile(&string_plan(), &[0]).expect("compile")
+    }
+
+    fn string_plan() -> Plan {
         let mut plan = Plan::default();
         plan.nodes.push(Node {
             name: "a0".into(),
@@ -899,7 +903,51 @@ mod tests {
             opaque_union: false,
         });
         plan.compute_dynamic();
-        LocalWalker::compile(&plan, &[0]).expect("compile")
+        plan
+    }
+
+    /// A hole: an address range where nothing is mapped.
+    fn hole() -> u64 {
+        // SAFETY: mapping and unmapping a fresh page to get an address nothing is at.
+        unsafe {
+            let p = libc::mmap(
+                ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            libc::munmap(p, 4096);
+            p as u64
+        }
+    }
+
+    #[test]
+    fn a_leaf_entry_called_directly_returns_from_a_fault() {
+        let w = LocalWalker::compile_totals_optimistic(&string_plan(), &[0]).expect("compile");
+        assert!(w.leaf_entry(), "a string's optimistic walk is a leaf");
+        assert!(register_code(w.code_range()));
+        assert!(register_leaf_entry(w.entry_range()));
+        with_thread_state(check_handlers).expect("handlers");
+        type Entry = unsafe extern "sysv64" fn(u64, u64, u64) -> DirectResult;
+        // SAFETY: the optimistic entry's signature (`LocalWalker::entry_address`); its code
+        // is registered as a leaf entry, so a fault returns from it.
+        let entry = unsafe { std::mem::transmute::<usize, Entry>(w.entry_address()) };
+        let obj: [u64; 4] = [0x1000, 40, 40, 0];
+        // SAFETY: as above; the object is a live local.
+        let r = unsafe { entry(obj.as_ptr() as u64, 0, 0) };
+        assert_eq!((r.status, r.second), (STATUS_DONE, 32 + 40));
+        let hole = hole();
+        let keep = std::hint::black_box([1u64, 2, 3]);
+        // SAFETY: as above; the load at the hole faults and the handler returns.
+        let r = unsafe { entry(hole + 8, 0, 0) };
+        assert_eq!(r.status, STATUS_FAULT);
+        assert_eq!(r.second, hole + 8, "the faulting address");
+        assert_eq!(std::hint::black_box(keep), [1, 2, 3]);
+        // SAFETY: as above.
+        let r = unsafe { entry(obj.as_ptr() as u64, 0, 0) };
+        assert_eq!((r.status, r.second), (STATUS_DONE, 72));
     }
 
     fn walk(
@@ -938,19 +986,7 @@ mod tests {
             (STATUS_DONE, vec![2, 0, 0, 0, 0, 0, 0, 0, 40, 40])
         );
         // An address where nothing is mapped: the first load faults, the walk returns.
-        // SAFETY: mapping and unmapping a fresh page to get an address nothing is at.
-        let hole = unsafe {
-            let p = libc::mmap(
-                ptr::null_mut(),
-                4096,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            libc::munmap(p, 4096);
-            p as u64
-        };
+        let hole = hole();
         let (s, fault, _) = walk(&w, &mut stack, &mut scratch, hole + 8);
         assert_eq!(s, STATUS_FAULT);
         assert!((hole..hole + 4096).contains(&(fault as u64)), "{fault:#x}");
