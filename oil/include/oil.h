@@ -29,10 +29,23 @@
 
 extern "C" {
 struct oil_type;
-// What a thread's walks keep between calls (its stack's bounds, when to re-check the fault
-// handler): owned by liboil, zeroed before a thread's first call, one per thread.
+// What a thread's walks keep between calls, zeroed before a thread's first call, one per
+// thread; liboil sets it, the steady state of oil::size reads it. A walk may start on this
+// thread's stack at a stack pointer sp iff sp - floor < span; walks_to_check counts down to
+// the next check of the fault handler (0: check now, which liboil does).
 struct oil_thread {
-    std::uintptr_t opaque[3];
+    std::uintptr_t floor;
+    std::uintptr_t span;
+    std::uintptr_t walks_to_check;
+};
+// The start of every oil_type, what the steady state of oil::size needs. leaf_entry, when
+// not 0, is the compiled walker of sizes, called directly: (object, bias, 0) in, (status,
+// size) out, status 0 when done; a fault in it makes it return another status. It may be
+// called only while *handlers_changed is 0 (liboil's fault handler may have been replaced).
+struct oil_type_head {
+    std::uintptr_t leaf_entry;
+    std::uint64_t bias;
+    const unsigned char* handlers_changed;
 };
 typedef void (*oil_append_fn)(void* ctx, const char* bytes, std::size_t len);
 const oil_type* oil_type_lookup(const char* type_name, std::size_t type_size,
@@ -182,23 +195,57 @@ std::string tree(const T& obj, const Options& opts = {}) {
     return detail::report(obj, opts, 2);
 }
 
+namespace detail {
+
+// oil::size after the steady state could not give it: the walker through liboil (a thread's
+// first call, a fault handler check that is due, a stack without room...), else the general
+// path. Out of line, so that what is inlined stays small.
+__attribute__((noinline)) inline std::size_t size_slow(const oil_type* t, const void* obj) {
+    oil_steady s = oil_size_steady(t, obj, thread_state());
+    if (s.status == 0) return static_cast<std::size_t>(s.size);
+    return size_general(t, obj);
+}
+
+// The steady state of oil::size: the type's compiled walker called directly (no call into
+// liboil, no trampoline), after a few inline checks that it may run here now: it exists, the
+// fault handler need not be checked, and this thread's stack has room below the current
+// stack pointer. A fault in the walker returns here with a non-zero status (liboil's handler
+// unwinds the walker's one frame), and the slow path then gives the answer or the error.
+inline std::size_t size_of(const oil_type* t, const void* obj) {
+    const oil_type_head* h = reinterpret_cast<const oil_type_head*>(t);
+    std::uintptr_t entry = __atomic_load_n(&h->leaf_entry, __ATOMIC_ACQUIRE);
+    oil_thread* th = thread_state();
+    std::uintptr_t sp;
+#if defined(__x86_64__)
+    // Volatile: read at this call, never hoisted above an alloca of the caller.
+    __asm__ __volatile__("movq %%rsp, %0" : "=r"(sp));
+#else
+    sp = 0;  // no direct walks: the slow path decides
+#endif
+    if (__builtin_expect(entry != 0 && sp - th->floor < th->span && th->walks_to_check != 0 &&
+                             __atomic_load_n(h->handlers_changed, __ATOMIC_ACQUIRE) == 0,
+                         1)) {
+        th->walks_to_check--;
+        typedef oil_steady (*walker_fn)(const void*, std::uint64_t, std::uint64_t);
+        oil_steady s = reinterpret_cast<walker_fn>(entry)(obj, h->bias, 0);
+        if (__builtin_expect(s.status == 0, 1)) return static_cast<std::size_t>(s.size);
+    }
+    return size_slow(t, obj);
+}
+
+}  // namespace detail
+
 // The object's inclusive size in bytes: the `size` of the report's root.
 template <class T>
 std::size_t size(const T& obj, const Options& opts) {
-    const oil_type* t = detail::type_of(obj, opts);
-    oil_steady s = oil_size_steady(t, &obj, detail::thread_state());
-    if (__builtin_expect(s.status == 0, 1)) return static_cast<std::size_t>(s.size);
-    return detail::size_general(t, &obj);
+    return detail::size_of(detail::type_of(obj, opts), &obj);
 }
 
 // The same without options (an overload rather than a default argument: no Options object
 // is built and destroyed at each call).
 template <class T>
 std::size_t size(const T& obj) {
-    const oil_type* t = detail::type_of<T>(obj);
-    oil_steady s = oil_size_steady(t, &obj, detail::thread_state());
-    if (__builtin_expect(s.status == 0, 1)) return static_cast<std::size_t>(s.size);
-    return detail::size_general(t, &obj);
+    return detail::size_of(detail::type_of<T>(obj), &obj);
 }
 
 // How many walkers this process has built (a test's way to see that concurrent first calls

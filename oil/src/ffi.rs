@@ -170,7 +170,9 @@ pub struct OilSteady {
     pub size: u64,
 }
 
-/// The steady state of `oil::size`: the optimistic walker entered on the caller's stack
+/// The steady state of `oil::size` when `oil.h` cannot call the walker itself (a walker
+/// that is no leaf, a thread's first call, a handler check that is due): the optimistic
+/// walker entered on the caller's stack
 /// (`run::walk_steady`), its status and total passed back as the walker returns them (the
 /// call into the walker is this function's last act, so it needs no frame of its own).
 /// A status other than 0 (not compiled yet, no room on this stack, a fault, a corrupt
@@ -242,3 +244,14 @@ pub extern "C" fn oil_compilations() -> u64 {
 
 // `oil_thread` in oil.h is three words.
 const _: () = assert!(std::mem::size_of::<crate::guard::ThreadState>() == 24);
+
+// `oil_type_head` in oil.h: three words at the start of every handle.
+const _: () = {
+    use std::mem::offset_of;
+
+    use crate::resolve::{Compiled, SteadyHead};
+    assert!(offset_of!(Compiled, head) == 0);
+    assert!(offset_of!(SteadyHead, leaf_entry) == 0);
+    assert!(offset_of!(SteadyHead, bias) == 8);
+    assert!(offset_of!(SteadyHead, handlers_changed) == 16);
+};

@@ -32,7 +32,17 @@
 //!   path, which pops the registers and returns `STATUS_FAULT`. The walker is told how much
 //!   of the stack it may use (`WalkFrame::stack_len`) and returns `STATUS_STACK` rather than
 //!   go further, so it never reaches the guard page. This costs a call and no thread-local
-//!   of this library: it is the steady-state path.
+//!   of this library.
+//! - **the caller's own stack, with no trampoline**, for a walker whose entry is a leaf that
+//!   saves no callee-saved register (`LocalWalker::leaf_entry`, registered with
+//!   [`register_leaf_entry`]): `oil.h` calls it directly after the same room and handler
+//!   checks, inline ([`ThreadState`] and the type's `SteadyHead` are read by the header). A
+//!   fault with its instruction in such an entry is in the entry's body (only the body reads
+//!   the object; the prologue and epilogue touch only its frame, on a stack checked to have
+//!   room), where `rbp` is its frame pointer: the handler returns from that frame to the
+//!   entry's caller, as the epilogue would, with `STATUS_FAULT`; every callee-saved register
+//!   still holds the caller's value, since the entry saves none. This is the steady state
+//!   of `oil::size` for a struct walked inline.
 //! - **a stack of its own** ([`run_walker`], in a `corosensei` coroutine, recovered with
 //!   corosensei's trap support), for types that nest deeper than the caller's stack allows
 //!   and for threads whose stack is small or unknown (a fiber).
@@ -96,15 +106,18 @@ struct Active {
 /// a `thread_local` of their own (`oil_thread` in `oil.h`, one `%fs`-relative access in an
 /// executable), so that the steady state reaches no thread-local of this library (each is a
 /// call to `__tls_get_addr` from a shared library); Rust callers use [`with_thread_state`].
-/// All zero at first.
+/// All zero at first. `oil.h` reads it too (its steady state checks the room inline): the
+/// layout and the meaning of the fields are part of the interface.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ThreadState {
-    /// The lowest stack pointer a direct walk may use, `DIRECT_RESERVE` above this thread's
-    /// stack's low end, once read (0: not read yet).
-    base: usize,
-    /// `room - DIRECT_MIN` is below this for a stack pointer with `room = sp - base` bytes
-    /// above `base` and below the stack's high end (0: unknown stack, never walk on it).
+    /// `DIRECT_RESERVE + DIRECT_MIN` above this thread's stack's low end, once read (0: not
+    /// read yet): a direct walk may start at a stack pointer `sp` iff `sp - floor < span`
+    /// (one subtraction and one unsigned comparison; a stack pointer below `floor` wraps far
+    /// above `span`), and then has `sp - floor + DIRECT_MIN` bytes of room.
+    floor: usize,
+    /// How far above `floor` a stack pointer of this thread's stack can be (0: unknown
+    /// stack, never walk on it).
     span: usize,
     /// Walks left before the installed actions are read again (0: read them now).
     walks_to_check: usize,
@@ -128,7 +141,7 @@ thread_local! {
         PerThread {
             active: Cell::new(None),
             fault_addr: Cell::new(0),
-            state: Cell::new(ThreadState { base: 0, span: 0, walks_to_check: 0 }),
+            state: Cell::new(ThreadState { floor: 0, span: 0, walks_to_check: 0 }),
         }
     };
 }
@@ -143,38 +156,81 @@ pub fn with_thread_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
     })
 }
 
-/// Most walkers whose code is registered for direct walks ([`register_code`]).
+/// Most code ranges a [`CodeTable`] holds.
 const MAX_CODE_RANGES: usize = 4096;
-/// The code of every walker that may run on a caller's stack, `[start, end)`: the signal
-/// handler's test that a fault (and each frame above it) is in generated walker code.
-/// Append-only; an entry is written before the count that publishes it.
-static CODE_RANGES: [[AtomicUsize; 2]; MAX_CODE_RANGES] =
-    [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; MAX_CODE_RANGES];
-static CODE_COUNT: AtomicUsize = AtomicUsize::new(0);
-static CODE_REGISTER: Mutex<()> = Mutex::new(());
+
+/// An append-only table of code ranges `[start, end)` that the signal handler reads
+/// (async-signal-safe: atomic loads only). An entry is written before the count that
+/// publishes it. Ranges are never removed: OIL keeps its walkers for the life of the process
+/// (a stale range would only make the handler look at a frame it then does not recognise).
+struct CodeTable {
+    ranges: [[AtomicUsize; 2]; MAX_CODE_RANGES],
+    count: AtomicUsize,
+    register: Mutex<()>,
+}
+
+impl CodeTable {
+    const fn new() -> Self {
+        Self {
+            ranges: [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; MAX_CODE_RANGES],
+            count: AtomicUsize::new(0),
+            register: Mutex::new(()),
+        }
+    }
+
+    /// Adds `code`; false when the table is full.
+    fn add(&self, code: Range<usize>) -> bool {
+        let _serial = self.register.lock().unwrap_or_else(|e| e.into_inner());
+        let n = self.count.load(Ordering::Acquire);
+        let Some(slot) = self.ranges.get(n) else {
+            return false;
+        };
+        slot[0].store(code.start, Ordering::Relaxed);
+        slot[1].store(code.end, Ordering::Relaxed);
+        self.count.store(n + 1, Ordering::Release);
+        true
+    }
+
+    fn contains(&self, addr: usize) -> bool {
+        let n = self.count.load(Ordering::Acquire).min(MAX_CODE_RANGES);
+        self.ranges[..n]
+            .iter()
+            .any(|r| (r[0].load(Ordering::Relaxed)..r[1].load(Ordering::Relaxed)).contains(&addr))
+    }
+}
+
+/// The code of every walker that may run on a caller's stack: the signal handler's test
+/// that a fault (and each frame above it) is in generated walker code.
+static WALKER_CODE: CodeTable = CodeTable::new();
+/// The entries that may be called with no trampoline (`LocalWalker::leaf_entry`): a fault
+/// in one returns to the entry's caller from the entry's frame ([`recover`]).
+static LEAF_ENTRIES: CodeTable = CodeTable::new();
 
 /// Registers a walker's code so that it may run on a caller's stack ([`run_direct`]); false
-/// when the table is full (then run it with [`run_walker`]). Walkers are never unregistered:
-/// OIL keeps them for the life of the process (a stale range would only make the handler
-/// look at a frame chain that it then does not recognise).
+/// when the table is full (then run it with [`run_walker`]).
 pub fn register_code(code: Range<usize>) -> bool {
-    let _serial = CODE_REGISTER.lock().unwrap_or_else(|e| e.into_inner());
-    let n = CODE_COUNT.load(Ordering::Acquire);
-    let Some(slot) = CODE_RANGES.get(n) else {
-        return false;
-    };
-    slot[0].store(code.start, Ordering::Relaxed);
-    slot[1].store(code.end, Ordering::Relaxed);
-    CODE_COUNT.store(n + 1, Ordering::Release);
-    true
+    WALKER_CODE.add(code)
+}
+
+/// Registers a leaf entry (`LocalWalker::leaf_entry`, its code registered with
+/// [`register_code`] already) so that it may be called directly, as `oil.h`'s steady state
+/// does: a fault in it makes it return ([`STATUS_FAULT`], the faulting address) to whoever
+/// called it. False when the table is full (then enter it through [`run_direct_optimistic`]).
+pub fn register_leaf_entry(entry: Range<usize>) -> bool {
+    LEAF_ENTRIES.add(entry)
 }
 
 /// Whether `addr` is in registered walker code (async-signal-safe: atomic loads only).
 fn in_walker_code(addr: usize) -> bool {
-    let n = CODE_COUNT.load(Ordering::Acquire).min(MAX_CODE_RANGES);
-    CODE_RANGES[..n]
-        .iter()
-        .any(|r| (r[0].load(Ordering::Relaxed)..r[1].load(Ordering::Relaxed)).contains(&addr))
+    WALKER_CODE.contains(addr)
+}
+
+/// The flag that says the action of SIGSEGV or SIGBUS may have changed since our handler was
+/// last seen in front: a direct call of a leaf entry (`oil.h`) must not start while it is
+/// raised, nor when the thread's countdown (`ThreadState::walks_to_check`) is 0 (then the
+/// general path puts the handler back first, see [`check_handlers`]).
+pub fn handlers_changed() -> &'static AtomicBool {
+    &MAYBE_REPLACED
 }
 
 /// A private stack: reserved, not committed (`MAP_NORESERVE`: only the pages a walk
@@ -389,13 +445,18 @@ const DIRECT_MIN: usize = 256 << 10;
 /// thread's stack is unknown, or this is not it (a fiber), or it has too little room.
 #[inline]
 fn direct_room(st: &mut ThreadState) -> Option<usize> {
-    if st.base == 0 {
+    if st.floor == 0 {
         read_stack_bounds(st);
     }
-    // One subtraction and one comparison (a stack pointer below `base` wraps `room` far
-    // above `span`).
-    let room = stack_pointer().wrapping_sub(st.base);
-    (room.wrapping_sub(DIRECT_MIN) < st.span).then_some(room)
+    room_of(st)
+}
+
+/// The room below the current stack pointer, if a direct walk may start there (bounds not
+/// read yet make `span` 0: no room).
+#[inline(always)]
+fn room_of(st: &ThreadState) -> Option<usize> {
+    let above = stack_pointer().wrapping_sub(st.floor);
+    (above < st.span).then_some(above + DIRECT_MIN)
 }
 
 /// A thread's first direct walk: its stack's bounds, as [`direct_room`] uses them.
@@ -403,8 +464,8 @@ fn direct_room(st: &mut ThreadState) -> Option<usize> {
 #[inline(never)]
 fn read_stack_bounds(st: &mut ThreadState) {
     let (low, high) = thread_stack().unwrap_or((1, 1));
-    st.base = low + DIRECT_RESERVE;
-    st.span = high.saturating_sub(st.base + DIRECT_MIN);
+    st.floor = low + DIRECT_RESERVE + DIRECT_MIN;
+    st.span = high.saturating_sub(st.floor);
 }
 
 /// The current stack pointer (a register read: an address taken of a local would cost a
@@ -496,12 +557,8 @@ pub unsafe fn run_direct_optimistic(
     obj: u64,
     bias: u64,
 ) -> Option<(u64, u64)> {
-    // Bounds not read yet (`base` 0) make `span` 0: no room.
-    let room = stack_pointer().wrapping_sub(st.base);
-    if room.wrapping_sub(DIRECT_MIN) >= st.span
-        || st.walks_to_check == 0
-        || MAYBE_REPLACED.load(Ordering::Acquire)
-    {
+    let room = room_of(st)?;
+    if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
         return None;
     }
     st.walks_to_check -= 1;
@@ -515,7 +572,7 @@ pub unsafe fn run_direct_optimistic(
 /// in front if this thread's countdown or a `sigaction`/`signal` call says it is due (what
 /// [`run_direct_optimistic`] leaves to its caller's general path).
 pub fn check_handlers(st: &mut ThreadState) -> Result<(), GuardError> {
-    if st.base == 0 {
+    if st.floor == 0 {
         read_stack_bounds(st);
     }
     if st.walks_to_check == 0 || MAYBE_REPLACED.load(Ordering::Acquire) {
@@ -722,6 +779,26 @@ fn recover(t: &PerThread, info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool 
         gregs[libc::REG_RSI as usize] = regs.rsi as i64;
         return true;
     }
+    if LEAF_ENTRIES.contains(rip) && rbp >= rsp && rbp.is_multiple_of(8) {
+        // A leaf entry called directly (`oil.h`'s steady state): the fault is in its body
+        // (only the body reads the object; its prologue and epilogue touch only its own
+        // frame, on a stack checked to have room before the call), where `rbp` is its frame
+        // pointer. It saves no callee-saved register (`LocalWalker::leaf_entry`), so every
+        // one still holds its caller's value: returning from its frame, as its epilogue
+        // would, with (STATUS_FAULT, addr) in rax:rdx, is a return of the call.
+        // SAFETY: `rbp` is the entry's frame pointer on this thread's stack, at or above
+        // the interrupted stack pointer: its two words (the caller's rbp, the return
+        // address) are live stack.
+        let (caller_fp, ret) = unsafe { (*(rbp as *const usize), *((rbp + 8) as *const usize)) };
+        // SAFETY: `info` is the kernel's siginfo for this synchronous fault.
+        let addr = unsafe { (*info).si_addr() } as usize;
+        gregs[libc::REG_RSP as usize] = (rbp + 16) as i64;
+        gregs[libc::REG_RBP as usize] = caller_fp as i64;
+        gregs[libc::REG_RIP as usize] = ret as i64;
+        gregs[libc::REG_RAX as usize] = STATUS_FAULT as i64;
+        gregs[libc::REG_RDX as usize] = addr as i64;
+        return true;
+    }
     false
 }
 
@@ -803,6 +880,10 @@ mod tests {
 
     /// A plan of one `std::string`-shaped root (pointer, length, capacity).
     fn string_walker() -> LocalWalker {
+        LocalWalker::compile(&string_plan(), &[0]).expect("compile")
+    }
+
+    fn string_plan() -> Plan {
         let mut plan = Plan::default();
         plan.nodes.push(Node {
             name: "a0".into(),
@@ -822,7 +903,51 @@ mod tests {
             opaque_union: false,
         });
         plan.compute_dynamic();
-        LocalWalker::compile(&plan, &[0]).expect("compile")
+        plan
+    }
+
+    /// A hole: an address range where nothing is mapped.
+    fn hole() -> u64 {
+        // SAFETY: mapping and unmapping a fresh page to get an address nothing is at.
+        unsafe {
+            let p = libc::mmap(
+                ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            libc::munmap(p, 4096);
+            p as u64
+        }
+    }
+
+    #[test]
+    fn a_leaf_entry_called_directly_returns_from_a_fault() {
+        let w = LocalWalker::compile_totals_optimistic(&string_plan(), &[0]).expect("compile");
+        assert!(w.leaf_entry(), "a string's optimistic walk is a leaf");
+        assert!(register_code(w.code_range()));
+        assert!(register_leaf_entry(w.entry_range()));
+        with_thread_state(check_handlers).expect("handlers");
+        type Entry = unsafe extern "sysv64" fn(u64, u64, u64) -> DirectResult;
+        // SAFETY: the optimistic entry's signature (`LocalWalker::entry_address`); its code
+        // is registered as a leaf entry, so a fault returns from it.
+        let entry = unsafe { std::mem::transmute::<usize, Entry>(w.entry_address()) };
+        let obj: [u64; 4] = [0x1000, 40, 40, 0];
+        // SAFETY: as above; the object is a live local.
+        let r = unsafe { entry(obj.as_ptr() as u64, 0, 0) };
+        assert_eq!((r.status, r.second), (STATUS_DONE, 32 + 40));
+        let hole = hole();
+        let keep = std::hint::black_box([1u64, 2, 3]);
+        // SAFETY: as above; the load at the hole faults and the handler returns.
+        let r = unsafe { entry(hole + 8, 0, 0) };
+        assert_eq!(r.status, STATUS_FAULT);
+        assert_eq!(r.second, hole + 8, "the faulting address");
+        assert_eq!(std::hint::black_box(keep), [1, 2, 3]);
+        // SAFETY: as above.
+        let r = unsafe { entry(obj.as_ptr() as u64, 0, 0) };
+        assert_eq!((r.status, r.second), (STATUS_DONE, 72));
     }
 
     fn walk(
@@ -861,19 +986,7 @@ mod tests {
             (STATUS_DONE, vec![2, 0, 0, 0, 0, 0, 0, 0, 40, 40])
         );
         // An address where nothing is mapped: the first load faults, the walk returns.
-        // SAFETY: mapping and unmapping a fresh page to get an address nothing is at.
-        let hole = unsafe {
-            let p = libc::mmap(
-                ptr::null_mut(),
-                4096,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            libc::munmap(p, 4096);
-            p as u64
-        };
+        let hole = hole();
         let (s, fault, _) = walk(&w, &mut stack, &mut scratch, hole + 8);
         assert_eq!(s, STATUS_FAULT);
         assert!((hole..hole + 4096).contains(&(fault as u64)), "{fault:#x}");

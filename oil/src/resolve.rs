@@ -39,8 +39,25 @@ impl Walker {
     }
 }
 
+/// What `oil.h`'s steady state reads of a type, at the start of its handle (an `oil_type*`
+/// is a `&'static Compiled`): the layout is part of the interface (`oil_type_head` there).
+#[repr(C)]
+pub struct SteadyHead {
+    /// The optimistic walker's entry when it is a leaf that may be called directly
+    /// (`LocalWalker::leaf_entry`, registered with `guard::register_leaf_entry`), 0 otherwise
+    /// and once given up (as [`Compiled::steady_entry`]).
+    pub leaf_entry: AtomicUsize,
+    /// [`Compiled::bias`], the entry's second argument.
+    pub bias: u64,
+    /// `guard::handlers_changed`: no direct call while it is raised.
+    pub handlers_changed: &'static AtomicBool,
+}
+
 /// Everything a measurement of one (type, features) needs, built once.
+#[repr(C)]
 pub struct Compiled {
+    /// First: see [`SteadyHead`].
+    pub head: SteadyHead,
     /// The C++ name, as the demangler spells it.
     pub name: String,
     pub measurer: Measurer,
@@ -70,6 +87,13 @@ pub struct Compiled {
 }
 
 impl Compiled {
+    /// Stops the steady state from using the optimistic walker (a walk met a shared pointee,
+    /// or nested deeper than a caller's stack allows): sizes take the exact walker.
+    pub fn give_up_optimistic(&self) {
+        self.head.leaf_entry.store(0, Ordering::Relaxed);
+        self.steady_entry.store(0, Ordering::Relaxed);
+    }
+
     /// The walker for a report (`report`) or for the size alone, if compiled already.
     pub fn walker(&self, report: bool) -> Option<&Result<Walker, Error>> {
         self.slot(report).get()
@@ -93,8 +117,11 @@ impl Compiled {
             let w = LocalWalker::compile_totals_optimistic(plan, &self.measurer.roots()).ok()?;
             let w = Walker::new(w);
             if w.direct && !self.deep.load(Ordering::Relaxed) {
-                self.steady_entry
-                    .store(w.local.entry_address(), Ordering::Release);
+                let entry = w.local.entry_address();
+                self.steady_entry.store(entry, Ordering::Release);
+                if w.local.leaf_entry() && guard::register_leaf_entry(w.local.entry_range()) {
+                    self.head.leaf_entry.store(entry, Ordering::Release);
+                }
             }
             Some(w)
         });
@@ -167,6 +194,11 @@ pub fn compile(
                     .ok_or_else(|| Error::Internal("no root".into()))?;
                 // Sized: `oil::size` takes the total the walker adds up, with no decoding.
                 return Ok(Compiled {
+                    head: SteadyHead {
+                        leaf_entry: AtomicUsize::new(0),
+                        bias: module.bias,
+                        handlers_changed: guard::handlers_changed(),
+                    },
                     name: name.to_string(),
                     heap_blocks: measurer.plan().charges_heap_blocks(),
                     deep: false.into(),

@@ -149,7 +149,7 @@ pub fn size_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> Option<u64
     match status {
         jit::STATUS_DONE => Some(size),
         jit::STATUS_REVISIT | jit::STATUS_STACK => {
-            c.steady_entry.store(0, Ordering::Relaxed);
+            c.give_up_optimistic();
             if status == jit::STATUS_STACK {
                 c.deep.store(true, Ordering::Relaxed);
             }

@@ -103,6 +103,22 @@ fn json_tree_and_size_equal_oi_trace(opt: &str) {
     assert_eq!(sensor_json[0]["typeNames"][0], "app::Sensor");
     assert_eq!(sensor_json[0]["members"][0]["name"], "_vptr.Device");
 
+    // A class template with value arguments: typeid's name spells them as casts, the DWARF
+    // name as plain values; the lookup finds it all the same.
+    let ring = number(&mut f, "ring-size");
+    assert_eq!(
+        ring,
+        number(&mut f, "ring-expect"),
+        "{opt}: Ring<int, 4, …>"
+    );
+    let ring_json = oi_e2e::json(&value(&mut f, "ring-json"));
+    assert_eq!(ring_json[0]["size"].as_u64(), Some(ring));
+    let ring_name = ring_json[0]["typeNames"][0].as_str().unwrap_or_default();
+    assert!(
+        ring_name.starts_with("app::Ring<int, 4, true, "),
+        "{opt}: {ring_name}"
+    );
+
     // The same object at a probed call, measured by oi-trace from outside: the same bytes.
     let mut pokes = 0;
     let traced = oi_trace_inspect(&f, "json", &mut pokes);
@@ -222,6 +238,25 @@ fn oil_corrupt_objects_throw_and_the_program_keeps_its_fault_handling() {
         let (got_deep, want_deep) = deep.split_once(" expect ").expect("deep N expect M");
         assert_eq!(got_deep, want_deep, "{opt}: a chain deeper than the stack");
         assert_eq!(value(&mut f, "valid-last"), got);
+        let leaf = value(&mut f, "leaf");
+        let words: Vec<&str> = leaf.split(' ').collect();
+        assert!(
+            matches!(words[..], [n, "expect", m, "direct", "1"] if n == m),
+            "{opt}: a leaf walker, called directly, measures exactly: {leaf}"
+        );
+        let error = value(&mut f, "leaf-error");
+        assert!(
+            error.starts_with("oil: walking `Leaf` at 0x") && error.contains("cannot read"),
+            "{opt}: {error}"
+        );
+        let regs = value(&mut f, "leaf-registers");
+        let (got_regs, want_regs) = regs
+            .split_once(" expect ")
+            .expect("leaf-registers N expect M");
+        assert_eq!(
+            got_regs, want_regs,
+            "{opt}: the caller's registers after faults"
+        );
         f.stdout.expect("done", Duration::from_secs(10));
         f.assert_running();
         assert!(f.finish().success());

@@ -26,10 +26,12 @@ pub fn demangle_type(mangled: &str) -> Option<String> {
 
 /// The spelling in which the demangler's and g++'s names of one type are equal: integer
 /// type names in one order (`long unsigned int` → `unsigned long`), integer literals without
-/// suffixes (`3ul` → `3`), ABI tags dropped (`[abi:cxx11]`), and one space only between two
-/// words (`std::map<int, long> >` → `std::map<int,long>>`).
+/// suffixes (`3ul` → `3`) or casts to an integer type (`(unsigned long)4` → `4`, the
+/// demangler's spelling of a template's value argument), `bool` values as words (`(bool)1`
+/// → `true`), ABI tags dropped (`[abi:cxx11]`), and one space only between two words
+/// (`std::map<int, long> >` → `std::map<int,long>>`).
 pub fn canonical(name: &str) -> String {
-    let tokens = tokenize(&strip_abi_tags(name));
+    let tokens = drop_integer_casts(tokenize(&strip_abi_tags(name)));
     let mut words: Vec<String> = Vec::with_capacity(tokens.len());
     let mut i = 0;
     while i < tokens.len() {
@@ -94,6 +96,44 @@ fn tokenize(name: &str) -> Vec<String> {
     }
     if !cur.is_empty() {
         out.push(cur);
+    }
+    out
+}
+
+/// Template value arguments without their casts: `( T ) N` → `N` when `T` is an integer
+/// type (g++ writes `4` where the demangler writes `(unsigned long)4`), and `(bool)0`,
+/// `(bool)1` → `false`, `true`. Other casts (`(Color)1`, which both spell so) stay.
+fn drop_integer_casts(tokens: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        if tokens[i] == "(" {
+            let close = tokens[i + 1..]
+                .iter()
+                .position(|t| t == ")")
+                .map(|k| i + 1 + k);
+            if let Some(j) = close {
+                let inner = &tokens[i + 1..j];
+                let integer = !inner.is_empty() && inner.iter().all(|t| is_int_keyword(t));
+                let boolean = matches!(inner, [t] if t == "bool");
+                let sign = usize::from(tokens.get(j + 1).is_some_and(|t| t == "-"));
+                let literal = tokens
+                    .get(j + 1 + sign)
+                    .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_digit()));
+                if literal && (integer || boolean) {
+                    if boolean {
+                        let v = strip_literal_suffix(&tokens[j + 1 + sign]);
+                        out.push(if v == "0" { "false" } else { "true" }.to_string());
+                        i = j + 2 + sign;
+                    } else {
+                        i = j + 1;
+                    }
+                    continue;
+                }
+            }
+        }
+        out.push(tokens[i].clone());
+        i += 1;
     }
     out
 }
@@ -259,6 +299,31 @@ mod tests {
         assert_ne!(canonical("Box<signed char>"), canonical("Box<char>"));
         assert_ne!(canonical("Box<long>"), canonical("Box<long long>"));
         assert_eq!(canonical("unsigned"), "unsigned int");
+    }
+
+    #[test]
+    fn template_value_arguments_meet_with_and_without_casts() {
+        let same = |a: &str, b: &str| assert_eq!(canonical(a), canonical(b), "{a} vs {b}");
+        // What `typeid(...).name()` demangles to, against what g++ writes in DWARF.
+        let demangled =
+            demangle_type("N4absl13InlinedVectorIiLm4ESaIiEEE").expect("a mangled type name");
+        same(
+            &demangled,
+            "absl::InlinedVector<int, 4, std::allocator<int> >",
+        );
+        let demangled =
+            demangle_type("3BoxIiLm4ELb1EL5Color1ELin3EL5Plain1EE").expect("a mangled type name");
+        same(&demangled, "Box<int, 4, true, (Color)1, -3, (Plain)1>");
+        same("Flags<(bool)0, (bool)1>", "Flags<false, true>");
+        same("Shift<(long)-2>", "Shift<-2>");
+        assert_ne!(canonical("Box<(unsigned long)4>"), canonical("Box<5>"));
+        assert_ne!(canonical("Flags<(bool)0>"), canonical("Flags<true>"));
+        // Parentheses that are no cast stay.
+        same(
+            "app::(anonymous namespace)::Hidden",
+            "app::(anonymous namespace)::Hidden",
+        );
+        assert_ne!(canonical("F<void (int)>"), canonical("F<void>"));
     }
 
     #[test]

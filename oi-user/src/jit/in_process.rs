@@ -21,6 +21,7 @@ use std::sync::Mutex;
 
 use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::ExternalName;
+use cranelift_codegen::isa::unwind::UnwindInst;
 use cranelift_codegen::{Context, FinalizedRelocTarget};
 use cranelift_jit::{ArenaMemoryProvider, JITBuilder, JITModule};
 use cranelift_module::{Module, default_libcall_names};
@@ -62,7 +63,11 @@ pub struct LocalWalker {
     /// [`OptimisticEntry`] when `optimistic`.
     entry: usize,
     optimistic: bool,
+    /// The entry calls no function and saves no callee-saved register (`Self::leaf_entry`).
+    leaf: bool,
     code: Range<usize>,
+    /// The entry function's own code, within `code`.
+    entry_code: Range<usize>,
     /// Owns the executable memory; only touched again to free it (`Drop`). A mutex makes
     /// the walker `Sync` without ever being locked while the code runs.
     module: Mutex<Option<JITModule>>,
@@ -144,6 +149,7 @@ impl LocalWalker {
             ids.push(id);
         }
         let mut sizes = Vec::with_capacity(count);
+        let mut leaf = false;
         let mut ctx = Context::new();
         for (i, (f, &id)) in funcs.into_iter().zip(&ids).enumerate() {
             // The prefetch is machine code of its own (Cranelift cannot emit the instruction).
@@ -178,6 +184,19 @@ impl LocalWalker {
                     )));
                 }
             }
+            if i == codegen::FN_ENTRY as usize {
+                let calls = code
+                    .buffer
+                    .relocs()
+                    .iter()
+                    .any(|r| r.kind == Reloc::X86CallPCRel4);
+                let saves = code
+                    .buffer
+                    .unwind_info
+                    .iter()
+                    .any(|(_, u)| matches!(u, UnwindInst::SaveReg { .. }));
+                leaf = !calls && !saves;
+            }
             sizes.push(code.code_info().total_size as usize);
             ctx.clear();
         }
@@ -197,10 +216,13 @@ impl LocalWalker {
             .get(codegen::FN_ENTRY as usize)
             .copied()
             .ok_or_else(|| err("no entry function"))?;
+        let entry_code = entry..entry + sizes[codegen::FN_ENTRY as usize];
         Ok(Self {
             entry,
             optimistic: matches!(output, Output::TotalOptimistic),
+            leaf,
             code,
+            entry_code,
             module: Mutex::new(Some(module)),
         })
     }
@@ -209,6 +231,11 @@ impl LocalWalker {
     /// the walk's (the code calls nothing outside it).
     pub fn code_range(&self) -> Range<usize> {
         self.code.clone()
+    }
+
+    /// Where the entry function's own code lies (within [`Self::code_range`]).
+    pub fn entry_range(&self) -> Range<usize> {
+        self.entry_code.clone()
     }
 
     /// The address of the entry function, for a caller that enters it through its own
@@ -226,6 +253,17 @@ impl LocalWalker {
     /// [`Self::entry_address`]).
     pub fn is_optimistic(&self) -> bool {
         self.optimistic
+    }
+
+    /// Whether the entry is a leaf that keeps every callee-saved register: it calls no
+    /// function and its prologue saves none of them (its code uses only caller-saved
+    /// registers), and it keeps its frame pointer (`rbp`) from its prologue to its epilogue.
+    /// Then a walk that faults can be made to return to its caller straight from the entry's
+    /// frame (stack pointer `rbp + 16`, return address `[rbp + 8]`, the caller's `rbp` at
+    /// `[rbp]`), with nothing else to restore: such an entry may be called directly, without
+    /// a trampoline that saves registers (the `oil` crate's steady state).
+    pub fn leaf_entry(&self) -> bool {
+        self.leaf
     }
 
     /// Runs the walk described by `frame` on the calling thread and stack; returns the status

@@ -248,6 +248,12 @@ pub(super) fn gen_entry(
 /// `unseeded == 0` says), with `bias` as `WalkFrame::bias` and `stack_len` as
 /// `WalkFrame::stack_len` (0: the default). The total is 0 unless the status is
 /// `STATUS_DONE`. Writes nothing but its own stack.
+///
+/// First generated as a leaf: when the whole walk is inline (no node function is called,
+/// as for a struct of strings, vectors and `unique_ptr`s), nothing is kept in the context
+/// for a callee: no stack limit (nothing recurses), no total, and the count of recorded keys
+/// lives in a register. If the walk needs a node function, the entry is generated again with
+/// the context set up for its callees.
 fn gen_optimistic_entry(
     plan: &Plan,
     roots: &[NodeId],
@@ -261,7 +267,24 @@ fn gen_optimistic_entry(
             roots.len()
         )));
     };
-    build(plan, FN_ENTRY, 3, reg, fctx, fc, |g, args| {
+    let leaf = optimistic_entry(plan, root, true, reg, fctx, fc)?;
+    if reg.ids.is_empty() && reg.pending.is_empty() {
+        return Ok(leaf);
+    }
+    reg.ids.clear();
+    reg.pending.clear();
+    optimistic_entry(plan, root, false, reg, fctx, fc)
+}
+
+fn optimistic_entry(
+    plan: &Plan,
+    root: NodeId,
+    leaf: bool,
+    reg: &mut Registry,
+    fctx: &mut FunctionBuilderContext,
+    fc: TargetFrontendConfig,
+) -> Result<Function, JitError> {
+    let f = build(plan, FN_ENTRY, 3, reg, fctx, fc, |g, args| {
         let (addr, bias, stack_len) = (args[0], args[1], args[2]);
         let slot = g.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
@@ -270,10 +293,16 @@ fn gen_optimistic_entry(
         ));
         g.ctx = g.b.ins().stack_addr(I64, slot, 0);
         let zero = g.c(0);
-        g.st_ctx(zero, CTX_NKEYS);
         g.st_ctx(bias, CTX_BIAS);
-        g.st_ctx(zero, CTX_TOTAL);
-        g.store_stack_limit(stack_len);
+        if leaf {
+            let n = g.b.declare_var(I64);
+            g.b.def_var(n, zero);
+            g.reg.leaf_keys = Some(n);
+        } else {
+            g.st_ctx(zero, CTX_NKEYS);
+            g.st_ctx(zero, CTX_TOTAL);
+            g.store_stack_limit(stack_len);
+        }
         // The root's walk inline, as in the frame's entry.
         g.budget = INLINE_BUDGET;
         let tag = g.plan.visit_tag(Some(root));
@@ -288,7 +317,9 @@ fn gen_optimistic_entry(
         let total = g.b.use_var(g.total);
         g.b.ins().return_(&[done, total]);
         Err(Stop::Dead)
-    })
+    });
+    reg.leaf_keys = None;
+    f
 }
 
 impl Gen<'_, '_> {

@@ -221,6 +221,10 @@ struct Registry {
     stream: bool,
     /// Record visits instead of inserting them (`generate_totals_optimistic`).
     optimistic: bool,
+    /// While an optimistic entry is generated as a leaf (it walks everything inline and
+    /// calls no node function, `entry::gen_optimistic_entry`): the variable that counts the
+    /// recorded keys, in a register instead of the context.
+    leaf_keys: Option<Variable>,
     /// `report::static_total` of each node, memoised.
     statics: Vec<Option<u64>>,
 }

@@ -21,7 +21,7 @@ impl Gen<'_, '_> {
     /// An optimistic walker's visit: the key recorded for the entry's final check, and 1
     /// ("newly inserted"); [`STATUS_REVISIT`] when the record is full.
     pub(super) fn record_visit(&mut self, key: Value) -> Value {
-        let n = self.ld_ctx(CTX_NKEYS);
+        let n = self.recorded_count();
         let full = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, n, OPTIMISTIC_KEYS);
         let s = self.c(STATUS_REVISIT);
         let ok = self.b.create_block();
@@ -33,14 +33,25 @@ impl Gen<'_, '_> {
         let slot = self.b.ins().iadd(self.ctx, off);
         self.b.ins().store(trusted(), key, slot, CTX_KEYS);
         let n1 = self.b.ins().iadd_imm_s(n, 1);
-        self.st_ctx(n1, CTX_NKEYS);
+        match self.reg.leaf_keys {
+            Some(v) => self.b.def_var(v, n1),
+            None => self.st_ctx(n1, CTX_NKEYS),
+        }
         self.c(1)
+    }
+
+    /// How many keys are recorded: in a register in a leaf entry, else in the context.
+    fn recorded_count(&mut self) -> Value {
+        match self.reg.leaf_keys {
+            Some(v) => self.b.use_var(v),
+            None => self.ld_ctx(CTX_NKEYS),
+        }
     }
 
     /// The optimistic entry's final check: [`STATUS_REVISIT`] if two recorded keys are
     /// equal (the exact walker would not have descended the second time).
     pub(super) fn check_recorded(&mut self) -> G {
-        let n = self.ld_ctx(CTX_NKEYS);
+        let n = self.recorded_count();
         // Up to UNROLLED_KEYS keys (a small object's), the pairs are compared straight, the
         // key `i` only once `n > i`: about two instructions a pair, where the loops below
         // cost a dozen an iteration.
