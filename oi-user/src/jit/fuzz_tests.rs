@@ -59,7 +59,7 @@ fn random_plan(r: &mut Rng) -> Plan {
             (i + 1 < n).then(|| i + 1 + r.below((n - i - 1) as u64) as usize)
         };
         let any = |r: &mut Rng| r.below(n as u64) as usize;
-        let op = match (r.below(19), later(r)) {
+        let op = match (r.below(20), later(r)) {
             (0, _) | (_, None) if r.chance(50) => Op::Leaf,
             (1, _) => Op::Bitfield,
             (2, Some(_)) => {
@@ -214,6 +214,18 @@ fn random_plan(r: &mut Rng) -> Plan {
             (17, _) => Op::HeapPointer {
                 target: r.chance(80).then(|| any(r)),
                 lone: r.below(64),
+            },
+            (19, Some(_)) => Op::Union {
+                // The discriminator may sit before the union, inside it or past it, as in
+                // the class around a real one; values repeat so the first match must win.
+                disc: r.below(size + 24) as i64 - 16,
+                width: [1, 2, 4, 8][r.below(4) as usize],
+                cases: (0..1 + r.below(4))
+                    .map(|_| {
+                        let member = later(r).filter(|_| r.chance(80));
+                        (r.below(3), member.map(|m| (off(r, size), m)))
+                    })
+                    .collect(),
             },
             (18, Some(c)) => Op::Poly {
                 // Vtable "ranges" over the arena's addresses are filled in by the caller.
