@@ -117,6 +117,12 @@ static SITES: PerCpuHashMap<u64, SiteStats> = PerCpuHashMap::with_max_entries(1,
 #[map]
 static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per CPU, the id of the last stack this CPU found in `STACKS` or stored there: a hot site
+/// allocates from one stack again and again, and `STACKS` never forgets one while the program
+/// runs, so that stack needs no lookup.
+#[map]
+static LAST_STACK: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
@@ -813,20 +819,28 @@ fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
     if h == 0 {
         h = 1;
     }
-    // A lookup first: a known stack (the usual case) costs no bucket lock.
-    // SAFETY: only whether the key is present is used.
-    if unsafe { STACKS.get(&h) }.is_some() {
+    let last = LAST_STACK.get_ptr_mut(0);
+    // SAFETY: this CPU's slot of a per-CPU array.
+    if last.is_some_and(|last| unsafe { *last } == h) {
         return h;
     }
-    match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
-        Ok(()) => h,
-        // EEXIST: seen before.
-        Err(-17) => h,
-        Err(_) => {
-            count(counter::STACKS_FULL);
-            0
-        }
+    // A lookup first: a known stack (the usual case) costs no bucket lock.
+    // SAFETY: only whether the key is present is used.
+    let stored = unsafe { STACKS.get(&h) }.is_some()
+        || match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
+            // EEXIST: seen before.
+            Ok(()) | Err(-17) => true,
+            Err(_) => false,
+        };
+    if !stored {
+        count(counter::STACKS_FULL);
+        return 0;
     }
+    if let Some(last) = last {
+        // SAFETY: as above.
+        unsafe { *last = h };
+    }
+    h
 }
 
 /// `a × b`, saturated (the allocator fails such a request). Done in 32-bit halves: LLVM turns
