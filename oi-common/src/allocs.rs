@@ -191,7 +191,8 @@ pub struct Stack {
     pub frames: [u64; MAX_FRAMES],
 }
 
-/// What one site (allocating stack) has seen, updated atomically by every thread.
+/// What one site (allocating stack) has seen: one value per CPU in the kernel (each CPU adds
+/// to its own), summed by user space.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteStats {
