@@ -191,7 +191,8 @@ pub struct Stack {
     pub frames: [u64; MAX_FRAMES],
 }
 
-/// What one site (allocating stack) has seen, updated atomically by every thread.
+/// What one site (allocating stack) has seen: one value per CPU in the kernel (each CPU adds
+/// to its own), summed by user space.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteStats {
@@ -251,6 +252,13 @@ pub mod counter {
 /// linker's `_dl_debug_state`, called after a dlopen mapped its files and before their
 /// constructors run) is held in the probe while user space hooks the new files.
 pub const MAPPED_HOLD_NS: u64 = 1_000_000_000;
+
+/// Where `struct r_debug`'s `r_state` lies (the dynamic linker's `_r_debug`: `int r_version`,
+/// `link_map *r_map`, `r_brk`, then the state), and its values: `_dl_debug_state` runs at
+/// `RT_ADD` (before a dlopen maps anything), `RT_DELETE` (before a dlclose unmaps) and
+/// `RT_CONSISTENT` (after either): only the last can have new files to hook.
+pub const R_STATE_OFFSET: u64 = 24;
+pub const RT_CONSISTENT: u32 = 0;
 
 /// Slots of the `MAPPED` array: mapping changes reported, and the last one user space has
 /// handled (it writes that slot).

@@ -783,7 +783,8 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) 
     let nested = report["counters"]["nested_calls"].as_u64().unwrap();
     assert!(
         nested >= want[0] + want[1],
-        "{what}: nested calls: {nested}"
+        "{what}: nested calls: {nested} (counters {})",
+        report["counters"]
     );
     drop(cgroup);
 }

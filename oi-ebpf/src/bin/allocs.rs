@@ -53,14 +53,14 @@ use aya_ebpf::{
         },
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
     allocs::{
-        Block, MAPPED_HOLD_NS, MAX_BUCKETS, MAX_THREADS, Mapped, Open, SiteStats, Stack,
-        WEIGHT_ONE, cookie, counter, function, mapped,
+        Block, MAX_BUCKETS, MAX_THREADS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE,
+        cookie, counter, function, mapped,
     },
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
@@ -88,6 +88,10 @@ static SAMPLE_BYTES: Global<u64> = Global::new(0);
 static BUCKET_NS: Global<[u64; MAX_BUCKETS]> = Global::new([0; MAX_BUCKETS]);
 #[unsafe(no_mangle)]
 static BOUNDS: Global<u32> = Global::new(0);
+/// How long `oi_allocs_mapped` holds a thread at most (0: never holds, only tells user space:
+/// one CPU, where the spinning thread would keep user space off that CPU).
+#[unsafe(no_mangle)]
+static HOLD_NS: Global<u64> = Global::new(0);
 
 /// pid_tgid → the outermost allocator call the thread is inside. A thread's slot is written
 /// in place and kept when the call ends (`sp` 0: no call): an update or a removal of a hash
@@ -104,13 +108,20 @@ static LIVE: HashMap<u64, Block> = HashMap::with_max_entries(1, 0);
 #[map]
 static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(1, 0);
 
-/// Stack id → what its allocations did. Same size as `STACKS`.
+/// Stack id → what its allocations did, per CPU (user space sums the CPUs): plain adds
+/// instead of a locked add per field, eleven per malloc+free pair. Same size as `STACKS`.
 #[map]
-static SITES: HashMap<u64, SiteStats> = HashMap::with_max_entries(1, 0);
+static SITES: PerCpuHashMap<u64, SiteStats> = PerCpuHashMap::with_max_entries(1, 0);
 
 /// Where a stack is captured (too large for the BPF stack).
 #[map]
 static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU, the id of the last stack this CPU found in `STACKS` or stored there: a hot site
+/// allocates from one stack again and again, and `STACKS` never forgets one while the program
+/// runs, so that stack needs no lookup.
+#[map]
+static LAST_STACK: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -142,11 +153,14 @@ pub fn oi_allocs_return(ctx: RetProbeContext) -> u32 {
 }
 
 /// The dynamic linker's `_dl_debug_state`, which it calls after every change of the mapped
-/// objects (a dlopen: once before mapping, once after, before their constructors run): tells
-/// user space, and holds the thread here until user space has hooked the new files or
-/// [`MAPPED_HOLD_NS`] passed, so that a library's first allocations (its constructors, the
-/// code right after dlopen) are counted. Holding is a busy wait inside the probe: the thread
-/// is not stopped, nothing the process or its parent can see changes, and it is bounded.
+/// objects (a dlopen: once before mapping, at `RT_ADD`, once after, at `RT_CONSISTENT`, before
+/// the new files' constructors run): at `RT_CONSISTENT` (or when the state cannot be read),
+/// tells user space, and holds the thread here until user space has hooked the new files or
+/// `HOLD_NS` passed, so that a library's first allocations (its constructors, the code right
+/// after dlopen) are counted. The attach cookie is the distance from `_dl_debug_state` to
+/// `_r_debug.r_state` in the linker's file (0: unknown, every call holds). Holding is a busy
+/// wait inside the probe: the thread is not stopped, nothing the process or its parent can
+/// see changes, and it is bounded.
 /// Sleepable, so that it runs outside an RCU read-side section: attaching uprobes waits for
 /// an RCU grace period (`dup_mmap_sem`), which a non-sleepable program spinning on a CPU
 /// would hold back until the bound (measured: the attach then ended only at the bound).
@@ -155,6 +169,17 @@ pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !in_scope(tgid) {
         return 0;
+    }
+    // SAFETY: the context pointer is the one the kernel passed to this program.
+    let to_state = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if to_state != 0 {
+        // SAFETY: `regs` is the pt_regs the kernel passed; the state is read from user memory
+        // through the helper, which fails cleanly (then the call holds, as without a cookie).
+        let pc = unsafe { (*ctx.regs).rip };
+        let state = unsafe { bpf_probe_read_user(pc.wrapping_add(to_state) as *const u32) };
+        if matches!(state, Ok(s) if s != RT_CONSISTENT) {
+            return 0;
+        }
     }
     let Some(reported) = MAPPED.get_ptr_mut(mapped::REPORTED) else {
         return 0;
@@ -168,9 +193,13 @@ pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
     if MAPPED_EVENTS.output::<Mapped>(&record, 0).is_err() {
         return 0;
     }
+    let hold_ns = HOLD_NS.load();
+    if hold_ns == 0 {
+        return 0;
+    }
     let mut hold = Hold {
         sequence,
-        until: clock() + MAPPED_HOLD_NS,
+        until: clock() + hold_ns,
         done: 0,
         expired: 0,
     };
@@ -290,7 +319,9 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         let r = &*ctx.regs;
         (r.rdi, r.rsi, r.rdx)
     };
-    if let Some(open) = open_call(pid_tgid) {
+    let slot = THREADS.get_ptr_mut(pid_tgid);
+    // SAFETY: the thread's own slot (see `THREADS`).
+    if let Some(open) = slot.filter(|open| unsafe { (**open).sp } != 0) {
         // SAFETY: `open` points at this thread's map value, which only this thread touches.
         let o = unsafe { *open };
         if function::is_free(o.function as u64) {
@@ -345,6 +376,12 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     if function::is_free(function) {
         free_block(rdi, clock());
         open.arg = rdi;
+        // No stack walk on this path: the slot found above is still the thread's.
+        if let Some(slot) = slot {
+            // SAFETY: as above.
+            unsafe { *slot = open };
+            return;
+        }
     } else {
         (open.size, open.arg) = match function {
             function::CALLOC => (times(rdi, rsi), 0),
@@ -370,8 +407,8 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             count(counter::SKIPPED);
         }
     }
-    // Looked up again rather than kept from above: a pointer held across the stack walk
-    // multiplies the states the verifier explores beyond its limit.
+    // An allocation's slot is looked up again rather than kept from above: a pointer held
+    // across the stack walk multiplies the states the verifier explores beyond its limit.
     if let Some(slot) = THREADS.get_ptr_mut(pid_tgid) {
         // SAFETY: as above.
         unsafe { *slot = open };
@@ -583,13 +620,14 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         }
     };
     if let Some(s) = site {
-        // SAFETY: `s` points into a map value shared by every CPU: added atomically.
+        // SAFETY: `s` is this CPU's value of the site, which only this CPU's programs touch,
+        // one at a time.
         unsafe {
-            add(&raw mut (*s).allocs, 1);
-            add(&raw mut (*s).bytes, o.size);
-            add(&raw mut (*s).usable_bytes, usable);
-            add(&raw mut (*s).est_allocs, o.weight);
-            add(&raw mut (*s).est_bytes, estimated_bytes(o.size, o.weight));
+            (*s).allocs += 1;
+            (*s).bytes += o.size;
+            (*s).usable_bytes += usable;
+            (*s).est_allocs += o.weight;
+            (*s).est_bytes += estimated_bytes(o.size, o.weight);
         }
     }
     let b = Block {
@@ -721,18 +759,15 @@ fn free_block(ptr: u64, now: u64) {
         return;
     };
     let bucket = bucket(now.saturating_sub(b.time_ns));
-    // SAFETY: as in `allocated`.
+    // SAFETY: as in `allocated`; the bucket index is in bounds.
     unsafe {
-        add(&raw mut (*s).frees, 1);
-        add(&raw mut (*s).freed_bytes, b.size);
-        add(&raw mut (*s).freed_usable_bytes, b.usable);
-        add(&raw mut (*s).est_frees, b.weight);
-        add(
-            &raw mut (*s).est_freed_bytes,
-            estimated_bytes(b.size, b.weight),
-        );
+        (*s).frees += 1;
+        (*s).freed_bytes += b.size;
+        (*s).freed_usable_bytes += b.usable;
+        (*s).est_frees += b.weight;
+        (*s).est_freed_bytes += estimated_bytes(b.size, b.weight);
         if bucket <= MAX_BUCKETS {
-            add((&raw mut (*s).lifetimes).cast::<u64>().add(bucket), 1);
+            *(&raw mut (*s).lifetimes).cast::<u64>().add(bucket) += 1;
         }
     }
 }
@@ -784,20 +819,28 @@ fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
     if h == 0 {
         h = 1;
     }
-    // A lookup first: a known stack (the usual case) costs no bucket lock.
-    // SAFETY: only whether the key is present is used.
-    if unsafe { STACKS.get(&h) }.is_some() {
+    let last = LAST_STACK.get_ptr_mut(0);
+    // SAFETY: this CPU's slot of a per-CPU array.
+    if last.is_some_and(|last| unsafe { *last } == h) {
         return h;
     }
-    match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
-        Ok(()) => h,
-        // EEXIST: seen before.
-        Err(-17) => h,
-        Err(_) => {
-            count(counter::STACKS_FULL);
-            0
-        }
+    // A lookup first: a known stack (the usual case) costs no bucket lock.
+    // SAFETY: only whether the key is present is used.
+    let stored = unsafe { STACKS.get(&h) }.is_some()
+        || match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
+            // EEXIST: seen before.
+            Ok(()) | Err(-17) => true,
+            Err(_) => false,
+        };
+    if !stored {
+        count(counter::STACKS_FULL);
+        return 0;
     }
+    if let Some(last) = last {
+        // SAFETY: as above.
+        unsafe { *last = h };
+    }
+    h
 }
 
 /// `a × b`, saturated (the allocator fails such a request). Done in 32-bit halves: LLVM turns

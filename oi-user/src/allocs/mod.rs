@@ -559,23 +559,26 @@ impl Profiler for Run<'_> {
     }
 
     /// A process changed its mappings (a dlopen mapped its files; its thread waits in the
-    /// probe, before the files' constructors run): track and hook the new files now, then let
-    /// the thread go.
+    /// probe, before the files' constructors run): hook the new files, let the thread go, then
+    /// load their unwind rows.
     fn record(&mut self, data: &[u8]) {
         let Some(mapped) = program::mapped_record(data) else {
             return;
         };
         let pid = mapped.tgid as i32;
-        // Hooks first: they make the counts exact, the unwind rows make the stacks whole, and
-        // the thread is let go at the bound whatever is done by then.
+        // The hooks make the counts exact, so the thread waits for them only; the unwind rows
+        // (the slower part: ~250 ms for a first libstdc++) make the stacks whole and load
+        // while it runs: its allocations meanwhile are counted, their stacks in the new files
+        // follow frame pointers (or stop, counted as truncated).
         let started = Instant::now();
         self.hook_new_files(pid);
+        self.program.mapped_handled(mapped.sequence);
         let hooked = started.elapsed();
         let _ = self.program.unwinder.track(pid);
-        self.program.mapped_handled(mapped.sequence);
         if self.args.scope.verbose {
             eprintln!(
-                "oi-trace: mapping change {} of pid {pid}: hooked in {} ms, unwind rows in {} ms",
+                "oi-trace: mapping change {} of pid {pid}: hooked and let go in {} ms, unwind \
+                 rows in {} ms more",
                 mapped.sequence,
                 hooked.as_millis(),
                 (started.elapsed() - hooked).as_millis()

@@ -11,14 +11,15 @@ use std::path::Path;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use oi_common::allocs::{
-    Block, MAX_BUCKETS, Mapped, Open, SiteStats, Stack, cookie, counter, mapped,
+    Block, MAPPED_HOLD_NS, MAX_BUCKETS, Mapped, Open, R_STATE_OFFSET, SiteStats, Stack, cookie,
+    counter, mapped,
 };
 
 use super::hooks::Site;
@@ -84,7 +85,7 @@ pub struct Program {
     ebpf: Ebpf,
     mechanism: Mechanism,
     multi: Option<MultiProgram>,
-    sites: HashMap<MapData, u64, SiteStats>,
+    sites: PerCpuHashMap<MapData, u64, SiteStats>,
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
     threads: HashMap<MapData, u64, Open>,
@@ -99,6 +100,59 @@ pub struct Program {
 
 fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     move |e| Error::internal(format!("eBPF map {what}: {e}"))
+}
+
+/// One site's counts: the sum of its CPUs' values (the program adds on the CPU it runs on).
+fn sum_cpus<'a>(per_cpu: impl Iterator<Item = &'a SiteStats>) -> SiteStats {
+    let mut total = SiteStats::default();
+    for s in per_cpu {
+        total.allocs += s.allocs;
+        total.bytes += s.bytes;
+        total.usable_bytes += s.usable_bytes;
+        total.frees += s.frees;
+        total.freed_bytes += s.freed_bytes;
+        total.freed_usable_bytes += s.freed_usable_bytes;
+        for (sum, n) in total.lifetimes.iter_mut().zip(s.lifetimes) {
+            *sum += n;
+        }
+        total.est_allocs += s.est_allocs;
+        total.est_bytes += s.est_bytes;
+        total.est_frees += s.est_frees;
+        total.est_freed_bytes += s.est_freed_bytes;
+    }
+    total
+}
+
+/// How long the `_dl_debug_state` probe may hold a thread: [`MAPPED_HOLD_NS`], except on a
+/// machine with one CPU, where the held thread would spin on the CPU oi-trace needs (the
+/// kernel does not preempt a running eBPF program) and every dlopen would wait out the whole
+/// bound for nothing: there it is 0, and the probe only wakes oi-trace, which hooks the new
+/// files once it runs (a library's first allocations may then be missed).
+fn mapped_hold_ns() -> u64 {
+    match aya::util::online_cpus() {
+        Ok(cpus) if cpus.len() < 2 => 0,
+        _ => MAPPED_HOLD_NS,
+    }
+}
+
+/// The attach cookie of the `_dl_debug_state` probe in the dynamic linker at `path`: the
+/// distance from that function to `_r_debug.r_state` (both in the same file, so the distance
+/// holds wherever the file is mapped); `None` where either symbol is missing (a linker without
+/// `_r_debug`: every call then holds).
+fn r_state_cookie(path: &Path) -> Option<u64> {
+    use object::{Object as _, ObjectSymbol as _};
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let address = |name: &str| {
+        file.dynamic_symbols()
+            .chain(file.symbols())
+            .find(|s| s.name() == Ok(name) && s.address() != 0)
+            .map(|s| s.address())
+    };
+    let r_debug = address("_r_debug")?;
+    let function = address(DL_DEBUG_STATE)?;
+    let to_state = (r_debug + R_STATE_OFFSET).wrapping_sub(function);
+    (to_state != 0).then_some(to_state)
 }
 
 /// A [`Mapped`] record of the ring buffer.
@@ -120,6 +174,7 @@ impl Program {
         }
         let bounds = settings.bucket_ns.len().min(MAX_BUCKETS) as u32;
         let log_level: u8 = if settings.verbose { 0xff } else { 0 };
+        let hold_ns = mapped_hold_ns();
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
         loader
@@ -131,6 +186,7 @@ impl Program {
             .override_global("SAMPLE_BYTES", &settings.sample_bytes, true)
             .override_global("BUCKET_NS", &bucket_ns, true)
             .override_global("BOUNDS", &bounds, true)
+            .override_global("HOLD_NS", &hold_ns, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
             .map_max_entries("LIVE", settings.max_live.max(1))
             .map_max_entries("STACKS", settings.max_stacks.max(1))
@@ -169,7 +225,7 @@ impl Program {
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
         };
         Ok(Self {
-            sites: HashMap::try_from(take("SITES")?).map_err(map_err("SITES"))?,
+            sites: PerCpuHashMap::try_from(take("SITES")?).map_err(map_err("SITES"))?,
             stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
             live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
             threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
@@ -202,9 +258,11 @@ impl Program {
     }
 
     /// Probes `_dl_debug_state` of the dynamic linker at `path` (in process `pid` only, if
-    /// given): from then on, a thread that maps new objects waits in the probe until
-    /// [`mapped_handled`](Self::mapped_handled) (or `MAPPED_HOLD_NS`).
+    /// given): from then on, a thread that has mapped new objects waits in the probe until
+    /// [`mapped_handled`](Self::mapped_handled) (or [`mapped_hold_ns`]). The cookie lets the
+    /// probe read `_r_debug.r_state`, so that only the call after the mapping holds.
     pub fn attach_dynamic_linker(&mut self, path: &Path, pid: Option<u32>) -> Result<()> {
+        let cookie = r_state_cookie(path);
         let program: &mut UProbe = self
             .ebpf
             .program_mut(MAPPED_PROGRAM)
@@ -218,7 +276,7 @@ impl Program {
             .attach(
                 UProbeAttachPoint {
                     location: UProbeAttachLocation::Symbol(DL_DEBUG_STATE),
-                    cookie: None,
+                    cookie,
                 },
                 path,
                 scope,
@@ -332,7 +390,12 @@ impl Program {
                 .map(|per_cpu| per_cpu.iter().sum())
                 .unwrap_or(0);
         }
-        snapshot.sites = self.sites.iter().flatten().collect();
+        snapshot.sites = self
+            .sites
+            .iter()
+            .flatten()
+            .map(|(id, per_cpu)| (id, sum_cpus(per_cpu.iter())))
+            .collect();
         snapshot.live = self.live.iter().flatten().collect();
         snapshot
     }
