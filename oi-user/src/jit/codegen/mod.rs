@@ -241,12 +241,14 @@ impl Registry {
 
 /// Node functions use the `tail` convention so that a walk ending in a call (the `next` of
 /// a linked list) is a tail call and chains need no stack; the entry (called by the
-/// tracer's stub) and the visited-set insertion use System V. The prefetch changes no
-/// register, so its callers keep all theirs (`preserve_all`: no spills around the call).
+/// tracer's stub) and the heap block check use System V. The prefetch changes no register,
+/// and the visited-set insertion saves what it uses, so their callers keep all theirs
+/// (`preserve_all`: no spills around the call; the insertion's call sits on the cold path
+/// of every pointer, and a loop of owned pointers otherwise kept its counters on the stack).
 fn conv(id: u32) -> CallConv {
-    if id == FN_ENTRY || id == FN_VISIT || id == FN_BLOCK {
+    if id == FN_ENTRY || id == FN_BLOCK {
         CallConv::SystemV
-    } else if id == FN_PREFETCH {
+    } else if id == FN_PREFETCH || id == FN_VISIT {
         CallConv::PreserveAll
     } else {
         CallConv::Tail
@@ -256,7 +258,7 @@ fn conv(id: u32) -> CallConv {
 fn sig(id: u32, params: usize) -> Signature {
     let mut s = Signature::new(conv(id));
     s.params.extend((0..params).map(|_| AbiParam::new(I64)));
-    if id != FN_PREFETCH {
+    if id != FN_PREFETCH && id != FN_VISIT {
         s.returns.push(AbiParam::new(I64));
     }
     s

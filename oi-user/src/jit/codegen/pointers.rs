@@ -28,8 +28,7 @@ impl Gen<'_, '_> {
             })?;
         }
         let d = self.b.use_var(descend);
-        self.emit_pointer(ptr);
-        self.emit(&[d]);
+        self.emit_pointer_and_flag(ptr, d);
         self.tally_const(s);
         if let Some(t) = target {
             self.tally_static(t, d);

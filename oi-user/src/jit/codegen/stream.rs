@@ -20,6 +20,54 @@ impl Gen<'_, '_> {
         if !self.reg.stream {
             return;
         }
+        let w = self.pointer_word(p);
+        self.varint_short(w);
+    }
+
+    /// A pointer node's two words: the pointer `p` (as [`Gen::emit_pointer`]) and the flag
+    /// `descended` (0 or 1). When the pointer word is below 2^14 and three bytes fit, both
+    /// go out under one check: the pointer word's 16-bit store, then the flag's byte right
+    /// after the word (over the store's second byte when the word took one). The flag's own
+    /// check and branch were eight instructions of every element of an array of owned
+    /// pointers (issue 18).
+    pub(super) fn emit_pointer_and_flag(&mut self, p: Value, descended: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let w = self.pointer_word(p);
+        let cur = self.b.use_var(self.cur);
+        let short = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x4000);
+        let three = self.b.ins().iadd_imm_s(cur, 3);
+        let fast_b = self.b.create_block();
+        let room_b = self.b.create_block();
+        let slow_b = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(short, room_b, &[], slow_b, &[]);
+        self.b.switch_to_block(room_b);
+        let room = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, three, self.end);
+        self.b.ins().brif(room, fast_b, &[], slow_b, &[]);
+
+        self.b.switch_to_block(fast_b);
+        let (both, n) = self.short_word(w);
+        self.b.ins().istore16(trusted(), both, cur, 0);
+        let at = self.b.ins().iadd(cur, n);
+        self.b.ins().istore8(trusted(), descended, at, 0);
+        let next = self.b.ins().iadd_imm_s(at, 1);
+        self.b.def_var(self.cur, next);
+        self.b.ins().jump(join, &[]);
+
+        self.b.switch_to_block(slow_b);
+        self.varint(w);
+        self.varint(descended);
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+    }
+
+    /// The word of pointer `p` ([`Gen::emit_pointer`]); moves the last pointer on.
+    fn pointer_word(&mut self, p: Value) -> Value {
         let last = self.b.use_var(self.last_pointer);
         let d = self.b.ins().isub(p, last);
         let z = self.zigzag(d);
@@ -33,7 +81,22 @@ impl Gen<'_, '_> {
         let w = self.b.ins().select(nonnull, w, zero);
         let next = self.b.ins().select(nonnull, p, last);
         self.b.def_var(self.last_pointer, next);
-        self.varint_short(w);
+        w
+    }
+
+    /// The one or two LEB128 bytes of `w` < 2^14 as one 16-bit value, and how many of its
+    /// bytes count (1 or 2).
+    fn short_word(&mut self, w: Value) -> (Value, Value) {
+        let many = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, w, 0x80);
+        let many = self.b.ins().uextend(I64, many);
+        let low = self.b.ins().band_imm_s(w, 0x7f);
+        let flag = self.b.ins().ishl_imm_s(many, 7);
+        let low = self.b.ins().bor(low, flag);
+        let high = self.b.ins().ushr_imm_s(w, 7);
+        let high = self.b.ins().ishl_imm_s(high, 8);
+        let both = self.b.ins().bor(low, high);
+        let n = self.b.ins().iadd_imm_s(many, 1);
+        (both, n)
     }
 
     /// [`Gen::varint`] with a branch-free path for the words below 2^14 (one or two bytes,
@@ -58,16 +121,8 @@ impl Gen<'_, '_> {
         self.b.ins().brif(fast, fast_b, &[], slow_b, &[]);
 
         self.b.switch_to_block(fast_b);
-        let many = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, w, 0x80);
-        let many = self.b.ins().uextend(I64, many);
-        let low = self.b.ins().band_imm_s(w, 0x7f);
-        let flag = self.b.ins().ishl_imm_s(many, 7);
-        let low = self.b.ins().bor(low, flag);
-        let high = self.b.ins().ushr_imm_s(w, 7);
-        let high = self.b.ins().ishl_imm_s(high, 8);
-        let both = self.b.ins().bor(low, high);
+        let (both, n) = self.short_word(w);
         self.b.ins().istore16(trusted(), both, cur, 0);
-        let n = self.b.ins().iadd_imm_s(many, 1);
         let next = self.b.ins().iadd(cur, n);
         self.b.def_var(self.cur, next);
         self.b.ins().jump(join, &[]);
