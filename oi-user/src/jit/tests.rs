@@ -464,6 +464,90 @@ fn optimistic_totals_equal_exact_ones_or_hand_over() {
     assert_eq!(optimistic(list).0, STATUS_REVISIT);
 }
 
+/// `struct Two { unique_ptr<long> a, b; unique_ptr<double> c; }` (24 bytes): walked all
+/// inline, its optimistic entry is a leaf with its visits in registers.
+fn leaf_pointers_plan() -> Plan {
+    use crate::plan::{Node, Op};
+    let node = |name: &str, ty: &str, size: u64, op: Op| Node {
+        name: name.into(),
+        type_names: vec![ty.into()],
+        static_size: size,
+        is_primitive: matches!(op, Op::Leaf),
+        op,
+        dynamic: false,
+        readable: ty.into(),
+        value: None,
+        opaque_union: false,
+    };
+    let ptr = |t| Op::SmartPtr {
+        offset: 0,
+        target: Some(t),
+    };
+    let mut plan = Plan::default();
+    let members = vec![(0, 1), (8, 2), (16, 3)];
+    plan.nodes.extend([
+        node(
+            "a0",
+            "Two",
+            24,
+            Op::Struct {
+                members,
+                padding: 0,
+                adapter: false,
+            },
+        ),
+        node("a", "std::unique_ptr<long>", 8, ptr(4)),
+        node("b", "std::unique_ptr<long>", 8, ptr(4)),
+        node("c", "std::unique_ptr<double>", 8, ptr(5)),
+        node("ptr_val", "long", 8, Op::Leaf),
+        node("ptr_val", "double", 8, Op::Leaf),
+    ]);
+    plan.compute_dynamic();
+    plan
+}
+
+#[test]
+fn optimistic_leaf_visits_in_registers_hand_over_like_recorded_ones() {
+    let plan = leaf_pointers_plan();
+    let exact = in_process::LocalWalker::compile_totals(&plan, &[0]).expect("compile");
+    let exact_total = |addr: u64| {
+        let mut r = Run::new(&[addr], 0);
+        r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+        r.frame.scratch_len = SCRATCH_BYTES;
+        // SAFETY: the plan reads the root's three words only; the root is live.
+        let s = unsafe { exact.call(&mut r.frame) };
+        assert_eq!(s, STATUS_DONE, "{:?}", check_status(&r.frame));
+        r.frame.total
+    };
+    let w = in_process::LocalWalker::compile_totals_optimistic(&plan, &[0]).expect("compile");
+    assert!(w.leaf_entry(), "walked inline, no call");
+    let optimistic = |addr: u64| {
+        let mut frame = WalkFrame {
+            nargs: 1,
+            bias: lib().bias,
+            ..Default::default()
+        };
+        frame.args[0] = addr;
+        // SAFETY: as `exact_total`.
+        let s = unsafe { w.call(&mut frame) };
+        (s, frame.total)
+    };
+    let leak = |v: [u64; 3]| Box::leak(Box::new(v)).as_mut_ptr() as u64;
+    let (x, y) = (leak([0; 3]), leak([0; 3]));
+    // Distinct pointees, or some null: the exact total.
+    for root in [leak([x, y, x]), leak([x, 0, y]), leak([0, 0, 0])] {
+        assert_eq!(optimistic(root), (STATUS_DONE, exact_total(root)));
+    }
+    // `a` and `b` (one tag) own one object: the exact walker counts it once; handed over.
+    let shared = leak([x, x, 0]);
+    assert_eq!(exact_total(shared), 24 + 8);
+    assert_eq!(optimistic(shared).0, STATUS_REVISIT);
+    // An address at 2^47 or above (a corrupt pointer; nothing is read through it): keys of
+    // different tags could meet there, so the walk is handed to the exact walker as corrupt.
+    let high = leak([x, 0, x | 1 << 52]);
+    assert_eq!(optimistic(high).0, STATUS_CORRUPT);
+}
+
 #[test]
 fn jit_strings_sso_and_heap() {
     let s = same("probe_strings", &["arg0"], &[], &[make_n("strings", 100)]);

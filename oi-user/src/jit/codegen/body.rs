@@ -267,11 +267,18 @@ impl Gen<'_, '_> {
                     return self.fail(ErrorCode::Optional, addr);
                 }
                 let flag = self.ld_uint(addr, l.engaged_off, 1);
+                let elem = *elem;
+                let size = self.size(elem);
+                let inside = l.value_off.checked_add(size).is_some_and(|e| e <= len);
+                if !self.reg.stream && inside && !self.dynamic(elem) && self.st(elem) == size {
+                    // Engaged or not, the same size and nothing to walk: the flag is read (the
+                    // exact walk's read, which may fault) and nothing else.
+                    self.tally_const(s);
+                    return Ok(());
+                }
                 let engaged = self.icmp_imm(IntCC::NotEqual, flag, 0);
                 let word = self.b.ins().uextend(I64, engaged);
                 self.emit(&[word]);
-                let elem = *elem;
-                let size = self.size(elem);
                 if self.reg.sizes {
                     let with = s
                         .saturating_sub(size)

@@ -138,6 +138,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().brif(s, visit, &[], exit, &[]);
 
         self.b.switch_to_block(visit);
+        self.loops += 1;
         let r = (|| {
             let base = self.b.ins().stack_addr(I64, slot, 0);
             let s1 = self.b.ins().iadd_imm_s(s, -1);
@@ -193,6 +194,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                 push(g, child, enter)
             })
         })();
+        self.loops -= 1;
         match r {
             Ok(()) | Err(Stop::Dead) => {}
             Err(e) => return Err(e),

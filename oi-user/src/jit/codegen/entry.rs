@@ -251,9 +251,11 @@ pub(super) fn gen_entry(
 ///
 /// First generated as a leaf: when the whole walk is inline (no node function is called,
 /// as for a struct of strings, vectors and `unique_ptr`s), nothing is kept in the context
-/// for a callee: no stack limit (nothing recurses), no total, and the count of recorded keys
-/// lives in a register. If the walk needs a node function, the entry is generated again with
-/// the context set up for its callees.
+/// for a callee: no stack limit (nothing recurses), no total, and each visit keeps its
+/// address in a register of its own (`Shape::LeafSites`), or, when a visit is inside a loop
+/// or there are too many, the count of recorded keys lives in a register. If the walk needs
+/// a node function, the entry is generated again with the context set up for its callees.
+/// Every shape ends with one check of the suspicion (`Gen::suspect`), then the visits'.
 fn gen_optimistic_entry(
     plan: &Plan,
     roots: &[NodeId],
@@ -267,19 +269,38 @@ fn gen_optimistic_entry(
             roots.len()
         )));
     };
-    let leaf = optimistic_entry(plan, root, true, reg, fctx, fc)?;
+    reg.sites_overflow = false;
+    let leaf = optimistic_entry(plan, root, Shape::LeafSites, reg, fctx, fc)?;
     if reg.ids.is_empty() && reg.pending.is_empty() {
-        return Ok(leaf);
+        if !reg.sites_overflow {
+            return Ok(leaf);
+        }
+        let leaf = optimistic_entry(plan, root, Shape::Leaf, reg, fctx, fc)?;
+        if reg.ids.is_empty() && reg.pending.is_empty() {
+            return Ok(leaf);
+        }
     }
     reg.ids.clear();
     reg.pending.clear();
-    optimistic_entry(plan, root, false, reg, fctx, fc)
+    optimistic_entry(plan, root, Shape::Calls, reg, fctx, fc)
+}
+
+/// How an optimistic entry is generated, from the cheapest.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// A leaf whose visits each have a register of their own (none in a loop, at most
+    /// `visited::MAX_SITES`): the final check compares only places of one visit tag.
+    LeafSites,
+    /// A leaf with the recorded keys in its frame, counted in a register.
+    Leaf,
+    /// An entry that calls node functions: the context set up for them.
+    Calls,
 }
 
 fn optimistic_entry(
     plan: &Plan,
     root: NodeId,
-    leaf: bool,
+    shape: Shape,
     reg: &mut Registry,
     fctx: &mut FunctionBuilderContext,
     fc: TargetFrontendConfig,
@@ -294,7 +315,13 @@ fn optimistic_entry(
         g.ctx = g.b.ins().stack_addr(I64, slot, 0);
         let zero = g.c(0);
         g.st_ctx(bias, CTX_BIAS);
-        if leaf {
+        let suspect = g.b.declare_var(I64);
+        g.b.def_var(suspect, zero);
+        g.suspect = Some(suspect);
+        if shape == Shape::LeafSites {
+            g.reg.sites = Some(visited::Sites::new(&mut g.b));
+        }
+        if shape != Shape::Calls {
             let n = g.b.declare_var(I64);
             g.b.def_var(n, zero);
             g.reg.leaf_keys = Some(n);
@@ -312,6 +339,14 @@ fn optimistic_entry(
             g.tally_const(part);
         }
         g.walk_at(root, addr, 0)?;
+        // The suspicion first: a recorded address at 2^47 or above could make keys of
+        // different tags equal, which the pair check below would not see.
+        let acc = g.b.use_var(suspect);
+        let high = g.b.ins().ushr_imm_s(acc, SUSPECT_BITS);
+        let s = g.c(STATUS_CORRUPT);
+        let ok = g.b.create_block();
+        g.b.ins().brif(high, g.ret, &[BlockArg::Value(s)], ok, &[]);
+        g.b.switch_to_block(ok);
         g.check_recorded()?;
         let done = g.c(STATUS_DONE);
         let total = g.b.use_var(g.total);
@@ -319,6 +354,7 @@ fn optimistic_entry(
         Err(Stop::Dead)
     });
     reg.leaf_keys = None;
+    reg.sites = None;
     f
 }
 

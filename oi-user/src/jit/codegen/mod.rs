@@ -126,6 +126,10 @@ const CTX_KEYS: i32 = 112;
 const OPTIMISTIC_KEYS: u64 = 32;
 /// Largest byte count the decoder accepts (`report`'s `MAX_BYTES`).
 const MAX_BYTES: u64 = 1 << 47;
+/// The optimistic entry's suspicion (`Gen::suspect`) is below `1 << SUSPECT_BITS` for an
+/// intact walk: below the decoder's byte bound, and below the visit tags' bits (48 and up).
+const SUSPECT_BITS: i64 = 47;
+const _: () = assert!(MAX_BYTES == 1 << SUSPECT_BITS);
 
 fn frame_off(off: usize) -> i32 {
     // WalkFrame is a few hundred bytes: every offset fits.
@@ -225,6 +229,12 @@ struct Registry {
     /// calls no node function, `entry::gen_optimistic_entry`): the variable that counts the
     /// recorded keys, in a register instead of the context.
     leaf_keys: Option<Variable>,
+    /// While a leaf optimistic entry is generated with its visits in registers
+    /// (`visited::record_site`): one variable and visit tag per place that records, in order.
+    sites: Option<visited::Sites>,
+    /// A visit could not take a register of its own (inside a loop, or too many places):
+    /// the entry is generated again with the recorded keys in the context.
+    sites_overflow: bool,
     /// `report::static_total` of each node, memoised.
     statics: Vec<Option<u64>>,
 }
@@ -310,6 +320,13 @@ struct Gen<'a, 'b> {
     /// What is being emitted is the last thing the function does (then it returns 0): a
     /// call there becomes a tail call.
     tail: bool,
+    /// The optimistic entry's suspicion (`entry::optimistic_entry`): values ORed together
+    /// that are all below 2^47 when the walk's shortcuts hold (heap string capacities less
+    /// one, recorded addresses); the entry checks it once at the end, with no branch per
+    /// member, and ends the walk as corrupt otherwise.
+    suspect: Option<Variable>,
+    /// Loops open around what is being emitted: code emitted here may run many times.
+    loops: u32,
 }
 
 fn trusted() -> MemFlagsData {
@@ -386,6 +403,18 @@ impl Gen<'_, '_> {
 
     /// `times` copies of node `id` if it reads nothing (a dynamic one adds its own part
     /// when it is walked).
+    /// ORs `v` into the optimistic entry's suspicion (`Gen::suspect`) when there is one
+    /// (true), else returns false and the caller checks `v` itself.
+    fn suspect(&mut self, v: Value) -> bool {
+        let Some(s) = self.suspect else {
+            return false;
+        };
+        let acc = self.b.use_var(s);
+        let acc = self.b.ins().bor(acc, v);
+        self.b.def_var(s, acc);
+        true
+    }
+
     fn tally_static(&mut self, id: NodeId, times: Value) {
         if self.reg.sizes && !self.dynamic(id) {
             let each = self.st(id);
@@ -477,9 +506,12 @@ impl Gen<'_, '_> {
 
     /// Unconditional error exit; the current path ends here.
     fn dead(&mut self, code: ErrorCode, addr: Value) -> Stop {
-        let code = self.c(code as u64);
-        self.st_ctx(code, CTX_ERR_CODE);
-        self.st_ctx(addr, CTX_ERR_ADDR);
+        // An optimistic walker's caller reads its status only (the exact walker then says why).
+        if !self.reg.optimistic {
+            let code = self.c(code as u64);
+            self.st_ctx(code, CTX_ERR_CODE);
+            self.st_ctx(addr, CTX_ERR_ADDR);
+        }
         let s = self.c(STATUS_CORRUPT);
         self.b.ins().jump(self.ret, &[BlockArg::Value(s)]);
         Stop::Dead
@@ -552,7 +584,10 @@ impl Gen<'_, '_> {
         let more = self.b.ins().icmp(IntCC::UnsignedLessThan, iv, n);
         self.b.ins().brif(more, body_b, &[], exit, &[]);
         self.b.switch_to_block(body_b);
-        match body(self, iv) {
+        self.loops += 1;
+        let walked = body(self, iv);
+        self.loops -= 1;
+        match walked {
             Ok(()) => {
                 let next = self.b.ins().iadd_imm_s(iv, 1);
                 self.b.def_var(i, next);
@@ -720,6 +755,8 @@ fn build(
             budget: INLINE_BUDGET,
             rb_stacks: 0,
             tail: false,
+            suspect: None,
+            loops: 0,
         };
         match body(&mut g, &args) {
             Ok(()) | Err(Stop::Dead) => {}

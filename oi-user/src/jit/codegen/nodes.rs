@@ -225,6 +225,9 @@ impl Gen<'_, '_> {
         let pop = self.b.create_block();
         let exit = self.b.create_block();
         self.b.ins().jump(descend, &[]);
+        // What is emitted up to `exit` runs once per node (`Gen::loops`; an error ends the
+        // whole generation).
+        self.loops += 1;
 
         self.b.switch_to_block(descend);
         let c = self.b.use_var(cur);
@@ -268,6 +271,7 @@ impl Gen<'_, '_> {
             g.b.def_var(cur, right);
             Ok(())
         })?;
+        self.loops -= 1;
         self.b.switch_to_block(exit);
         if self.reg.sizes {
             // Fewer nodes than the count: the decoder finds the stream short.

@@ -15,6 +15,9 @@ impl Gen<'_, '_> {
         k: u64,
         tail: bool,
     ) -> G {
+        if visits && self.reg.optimistic {
+            return self.optimistic_pointer(s, ptr, target, k, tail);
+        }
         let descend = self.b.declare_var(I64);
         let zero = self.c(0);
         self.b.def_var(descend, zero);
@@ -39,6 +42,34 @@ impl Gen<'_, '_> {
             self.if_then(d, |g| g.last(tail, |g| g.walk_at(t, ptr, k)))?;
         }
         Ok(())
+    }
+
+    /// An optimistic walker's visited pointer (no stream): its visit only records, so a
+    /// non-null pointer is always descended, under one branch.
+    fn optimistic_pointer(
+        &mut self,
+        s: u64,
+        ptr: Value,
+        target: Option<NodeId>,
+        k: u64,
+        tail: bool,
+    ) -> G {
+        self.tally_const(s);
+        let tag = self.plan.visit_tag(target);
+        let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
+        self.if_then(nonnull, |g| {
+            g.visit_as(ptr, tag);
+            let Some(t) = target else {
+                return Ok(());
+            };
+            if g.dynamic(t) {
+                g.last(tail, |g| g.walk_at(t, ptr, k))
+            } else {
+                let part = g.st(t);
+                g.tally_const(part);
+                Ok(())
+            }
+        })
     }
 
     /// HeapPointer: `pointer, descended, block`, then the target (`Walker::heap_block`).

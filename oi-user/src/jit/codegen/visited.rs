@@ -1,16 +1,49 @@
 //! The visited set: recording an address once per walk (the table in `gen_visit`, or the
-//! optimistic walker's short key list), and `gen_block`, the glibc heap block check.
+//! optimistic walker's short key list, or in a leaf optimistic entry a register per place
+//! that visits), and `gen_block`, the glibc heap block check.
 
 use super::*;
 
 /// Most recorded keys whose pairs the optimistic entry compares without a loop.
 const UNROLLED_KEYS: u64 = 6;
+/// Most places of a leaf optimistic entry that record a visit in a register of their own.
+pub(super) const MAX_SITES: usize = 8;
+
+/// A leaf optimistic entry's visits kept in registers (`Gen::record_site`): a variable per
+/// place, and the visit tag of each place used so far.
+#[derive(Clone, Default)]
+pub(super) struct Sites {
+    pub(super) vars: Vec<Variable>,
+    pub(super) tags: Vec<u64>,
+}
+
+impl Sites {
+    /// `MAX_SITES` variables, each starting at its own value with bit 63 set (never an
+    /// address the check lets through, never another place's start value).
+    pub(super) fn new(b: &mut FunctionBuilder<'_>) -> Self {
+        let vars = (0..MAX_SITES)
+            .map(|i| {
+                let v = b.declare_var(I64);
+                let start = b.ins().iconst(I64, ((1u64 << 63) | i as u64) as i64);
+                b.def_var(v, start);
+                v
+            })
+            .collect();
+        Sites {
+            vars,
+            tags: Vec::new(),
+        }
+    }
+}
 
 impl Gen<'_, '_> {
     /// Inserts the key of `addr` seen as `tag` (`Plan::visit_tag`) into the visited set:
     /// 1 if newly inserted, else 0.
     pub(super) fn visit_as(&mut self, addr: Value, tag: u64) -> Value {
         let t = self.c(tag);
+        if self.reg.optimistic && self.record_site(addr, tag) {
+            return self.c(1);
+        }
         let key = self.b.ins().bxor(addr, t);
         if self.reg.optimistic {
             return self.record_visit(key);
@@ -40,6 +73,28 @@ impl Gen<'_, '_> {
         self.c(1)
     }
 
+    /// A leaf optimistic entry's visit outside any loop: the address in this place's own
+    /// register (no store, no count), ORed into the suspicion. Its key is `addr ^ tag`, and
+    /// tags differ only in bits 48 and up: with every recorded address below 2^47 (the
+    /// suspicion checks it), keys of different tags never meet, and keys of one tag are
+    /// equal when their addresses are. False when the visit must be recorded in the
+    /// context instead (then the entry is generated again that way).
+    fn record_site(&mut self, addr: Value, tag: u64) -> bool {
+        let loops = self.loops;
+        let Some(sites) = self.reg.sites.as_mut() else {
+            return false;
+        };
+        if loops > 0 || sites.tags.len() >= sites.vars.len() || self.suspect.is_none() {
+            self.reg.sites_overflow = true;
+            return false;
+        }
+        let v = sites.vars[sites.tags.len()];
+        sites.tags.push(tag);
+        self.b.def_var(v, addr);
+        self.suspect(addr);
+        true
+    }
+
     /// How many keys are recorded: in a register in a leaf entry, else in the context.
     fn recorded_count(&mut self) -> Value {
         match self.reg.leaf_keys {
@@ -51,6 +106,28 @@ impl Gen<'_, '_> {
     /// The optimistic entry's final check: [`STATUS_REVISIT`] if two recorded keys are
     /// equal (the exact walker would not have descended the second time).
     pub(super) fn check_recorded(&mut self) -> G {
+        if let Some(sites) = self.reg.sites.clone() {
+            // Keys in registers (`record_site`): only places of one tag can meet. A place
+            // not reached keeps its start value (`Sites::new`), which no other place's and
+            // no recorded address (all below 2^47) equals.
+            for (j, &tj) in sites.tags.iter().enumerate() {
+                for (i, &ti) in sites.tags[..j].iter().enumerate() {
+                    if ti != tj {
+                        continue;
+                    }
+                    let ki = self.b.use_var(sites.vars[i]);
+                    let kj = self.b.use_var(sites.vars[j]);
+                    let same = self.b.ins().icmp(IntCC::Equal, ki, kj);
+                    let s = self.c(STATUS_REVISIT);
+                    let ok = self.b.create_block();
+                    self.b
+                        .ins()
+                        .brif(same, self.ret, &[BlockArg::Value(s)], ok, &[]);
+                    self.b.switch_to_block(ok);
+                }
+            }
+            return Ok(());
+        }
         let n = self.recorded_count();
         // Up to UNROLLED_KEYS keys (a small object's), the pairs are compared straight, the
         // key `i` only once `n > i`: about two instructions a pair, where the loops below
