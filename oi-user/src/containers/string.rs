@@ -55,8 +55,7 @@ impl StringLayout {
         }
     }
 
-    /// Stream words for a string object at `addr` whose bytes are `obj`: its length and
-    /// its capacity word ([`cap_word`]).
+    /// Stream words for a string object at `addr` whose bytes are `obj`.
     pub fn words(&self, addr: u64, obj: &[u8]) -> Option<(u64, u64)> {
         let ptr = super::word(obj, self.ptr_off)?;
         let len = super::word(obj, self.len_off)?;
@@ -64,38 +63,11 @@ impl StringLayout {
         let cap = if inline {
             0
         } else {
-            cap_word(super::word(obj, self.cap_off)?.max(1))
+            super::word(obj, self.cap_off)?.max(1)
         };
         Some((len, cap))
     }
-
-    /// Whether an array of these strings `stride` bytes apart is written with runs
-    /// ([`RUN`]): every word the JIT's unrolled loop loads lies inside the element.
-    pub fn array_runs(&self, stride: u64) -> bool {
-        let in_obj = |off: u64| off.checked_add(8).is_some_and(|e| e <= stride);
-        in_obj(self.ptr_off) && in_obj(self.len_off) && in_obj(self.cap_off)
-    }
 }
-
-/// The capacity word of a string: 0 when inline, else its heap capacity (at least 1) plus
-/// one, which leaves [`RUN`] free (wrapping: a capacity of `u64::MAX` is beyond every bound).
-pub fn cap_word(heap_cap: u64) -> u64 {
-    if heap_cap == 0 {
-        0
-    } else {
-        heap_cap.wrapping_add(1)
-    }
-}
-
-/// The heap capacity (0 when inline) of a capacity word other than [`RUN`].
-pub fn heap_cap(word: u64) -> u64 {
-    word.saturating_sub(1)
-}
-
-/// In an array of strings, the capacity word that says "the previous string again, N more
-/// times", N (at least 1) written in place of the length: a run of strings with the same
-/// length and capacity takes four bytes or less whatever its length (issue 16).
-pub const RUN: u64 = 1;
 
 #[cfg(test)]
 mod tests {
@@ -125,6 +97,6 @@ mod tests {
         assert_eq!(l().words(0x1000, &obj), Some((3, 0)));
         obj[0..8].copy_from_slice(&0x9000u64.to_le_bytes());
         obj[16..24].copy_from_slice(&40u64.to_le_bytes());
-        assert_eq!(l().words(0x1000, &obj), Some((3, 41)));
+        assert_eq!(l().words(0x1000, &obj), Some((3, 40)));
     }
 }

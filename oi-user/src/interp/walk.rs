@@ -366,9 +366,6 @@ impl Walker<'_> {
             .filter(|t| *t <= MAX_ARRAY_BYTES)
             .ok_or_else(|| corrupt(addr, format!("implausible element count {count}")))?;
         let per_chunk = (CHUNK_BYTES / stride.max(1)).max(1);
-        // Strings: the last pair written and how many strings since have repeated it.
-        let mut prev = None;
-        let mut run = 0u64;
         let mut i = 0;
         while i < count {
             let n = per_chunk.min(count - i);
@@ -376,24 +373,14 @@ impl Walker<'_> {
             let bytes = self.read(base, n * stride)?;
             // Hot path (vector<string> and friends): no per-element dispatch.
             if let Op::String(l) = &self.plan.nodes[elem].op {
-                let runs = l.array_runs(stride);
                 self.out.reserve(2 * n as usize);
                 for (j, e) in bytes.chunks_exact(stride as usize).enumerate() {
                     let at = base + j as u64 * stride;
-                    let pair = l.words(at, e).ok_or_else(|| corrupt(at, "string"))?;
-                    if runs && prev == Some(pair) {
-                        run += 1;
-                        continue;
-                    }
-                    self.flush_run(&mut run);
-                    stream::push(&mut self.out, pair.0);
-                    stream::push(&mut self.out, pair.1);
-                    prev = Some(pair);
+                    let (len, cap) = l.words(at, e).ok_or_else(|| corrupt(at, "string"))?;
+                    stream::push(&mut self.out, len);
+                    stream::push(&mut self.out, cap);
                 }
                 i += n;
-                if i >= count {
-                    self.flush_run(&mut run);
-                }
                 continue;
             }
             for j in 0..n {
@@ -403,16 +390,6 @@ impl Walker<'_> {
             i += n;
         }
         Ok(())
-    }
-
-    /// Writes the run of `*run` strings that repeated the previous one, if any
-    /// (`string::RUN`), and starts a new count.
-    fn flush_run(&mut self, run: &mut u64) {
-        if *run > 0 {
-            stream::push(&mut self.out, *run);
-            stream::push(&mut self.out, crate::containers::string::RUN);
-            *run = 0;
-        }
     }
 
     /// Walks node `id` whose object (of its static size) is `obj`, at `addr`.

@@ -570,29 +570,6 @@ fn jit_strings_sso_and_heap() {
     assert_eq!(s[0][1..], [0, 0], "no elements, no capacity");
 }
 
-/// Runs of equal strings (`string::RUN`): the JIT writes the interpreter's bytes for every
-/// cut of the runs (start, end, inside and across a group of four, a count above 127), the
-/// stream is shorter than two words a string, and the decoder's total is the fixture's.
-#[test]
-fn jit_string_runs() {
-    let m = measurer("probe_strings", &["arg0"], &[]);
-    // SAFETY: the fixture's function takes the vector `make_string_runs` returned.
-    let footprint: extern "C" fn(u64) -> u64 =
-        unsafe { std::mem::transmute(sym("string_runs_footprint")) };
-    for n in (0..40).chain([300, 330, 331, 332, 333, 1000, 5000]) {
-        let addr = make_n("string_runs", n);
-        let s = same("probe_strings", &["arg0"], &[], &[addr]);
-        assert_eq!(s[0][1], n as u64);
-        let (roots, streams) = interp(&m, &[addr]).expect("interp");
-        if n > 6 {
-            // The first run of six inline strings takes one pair and a run.
-            assert!(s[0].len() < 3 + 2 * n as usize, "n = {n}: {:?}", s[0]);
-        }
-        let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        assert_eq!(total, footprint(addr), "n = {n}");
-    }
-}
-
 /// The fixture's `SmallVec`, described as a user would (README "Describing containers"),
 /// with expressions that exercise the operators the JIT compiles.
 pub(crate) const SMALLVEC_TOML: &str = r#"
@@ -657,9 +634,7 @@ heap = "cap * 8"
         let m = measurer("probe_owned", &["arg0"], &[&f]);
         let (roots, streams) = interp(&m, &[addr]).expect("interp");
         let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        let strings: u64 = (0..n as usize)
-            .map(|i| 32 + crate::containers::string::heap_cap(s[0][4 + 4 * i + 3]))
-            .sum();
+        let strings: u64 = (0..n as usize).map(|i| 32 + s[0][4 + 4 * i + 3]).sum();
         assert_eq!(total, 24 + 8 * (n as u64 + 3) + strings, "n = {n}");
     }
 }
@@ -757,13 +732,7 @@ fn jit_described_swiss_tables() {
         let m = measurer("probe_swisses", &["arg0"], &[&f]);
         let (roots, streams) = interp(&m, &[addr]).expect("interp");
         let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        let caps: u64 = strings
-            .iter()
-            .chain(gstrings)
-            .skip(1)
-            .step_by(2)
-            .map(|&w| crate::containers::string::heap_cap(w))
-            .sum();
+        let caps: u64 = strings.iter().chain(gstrings).skip(1).step_by(2).sum();
         assert_eq!(
             total,
             96 + sheap + (gc / 15 * 16 + 32 * gc) + lheap + caps,
@@ -852,15 +821,9 @@ fn jit_described_node_chains_tagged_and_owned_pointers() {
         let m = measurer("probe_chains", &["arg0"], &[&f]);
         let (roots, streams) = interp(&m, &[addr]).expect("interp");
         let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        let heap_cap = crate::containers::string::heap_cap;
-        let caps: u64 = w[4..4 + 2 * n as usize]
-            .iter()
-            .skip(1)
-            .step_by(2)
-            .map(|&w| heap_cap(w))
-            .sum();
-        let owned_cap = heap_cap(rest[9]);
-        let part_cap = heap_cap(rest[21]);
+        let caps: u64 = w[4..4 + 2 * n as usize].iter().skip(1).step_by(2).sum();
+        let owned_cap = rest[9];
+        let part_cap = rest[21];
         // sizeof Chains (2 × 24 + 3 × 8 + 3 × 8), both maps' blocks, the strings' heap,
         // the owned string (32 + cap), the Part (40 + its name's heap).
         assert_eq!(

@@ -11,10 +11,7 @@
 //! the small ones, nearly all of them, take a byte); nodes whose subtree reads nothing at
 //! runtime (`dynamic == false`) append nothing and are not even visited. Per [`Op`]:
 //! - `Leaf`, `Bitfield`: nothing. `Struct`, `Array`, `Pair`: their dynamic children, in order.
-//! - `String`: `len, cap_word`: 0 when inline (SSO), else the heap capacity plus one
-//!   (`containers::string::cap_word`). In a vector's elements, a string with the length and
-//!   capacity of the one before is not written: `N, string::RUN` (the word 1) stands for the
-//!   N (at least 1) strings after a written one that repeat it.
+//! - `String`: `len, heap_capacity` (0 when inline / SSO).
 //! - `Vector`, `VectorBool`: `address, len, cap`, then each element if the element is dynamic.
 //! - `Deque`: `address, len, map_slots, blocks`, then the elements.
 //! - `List`, `RbTree`: `address, len`, then the elements (in iteration order).

@@ -25,7 +25,6 @@ pub mod picture;
 pub mod totals;
 pub mod tree;
 
-use crate::containers::string;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
 use crate::plan::{Capture, Node, NodeId, Op, Plan, stream as words};
 use std::borrow::Cow;
@@ -168,7 +167,6 @@ pub fn size_root<'a>(
         unions: 0,
         union_memo: Vec::new(),
         pointers: words::PointerDelta::default(),
-        strings: None,
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
@@ -200,7 +198,6 @@ impl Sized<'_> {
             unions: 0,
             union_memo: Vec::new(),
             pointers: words::PointerDelta::default(),
-            strings: None,
         };
         print.node(self.root, None)?;
         Ok(())
@@ -224,7 +221,6 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, Repor
         unions: 0,
         union_memo: Vec::new(),
         pointers: words::PointerDelta::default(),
-        strings: None,
     };
     d.node(root, None)
 }
@@ -350,16 +346,6 @@ struct Decoder<'a, 's> {
     union_memo: Vec<Option<u64>>,
     /// The last pointer of a pointer node, against which the next one was written.
     pointers: words::PointerDelta,
-    /// Inside an array of strings: the last string read and how many more of a run
-    /// (`string::RUN`) repeat it; `None` elsewhere, where a run is corrupt.
-    strings: Option<StringRun>,
-}
-
-/// The state of an array of strings being decoded.
-#[derive(Debug, Clone, Copy, Default)]
-struct StringRun {
-    prev: Option<(u64, u64)>,
-    left: u64,
 }
 
 impl<'a> Decoder<'a, '_> {
@@ -381,60 +367,6 @@ impl<'a> Decoder<'a, '_> {
             return Err(ReportError::Corrupt(format!("implausible {what} {w}")));
         }
         Ok(w)
-    }
-
-    /// A string's (length, heap capacity): the next pair of words, or the next string of
-    /// a run inside an array of strings.
-    fn string(&mut self) -> Result<(u64, u64), ReportError> {
-        if let Some(r) = self.strings.as_mut()
-            && r.left > 0
-            && let Some(p) = r.prev
-        {
-            r.left -= 1;
-            return Ok(p);
-        }
-        let len = self.word()?;
-        let w = self.word()?;
-        if w == string::RUN {
-            return match self.strings.as_mut() {
-                Some(StringRun {
-                    prev: Some(p),
-                    left,
-                }) if len > 0 => {
-                    *left = len - 1;
-                    Ok(*p)
-                }
-                _ => Err(ReportError::Corrupt("string run out of place".into())),
-            };
-        }
-        let cap = string::heap_cap(w);
-        if cap > MAX_BYTES {
-            return Err(ReportError::Corrupt(format!(
-                "implausible string capacity {cap}"
-            )));
-        }
-        if let Some(r) = self.strings.as_mut() {
-            r.prev = Some((len, cap));
-        }
-        Ok((len, cap))
-    }
-
-    /// Starts an array of strings (of the plan's string node `id`), or nothing for other
-    /// elements: returns the state to give [`Decoder::end_strings`].
-    fn begin_strings(&mut self, id: NodeId) -> Option<Option<StringRun>> {
-        matches!(self.plan.nodes[id].op, Op::String(_))
-            .then(|| self.strings.replace(StringRun::default()))
-    }
-
-    /// Ends an array of strings: a run longer than the array is corrupt.
-    fn end_strings(&mut self, saved: Option<Option<StringRun>>) -> Result<(), ReportError> {
-        if let Some(saved) = saved {
-            let r = std::mem::replace(&mut self.strings, saved);
-            if r.is_some_and(|r| r.left > 0) {
-                return Err(ReportError::Corrupt("string run past its array".into()));
-            }
-        }
-        Ok(())
     }
 
     fn count(&mut self) -> Result<u64, ReportError> {
@@ -652,7 +584,7 @@ impl<'a> Decoder<'a, '_> {
                 (e, Children::Two(key.1, value.1))
             }
             Op::String(l) => {
-                let (len, cap) = self.string()?;
+                let (len, cap) = (self.word()?, self.bounded(MAX_BYTES, "string capacity")?);
                 let (e, l, c) = l.account(len, cap);
                 lc = Some((l, c));
                 (e, Children::None)
@@ -836,46 +768,33 @@ impl<'a> Decoder<'a, '_> {
                             "nested deeper than {MAX_DEPTH} levels"
                         )));
                     }
+                    // Each string is at least two bytes: a count the stream cannot hold is
+                    // cut short before the loop runs it.
+                    let left = (self.stream.len() - self.pos.min(self.stream.len())) as u64;
+                    if count.saturating_mul(2) > left {
+                        return Err(ReportError::Truncated);
+                    }
                     let (s, mut pos) = (self.stream, self.pos);
-                    let (mut t, mut i) = (0u64, 0u64);
-                    let mut prev: Option<u64> = None;
-                    while i < *count {
+                    let mut t = 0u64;
+                    for _ in 0..*count {
                         // Short strings (length and capacity below 128): two bytes.
-                        let (len, w) = match s.get(pos..pos + 2) {
+                        let (len, cap) = match s.get(pos..pos + 2) {
                             Some(&[a, b]) if (a | b) < 0x80 => {
                                 pos += 2;
                                 (u64::from(a), u64::from(b))
                             }
                             _ => {
                                 let len = words::read(s, &mut pos).map_err(stream_error)?;
-                                let w = words::read(s, &mut pos).map_err(stream_error)?;
-                                (len, w)
+                                let cap = words::read(s, &mut pos).map_err(stream_error)?;
+                                (len, cap)
                             }
                         };
-                        // A run: `len` more strings like the last one.
-                        if w == string::RUN {
-                            let (Some(e), 1..) = (prev, len) else {
-                                return Err(ReportError::Corrupt("string run out of place".into()));
-                            };
-                            if len > *count - i {
-                                return Err(ReportError::Corrupt(
-                                    "string run past its array".into(),
-                                ));
-                            }
-                            t = t.saturating_add(e.saturating_mul(len));
-                            i += len;
-                            continue;
-                        }
-                        let cap = string::heap_cap(w);
                         if cap > MAX_BYTES {
                             return Err(ReportError::Corrupt(format!(
                                 "implausible string capacity {cap}"
                             )));
                         }
-                        let e = l.account(len, cap).0;
-                        prev = Some(e);
-                        t = t.saturating_add(e);
-                        i += 1;
+                        t = t.saturating_add(l.account(len, cap).0);
                     }
                     self.pos = pos;
                     t
@@ -909,11 +828,9 @@ impl<'a> Decoder<'a, '_> {
                     Some(sink) if alike => sink.wanted(*count).min(*count),
                     _ => *count,
                 };
-                let saved = self.begin_strings(*id);
                 for _ in 0..shown {
                     self.node(*id, None)?;
                 }
-                self.end_strings(saved)?;
                 if shown < *count {
                     let size = self.static_total(*id);
                     if let Some(sink) = self.sink.as_mut() {
@@ -1006,7 +923,7 @@ mod tests {
     fn json_sizes_and_keys() {
         let (plan, mem) = fixture();
         let stream = run(&plan, 0, 0x1000, &mem, true, 0).expect("walk");
-        assert_eq!(stream, words::encode(&[0x1000, 3, 10, 35, 36]));
+        assert_eq!(stream, words::encode(&[0x1000, 3, 10, 35, 35]));
         assert_eq!(total_size(&plan, 0, &stream).expect("size"), 64 + 67);
         let mut out = Vec::new();
         {
@@ -1065,7 +982,7 @@ mod tests {
                 "arg0: walk of arg0 faulted".to_string(),
                 format!(
                     "arg2: data stream is corrupt: implausible string capacity {}",
-                    u64::MAX - 1
+                    u64::MAX
                 )
             ]
         );
@@ -1140,7 +1057,7 @@ mod tests {
         ));
         plan.compute_dynamic();
         // 3 strings, capacity 4: inline, 40 on the heap, inline.
-        let stream = words::encode(&[0x1000, 3, 4, 5, 0, 40, 41, 1, 0]);
+        let stream = words::encode(&[0x1000, 3, 4, 5, 0, 40, 40, 1, 0]);
         let total = total_size(&plan, 1, &stream).expect("size");
         assert_eq!(total, 24 + 32 + 32 + (32 + 40) + 32);
         let mut out = Vec::new();
@@ -1157,75 +1074,6 @@ mod tests {
         let forged = words::encode(&[0x1000, 1, 1, 5, u64::MAX]);
         assert!(matches!(
             total_size(&plan, 1, &forged),
-            Err(ReportError::Corrupt(_))
-        ));
-    }
-
-    /// Runs of strings (`string::RUN`) decode as the strings they stand for (same total,
-    /// same JSON), in the sizing loop and in the printing pass; a run with no string
-    /// before it, of none, past its array or outside an array is corrupt.
-    #[test]
-    fn string_runs_decode_as_written_out() {
-        let mut plan = Plan::default();
-        let l = StringLayout {
-            ptr_off: 0,
-            len_off: 8,
-            cap_off: 16,
-            char_size: 1,
-            size: 32,
-        };
-        plan.nodes.push(node("[]", "string", 32, Op::String(l)));
-        let layout = VectorLayout {
-            start_off: 0,
-            finish_off: 8,
-            eos_off: 16,
-            elem_size: 32,
-            size: 24,
-        };
-        let v = Op::Vector { layout, elem: 0 };
-        plan.nodes.push(node("a0", "std::vector<string>", 24, v));
-        plan.compute_dynamic();
-        let json = |stream: &[u64]| {
-            let mut out = Vec::new();
-            let mut sink = json::JsonSink::new(&mut out, false);
-            sink.start_sample().expect("start");
-            decode(&plan, 1, &words::encode(stream), &mut sink).expect("decode");
-            drop(sink);
-            String::from_utf8(out).expect("utf8")
-        };
-        let total = |stream: &[u64]| total_size(&plan, 1, &words::encode(stream));
-        let (a, b): (&[u64], &[u64]) = (&[5, 0], &[40, 41]);
-        let cat = |parts: &[&[u64]]| parts.concat();
-        // 3 inline, 1 heap, 1 inline, 2 heap: runs of 2 (at the start), none, none, 1 (at
-        // the end); and 200 alike, a two-byte count.
-        let out = cat(&[&[0x1000, 7, 8], a, a, a, b, a, b, b]);
-        let runs = cat(&[&[0x1000, 7, 8], a, &[2, 1], b, a, b, &[1, 1]]);
-        assert_eq!(total(&out).expect("out"), 24 + 8 * 32 + 3 * 40);
-        assert_eq!(total(&runs).expect("runs"), total(&out).expect("out"));
-        assert_eq!(json(&runs), json(&out));
-        let mut long = vec![0x1000, 200, 200];
-        long.extend((0..200).flat_map(|_| b.iter().copied()));
-        let long_runs = cat(&[&[0x1000, 200, 200], b, &[199, 1]]);
-        assert_eq!(total(&long_runs).expect("runs"), total(&long).expect("out"));
-        assert_eq!(json(&long_runs), json(&long));
-        for bad in [
-            cat(&[&[0x1000, 2, 2], &[1, 1], a]),
-            cat(&[&[0x1000, 2, 2], a, &[0, 1]]),
-            cat(&[&[0x1000, 2, 2], a, &[2, 1]]),
-        ] {
-            assert!(
-                matches!(total(&bad), Err(ReportError::Corrupt(_))),
-                "{bad:?}"
-            );
-            let mut out = Vec::new();
-            let mut sink = json::JsonSink::new(&mut out, false);
-            let r = decode(&plan, 1, &words::encode(&bad), &mut sink);
-            assert!(matches!(r, Err(ReportError::Corrupt(_))), "{bad:?}");
-        }
-        let (plan, _) = fixture();
-        let outside = words::encode(&[0x1000, 3, 10, 35, string::RUN]);
-        assert!(matches!(
-            total_size(&plan, 0, &outside),
             Err(ReportError::Corrupt(_))
         ));
     }
@@ -1247,7 +1095,7 @@ mod tests {
         let (plan, _) = fixture();
         let mut sink = tree::TreeSink::new(&plan, tree::Options::default());
         let mut totals = totals::Totals::new();
-        let stream = words::encode(&[0x1000, MAX_ELEMENTS, MAX_ELEMENTS, 35, 36]);
+        let stream = words::encode(&[0x1000, MAX_ELEMENTS, MAX_ELEMENTS, 35, 35]);
         let mut tee = output::Tee {
             sinks: vec![&mut sink, &mut totals],
         };
@@ -1279,8 +1127,8 @@ mod tests {
                 Err(ReportError::Corrupt(_))
             )
         };
-        assert!(corrupt(&[0x1000, u64::MAX, u64::MAX, 35, 36]));
-        assert!(corrupt(&[0x1000, 3, 1 << 40, 35, 36]));
+        assert!(corrupt(&[0x1000, u64::MAX, u64::MAX, 35, 35]));
+        assert!(corrupt(&[0x1000, 3, 1 << 40, 35, 35]));
         assert!(corrupt(&[0x1000, 3, 10, 35, u64::MAX]));
 
         // A pointer to its own type, chased deeper than any walker goes.

@@ -2,7 +2,6 @@
 //! that writes each string's length and capacity as one two-byte store while both are small.
 
 use super::*;
-use crate::containers::string;
 
 impl Gen<'_, '_> {
     /// `StringLayout::words`: `len, heap_capacity`.
@@ -38,8 +37,7 @@ impl Gen<'_, '_> {
             self.fail_if(heap, ErrorCode::String, addr);
             zero
         };
-        let word = self.cap_word(cap);
-        self.emit(&[n, word]);
+        self.emit(&[n, cap]);
         if self.reg.sizes {
             self.decoder_bound(cap, MAX_BYTES, ErrorCode::String, addr);
             let heap = self.b.ins().imul_imm_s(cap, l.char_size as i64);
@@ -77,20 +75,8 @@ impl Gen<'_, '_> {
         Ok(())
     }
 
-    /// `string::cap_word` of a heap capacity (0 when inline): one more unless 0.
-    fn cap_word(&mut self, cap: Value) -> Value {
-        let heap = self.icmp_imm(IntCC::NotEqual, cap, 0);
-        let heap = self.b.ins().uextend(I64, heap);
-        self.b.ins().iadd(cap, heap)
-    }
-
-    /// The string at `p + off`: (length, heap capacity or 0, its capacity word).
-    pub(super) fn load_string(
-        &mut self,
-        l: &StringLayout,
-        p: Value,
-        off: u64,
-    ) -> (Value, Value, Value) {
+    /// The string at `p + off` as the stream has it: (length, heap capacity or 0).
+    pub(super) fn load_string(&mut self, l: &StringLayout, p: Value, off: u64) -> (Value, Value) {
         let ptr = self.ld(p, off + l.ptr_off);
         let len = self.ld(p, off + l.len_off);
         let cap = self.ld(p, off + l.cap_off);
@@ -101,10 +87,8 @@ impl Gen<'_, '_> {
         let one = self.c(1);
         let cap = self.b.ins().umax(cap, one);
         let zero = self.c(0);
-        let real = self.b.ins().select(inline, zero, cap);
-        let word = self.b.ins().iadd_imm_s(cap, 1);
-        let word = self.b.ins().select(inline, zero, word);
-        (len, real, word)
+        let cap = self.b.ins().select(inline, zero, cap);
+        (len, cap)
     }
 
     /// The running sum and largest of heap capacities, with sizes.
@@ -119,15 +103,14 @@ impl Gen<'_, '_> {
         (sum, max)
     }
 
-    /// The hot loop of `vector<string>` (the interpreter's fast path too): a string with the
-    /// length and capacity word of the one before is not written but counted, and the count
-    /// is written as a run (`string::RUN`) when a different string comes or the array ends.
-    /// [`STRING_GROUP`] strings an iteration while the output has room for a group at its
-    /// longest: the loads and one compare that all of them repeat the last pair (the run
-    /// grows by a group, nothing is written); otherwise the group is loaded again and
-    /// written string by string, unchecked. The last strings (fewer than a group, or all of
-    /// them once the room is short) are written checked. With sizes, the heap capacities
-    /// are summed in registers and added once.
+    /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
+    /// has room for the elements at their longest (two ten-byte words each), stores need no
+    /// check. [`STRING_GROUP`] strings an iteration: two compares (elements left, room left),
+    /// then per string its loads and a two-byte store of (length, capacity) as if both were
+    /// below 128, and one compare for the group that they were (else the group is written
+    /// again word by word, over those bytes); then one string an iteration for the last.
+    /// With sizes, the heap capacities are summed in registers and added once. The last
+    /// elements, once the room is short, are emitted checked.
     pub(super) fn string_array(
         &mut self,
         l: &StringLayout,
@@ -145,115 +128,157 @@ impl Gen<'_, '_> {
         let tail_v = self.c(tail);
         let floor = self.b.ins().umax(stop, tail_v);
         let last_group = self.b.ins().iadd_imm_s(floor, -(tail as i64));
-        // At its longest a group ends a run from before it (a word and the code) and writes
-        // its K pairs; an `end` below that (no real buffer) has no room for any group.
-        let w = (2 * K + 2) * MAX_WORD_BYTES as u64;
+        let w = 2 * MAX_WORD_BYTES as i64;
+        // Room limits for one and for a group of elements; an `end` below a group's longest
+        // (no real buffer) has none.
         let end = self.end;
         let zero = self.c(0);
-        let limk = if self.reg.stream {
-            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, w);
-            let lk = self.b.ins().iadd_imm_s(end, -(w as i64));
-            self.b.ins().select(big, lk, zero)
+        let (lim1, limk) = if self.reg.stream {
+            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, K * w as u64);
+            let l1 = self.b.ins().iadd_imm_s(end, -w);
+            let lim1 = self.b.ins().select(big, l1, zero);
+            let lk = self.b.ins().iadd_imm_s(end, -(K as i64) * w);
+            let limk = self.b.ins().select(big, lk, zero);
+            (lim1, limk)
         } else {
-            self.c(u64::MAX)
+            // Nothing is written: always room.
+            let all = self.c(u64::MAX);
+            (all, all)
         };
         let cur = self.b.use_var(self.cur);
-        // No string has the capacity word of a run: the first one is always written.
-        let never = self.c(string::RUN);
+        let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
+        let args5 = |vs: [Value; 5]| vs.map(BlockArg::Value);
 
-        // (element, cursor, sum of heap capacities, largest capacity, last length, last
-        // capacity word, strings since that repeated them)
+        // (element, cursor, sum of heap capacities, largest capacity[, last group's bound])
         let head_k = self.b.create_block();
         let body_k = self.b.create_block();
-        let run_k = self.b.create_block();
-        let slow_k = self.b.create_block();
-        let rest = self.b.create_block();
-        let [pk, qk, sumk, maxk, plen, pword, run] =
-            [(); 7].map(|()| self.b.append_block_param(head_k, I64));
-        let args = |vs: [Value; 7]| vs.map(BlockArg::Value);
+        let store_k = self.b.create_block();
+        let long_k = self.b.create_block();
+        let head = self.b.create_block();
+        let check = self.b.create_block();
+        let body = self.b.create_block();
+        let two = self.b.create_block();
+        let long = self.b.create_block();
+        let next = self.b.create_block();
+        let done = self.b.create_block();
+        let spill = self.b.create_block();
+        let join = self.b.create_block();
+        let [pk, qk, sumk, maxk, bk] = [(); 5].map(|()| self.b.append_block_param(head_k, I64));
+        let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
+        let qn = self.b.append_block_param(next, I64);
+        let bound = self.group_bound(start, cur, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args([start, cur, zero, zero, zero, never, zero]));
+            .jump(head_k, &args5([start, cur, zero, zero, bound]));
 
+        // Groups: one compare, against the bound of groups that have room at two bytes a
+        // string (what a fast group writes); a long group computes the bound again.
         self.b.switch_to_block(head_k);
-        let in_range = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, last_group);
-        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, qk, limk);
-        let group = self.b.ins().band(in_range, room);
-        self.b.ins().brif(
-            group,
-            body_k,
-            &[],
-            rest,
-            &args([pk, qk, sumk, maxk, plen, pword, run]),
-        );
-
+        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, bk);
+        self.b
+            .ins()
+            .brif(group, body_k, &[], head, &args([pk, qk, sumk, maxk]));
         self.b.switch_to_block(body_k);
-        let mut diff = None;
+        // Each string's two bytes are stored as soon as it is loaded, before anyone knows
+        // that they are right (the room is there for the group at its longest): its values
+        // die at once instead of living until a store after the branch (cranelift computes
+        // a pure value where it is first used; eight of them and the loop's do not fit in
+        // registers). If a word turns out to need two bytes or more, the long path writes
+        // the group again from the same cursor, over them. Fewer, wider stores (one 16-bit
+        // store a string, one 8-byte word a group) were measured no faster: what the stores
+        // cost is the fresh stream lines they fill, not their number (README, Performance).
+        let mut all = None;
         let mut caps = Vec::with_capacity(K as usize);
         for i in 0..K {
-            let (len, cap, word) = self.load_string(l, pk, i * stride);
+            let (len, cap) = self.load_string(l, pk, i * stride);
             caps.push(cap);
             if self.reg.stream {
-                let dl = self.b.ins().bxor(len, plen);
-                let dw = self.b.ins().bxor(word, pword);
-                let d = self.b.ins().bor(dl, dw);
-                diff = Some(match diff {
-                    Some(a) => self.b.ins().bor(a, d),
-                    None => d,
-                });
+                self.b.ins().istore8(trusted(), len, qk, 2 * i as i32);
+                self.b.ins().istore8(trusted(), cap, qk, 2 * i as i32 + 1);
             }
+            let either = self.b.ins().bor(len, cap);
+            all = Some(match all {
+                Some(a) => self.b.ins().bor(a, either),
+                None => either,
+            });
         }
+        let all = all.expect("K > 0");
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
         let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
-        match diff {
-            Some(d) => {
-                let same = self.icmp_imm(IntCC::Equal, d, 0);
-                self.b
-                    .ins()
-                    .brif(same, run_k, &[], slow_k, &[BlockArg::Value(pk)]);
-            }
-            // Nothing is written: every group is a run.
-            None => {
-                self.b.ins().jump(run_k, &[]);
-            }
-        }
-
-        // The whole group repeats the last pair.
-        self.b.switch_to_block(run_k);
-        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
-        let grown = self.b.ins().iadd_imm_s(run, K as i64);
         self.b
             .ins()
-            .jump(head_k, &args([pn, qk, sumkb, maxkb, plen, pword, grown]));
-
-        // A group that breaks the run: loaded again from a pointer that is a block
-        // parameter (none of the fast path's values lives across the branch), string by
-        // string.
-        self.b.switch_to_block(slow_k);
-        let pl = self.b.append_block_param(slow_k, I64);
-        let mut st = (plen, pword, run, qk);
+            .brif(small, store_k, &[], long_k, &[BlockArg::Value(pk)]);
+        self.b.switch_to_block(store_k);
+        let fast = if self.reg.stream {
+            self.b.ins().iadd_imm_s(qk, 2 * K as i64)
+        } else {
+            qk
+        };
+        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
+        self.b
+            .ins()
+            .jump(head_k, &args5([pn, fast, sumkb, maxkb, bk]));
+        // A word of two bytes or more (rare): the strings loaded again, word by word, from
+        // a pointer that is a block parameter, so that none of the fast path's values (the
+        // objects' addresses) is shared with this path and kept alive across the branch.
+        self.b.switch_to_block(long_k);
+        let pl = self.b.append_block_param(long_k, I64);
+        let mut at = qk;
         for i in 0..K {
-            let (len, _, word) = self.load_string(l, pl, i * stride);
-            st = self.run_step(len, word, st);
+            let (len, cap) = self.load_string(l, pl, i * stride);
+            at = self.varint_unchecked(len, at);
+            at = self.varint_unchecked(cap, at);
         }
         let pn = self.b.ins().iadd_imm_s(pl, (K * stride) as i64);
+        let bound = self.group_bound(pn, at, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args([pn, st.3, sumkb, maxkb, st.0, st.1, st.2]));
+            .jump(head_k, &args5([pn, at, sumkb, maxkb, bound]));
 
-        // The rest, checked: the strings after the last group, or every string from where
-        // the room ran short.
-        self.b.switch_to_block(rest);
-        let [p, q, sum, max, plen, pword, run] =
-            [(); 7].map(|()| self.b.append_block_param(rest, I64));
+        // One at a time.
+        self.b.switch_to_block(head);
+        let more = self.b.ins().icmp(IntCC::NotEqual, p, stop);
+        self.b.ins().brif(more, check, &[], done, &[]);
+        self.b.switch_to_block(check);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, lim1);
+        self.b.ins().brif(room, body, &[], spill, &[]);
+        self.b.switch_to_block(body);
+        let (len, cap) = self.load_string(l, p, 0);
+        let (sum1, max1) = self.sum_max(sum, max, &[cap]);
+        let both = self.b.ins().bor(len, cap);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, both, 0x80);
+        self.b.ins().brif(small, two, &[], long, &[]);
+        self.b.switch_to_block(two);
+        let hi = self.b.ins().ishl_imm_s(cap, 8);
+        let v = self.b.ins().bor(len, hi);
+        let q2b = if self.reg.stream {
+            self.b.ins().istore16(trusted(), v, q, 0);
+            self.b.ins().iadd_imm_s(q, 2)
+        } else {
+            q
+        };
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
+        self.b.switch_to_block(long);
+        let q1 = self.varint_unchecked(len, q);
+        let q2b = self.varint_unchecked(cap, q1);
+        self.b.ins().jump(next, &[BlockArg::Value(q2b)]);
+        self.b.switch_to_block(next);
+        let p1 = self.b.ins().iadd_imm_s(p, stride as i64);
+        self.b.ins().jump(head, &args([p1, qn, sum1, max1]));
+
+        // Every element done unchecked.
+        self.b.switch_to_block(done);
+        self.b.def_var(self.cur, q);
+        self.tally_strings(l, n, sum, max, start);
+        self.b.ins().jump(join, &[]);
+
+        // The room ran short at element `p`: the rest, checked.
+        self.b.switch_to_block(spill);
         self.b.def_var(self.cur, q);
         if self.reg.sizes {
             let walked = self.b.ins().isub(p, start);
             let walked = self.div(walked, stride);
             self.tally_strings(l, walked, sum, max, start);
-        }
-        let vars = [(); 3].map(|()| self.b.declare_var(I64));
-        for (v, x) in vars.iter().zip([plen, pword, run]) {
-            self.b.def_var(*v, x);
         }
         let left = self.b.ins().isub(stop, p);
         let left = self.div(left, stride);
@@ -261,113 +286,37 @@ impl Gen<'_, '_> {
         self.loop_n(left, |g, i| {
             let off = g.b.ins().imul_imm_s(i, stride as i64);
             let at = g.b.ins().iadd(p, off);
-            let (len, cap, word) = g.load_string(&layout, at, 0);
-            if g.reg.sizes {
-                g.decoder_bound(cap, MAX_BYTES, ErrorCode::String, at);
-                let heap = g.b.ins().imul_imm_s(cap, layout.char_size as i64);
-                let e = g.b.ins().iadd_imm_s(heap, layout.size as i64);
-                g.tally(e);
-            }
-            if g.reg.stream {
-                g.run_step_checked(len, word, vars);
-            }
-            Ok(())
+            g.string(&layout, at, stride)
         })?;
-        if self.reg.stream {
-            let run = self.b.use_var(vars[2]);
-            let flush = self.b.create_block();
-            let join = self.b.create_block();
-            let has = self.icmp_imm(IntCC::NotEqual, run, 0);
-            self.b.ins().brif(has, flush, &[], join, &[]);
-            self.b.switch_to_block(flush);
-            let code = self.c(string::RUN);
-            self.emit(&[run, code]);
-            self.b.ins().jump(join, &[]);
-            self.b.switch_to_block(join);
-        }
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
         Ok(())
     }
 
-    /// One string of a group that has room at its longest: counted if it repeats the last
-    /// pair, else written after the run it ends. `st` is (last length, last capacity word,
-    /// run, cursor) before it; returns them after it.
-    fn run_step(
+    /// Where the groups from `p` (cursor `q`) must stop: at `last_group`, or earlier where
+    /// a group written at two bytes a string would start past `limk` (the last cursor with
+    /// room for a group at its longest). Without a stream there is always room.
+    fn group_bound(
         &mut self,
-        len: Value,
-        word: Value,
-        st: (Value, Value, Value, Value),
-    ) -> (Value, Value, Value, Value) {
-        let (plen, pword, run, q) = st;
-        let dl = self.b.ins().bxor(len, plen);
-        let dw = self.b.ins().bxor(word, pword);
-        let d = self.b.ins().bor(dl, dw);
-        let same = self.icmp_imm(IntCC::Equal, d, 0);
-        let same_b = self.b.create_block();
-        let diff_b = self.b.create_block();
-        let flush = self.b.create_block();
-        let write = self.b.create_block();
-        let qw = self.b.append_block_param(write, I64);
-        let join = self.b.create_block();
-        let out = [(); 4].map(|()| self.b.append_block_param(join, I64));
-        self.b.ins().brif(same, same_b, &[], diff_b, &[]);
-        self.b.switch_to_block(same_b);
-        let grown = self.b.ins().iadd_imm_s(run, 1);
-        let a = [plen, pword, grown, q].map(BlockArg::Value);
-        self.b.ins().jump(join, &a);
-        self.b.switch_to_block(diff_b);
-        let has = self.icmp_imm(IntCC::NotEqual, run, 0);
-        self.b
-            .ins()
-            .brif(has, flush, &[], write, &[BlockArg::Value(q)]);
-        self.b.switch_to_block(flush);
-        let q1 = self.varint_unchecked(run, q);
-        let code = self.c(string::RUN);
-        self.b.ins().istore8(trusted(), code, q1, 0);
-        let q2 = self.b.ins().iadd_imm_s(q1, 1);
-        self.b.ins().jump(write, &[BlockArg::Value(q2)]);
-        self.b.switch_to_block(write);
-        let q3 = self.varint_unchecked(len, qw);
-        let q4 = self.varint_unchecked(word, q3);
-        let zero = self.c(0);
-        let a = [len, word, zero, q4].map(BlockArg::Value);
-        self.b.ins().jump(join, &a);
-        self.b.switch_to_block(join);
-        (out[0], out[1], out[2], out[3])
-    }
-
-    /// [`Gen::run_step`] with checked stores, its state in the variables (last length, last
-    /// capacity word, run).
-    fn run_step_checked(&mut self, len: Value, word: Value, vars: [Variable; 3]) {
-        let [plen, pword, run] = vars.map(|v| self.b.use_var(v));
-        let dl = self.b.ins().bxor(len, plen);
-        let dw = self.b.ins().bxor(word, pword);
-        let d = self.b.ins().bor(dl, dw);
-        let same = self.icmp_imm(IntCC::Equal, d, 0);
-        let same_b = self.b.create_block();
-        let diff_b = self.b.create_block();
-        let flush = self.b.create_block();
-        let write = self.b.create_block();
-        let join = self.b.create_block();
-        self.b.ins().brif(same, same_b, &[], diff_b, &[]);
-        self.b.switch_to_block(same_b);
-        let grown = self.b.ins().iadd_imm_s(run, 1);
-        self.b.def_var(vars[2], grown);
-        self.b.ins().jump(join, &[]);
-        self.b.switch_to_block(diff_b);
-        let has = self.icmp_imm(IntCC::NotEqual, run, 0);
-        self.b.ins().brif(has, flush, &[], write, &[]);
-        self.b.switch_to_block(flush);
-        let code = self.c(string::RUN);
-        self.emit(&[run, code]);
-        self.b.ins().jump(write, &[]);
-        self.b.switch_to_block(write);
-        self.emit(&[len, word]);
-        let zero = self.c(0);
-        self.b.def_var(vars[0], len);
-        self.b.def_var(vars[1], word);
-        self.b.def_var(vars[2], zero);
-        self.b.ins().jump(join, &[]);
-        self.b.switch_to_block(join);
+        p: Value,
+        q: Value,
+        limk: Value,
+        last_group: Value,
+        stride: u64,
+    ) -> Value {
+        if !self.reg.stream {
+            return last_group;
+        }
+        let k = STRING_GROUP;
+        // Groups at q, q + 2K, … up to limk: (limk − q) / 2K + 1 of them, none when q > limk.
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, limk);
+        let left = self.b.ins().isub(limk, q);
+        let groups = self.div(left, 2 * k);
+        let groups = self.b.ins().iadd_imm_s(groups, 1);
+        let span = self.b.ins().imul_imm_s(groups, (k * stride) as i64);
+        let reach = self.b.ins().iadd(p, span);
+        let bound = self.b.ins().umin(reach, last_group);
+        self.b.ins().select(room, bound, p)
     }
 
     /// `count` strings of the unchecked loop: their objects and heap capacities (`sum`), after

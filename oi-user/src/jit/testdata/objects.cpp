@@ -355,30 +355,6 @@ void* make_strings(int n) {
     return v;
 }
 
-// Runs of strings of one length (so one capacity): at the start and the end, of one
-// string, of more than 127 (a two-byte count), inside and across the JIT's groups of four,
-// inline and on the heap, and a short run broken by a lone long string.
-void* make_string_runs(int n) {
-    static const int runs[][2] = {{3, 6}, {40, 1}, {3, 3}, {200, 9}, {3, 1},
-                                  {40, 2}, {7, 4}, {20, 300}, {150, 5}, {0, 1}};
-    auto* v = new Strings();
-    for (int r = 0; int(v->size()) < n; r = (r + 1) % 10)
-        for (int k = 0; k < runs[r][1] && int(v->size()) < n; k++) v->push_back(str(r, runs[r][0]));
-    return v;
-}
-
-// What the footprint of `make_string_runs` is: the vector, its buffer, each heap string's
-// capacity (an inline string's data lies inside its object).
-uint64_t string_runs_footprint(void* p) {
-    auto* v = static_cast<Strings*>(p);
-    uint64_t t = sizeof(Strings) + v->capacity() * sizeof(std::string);
-    for (auto& s : *v) {
-        auto* o = reinterpret_cast<const char*>(&s);
-        if (s.data() < o || s.data() >= o + sizeof(std::string)) t += s.capacity();
-    }
-    return t;
-}
-
 // The empty vector that never allocated: begin = end = nullptr.
 void* make_unallocated_strings() { return new Strings(); }
 
