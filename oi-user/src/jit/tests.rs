@@ -380,24 +380,44 @@ fn optimistic_total(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> (u64, u64) 
     (s, frame.total)
 }
 
-/// `struct Node { unique_ptr<long> a, b; unique_ptr<Node> next; }` as a plan (24 bytes).
-fn unique_node_plan() -> Plan {
-    use crate::plan::{Node, Op};
-    let node = |name: &str, ty: &str, size: u64, op: Op| Node {
+/// A plan node of type `ty` named `name` (the unit plans of the optimistic walker).
+fn plan_node(name: &str, ty: &str, size: u64, op: crate::plan::Op) -> crate::plan::Node {
+    crate::plan::Node {
         name: name.into(),
         type_names: vec![ty.into()],
         static_size: size,
-        is_primitive: matches!(op, Op::Leaf),
+        is_primitive: matches!(op, crate::plan::Op::Leaf),
         op,
         dynamic: false,
         readable: ty.into(),
         value: None,
         opaque_union: false,
-    };
-    let ptr = |t| Op::SmartPtr {
+    }
+}
+
+/// A unique_ptr to node `target`.
+fn unique_ptr_op(target: usize) -> crate::plan::Op {
+    crate::plan::Op::SmartPtr {
         offset: 0,
-        target: Some(t),
-    };
+        target: Some(target),
+    }
+}
+
+/// The exact count-only walker's total for the root at `addr` (with its scratch table).
+fn exact_total(exact: &in_process::LocalWalker, addr: u64) -> u64 {
+    let mut r = Run::new(&[addr], 0);
+    r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+    r.frame.scratch_len = SCRATCH_BYTES;
+    // SAFETY: the unit plans read their roots' words and pointees only, all live.
+    let s = unsafe { exact.call(&mut r.frame) };
+    assert_eq!(s, STATUS_DONE, "{:?}", check_status(&r.frame));
+    r.frame.total
+}
+
+/// `struct Node { unique_ptr<long> a, b; unique_ptr<Node> next; }` as a plan (24 bytes).
+fn unique_node_plan() -> Plan {
+    use crate::plan::Op;
+    let (node, ptr) = (plan_node, unique_ptr_op);
     let mut plan = Plan::default();
     let members = vec![(0, 1), (8, 2), (16, 3)];
     plan.nodes.extend([
@@ -424,15 +444,7 @@ fn unique_node_plan() -> Plan {
 fn optimistic_totals_equal_exact_ones_or_hand_over() {
     let plan = unique_node_plan();
     let exact = in_process::LocalWalker::compile_totals(&plan, &[0]).expect("compile");
-    let exact_total = |addr: u64| {
-        let mut r = Run::new(&[addr], 0);
-        r.frame.scratch = r.scratch.as_mut_ptr() as u64;
-        r.frame.scratch_len = SCRATCH_BYTES;
-        // SAFETY: as in `optimistic_total`, with the scratch table it needs.
-        let s = unsafe { exact.call(&mut r.frame) };
-        assert_eq!(s, STATUS_DONE, "{:?}", check_status(&r.frame));
-        r.frame.total
-    };
+    let exact_total = |addr: u64| exact_total(&exact, addr);
     let leak = |v: [u64; 3]| Box::leak(Box::new(v)).as_mut_ptr() as u64;
     let x = leak([7, 0, 0]);
     let y = leak([8, 0, 0]);
@@ -467,22 +479,8 @@ fn optimistic_totals_equal_exact_ones_or_hand_over() {
 /// `struct Two { unique_ptr<long> a, b; unique_ptr<double> c; }` (24 bytes): walked all
 /// inline, its optimistic entry is a leaf with its visits in registers.
 fn leaf_pointers_plan() -> Plan {
-    use crate::plan::{Node, Op};
-    let node = |name: &str, ty: &str, size: u64, op: Op| Node {
-        name: name.into(),
-        type_names: vec![ty.into()],
-        static_size: size,
-        is_primitive: matches!(op, Op::Leaf),
-        op,
-        dynamic: false,
-        readable: ty.into(),
-        value: None,
-        opaque_union: false,
-    };
-    let ptr = |t| Op::SmartPtr {
-        offset: 0,
-        target: Some(t),
-    };
+    use crate::plan::Op;
+    let (node, ptr) = (plan_node, unique_ptr_op);
     let mut plan = Plan::default();
     let members = vec![(0, 1), (8, 2), (16, 3)];
     plan.nodes.extend([
@@ -510,15 +508,7 @@ fn leaf_pointers_plan() -> Plan {
 fn optimistic_leaf_visits_in_registers_hand_over_like_recorded_ones() {
     let plan = leaf_pointers_plan();
     let exact = in_process::LocalWalker::compile_totals(&plan, &[0]).expect("compile");
-    let exact_total = |addr: u64| {
-        let mut r = Run::new(&[addr], 0);
-        r.frame.scratch = r.scratch.as_mut_ptr() as u64;
-        r.frame.scratch_len = SCRATCH_BYTES;
-        // SAFETY: the plan reads the root's three words only; the root is live.
-        let s = unsafe { exact.call(&mut r.frame) };
-        assert_eq!(s, STATUS_DONE, "{:?}", check_status(&r.frame));
-        r.frame.total
-    };
+    let exact_total = |addr: u64| exact_total(&exact, addr);
     let w = in_process::LocalWalker::compile_totals_optimistic(&plan, &[0]).expect("compile");
     assert!(w.leaf_entry(), "walked inline, no call");
     let optimistic = |addr: u64| {
