@@ -305,68 +305,19 @@ impl Gen<'_, '_> {
                     return self.fail(ErrorCode::Variant, addr);
                 }
                 let index = self.ld_uint(addr, l.index_off, l.index_size);
-                let done = self.b.create_block();
-                for (i, &alt) in alternatives.iter().enumerate() {
-                    let is = self.icmp_imm(IntCC::Equal, index, i as u64);
-                    let then = self.b.create_block();
-                    let next = self.b.create_block();
-                    self.b.ins().brif(is, then, &[], next, &[]);
-                    self.b.switch_to_block(then);
-                    self.then_join(done, |g| {
-                        let iw = g.c(i as u64);
-                        g.emit(&[iw]);
-                        let size = g.size(alt);
-                        let part = s
-                            .saturating_sub(size)
-                            .wrapping_add(g.static_children(&[alt]));
-                        g.tally_const(part);
-                        let v = g.member(addr, len, l.storage_off, size)?;
-                        g.last(tail, |g| g.child(alt, v, size, k))
-                    })?;
-                    self.b.switch_to_block(next);
-                }
-                // Valueless, or an index without an alternative.
-                let none = self.c(u64::MAX);
-                self.emit(&[none]);
-                self.tally_const(s);
-                self.b.ins().jump(done, &[]);
-                self.b.switch_to_block(done);
-                Ok(())
+                // Valueless, or an index without an alternative: the one-of's none.
+                let cases: Vec<_> = (0u64..)
+                    .zip(alternatives)
+                    .map(|(i, &alt)| (i, Some((l.storage_off, alt))))
+                    .collect();
+                self.one_of(index, &cases, addr, len, s, k, tail)
             }
             Op::Union { disc, width, cases } => {
                 // The discriminator is in the class around the union: read from the target
                 // (as the interpreter's `load`), at a signed distance from the union.
                 let at = self.b.ins().iadd_imm_s(addr, *disc);
                 let value = self.ld_uint(at, 0, u64::from(*width));
-                let done = self.b.create_block();
-                for (i, &(case, member)) in cases.iter().enumerate() {
-                    let is = self.icmp_imm(IntCC::Equal, value, case);
-                    let then = self.b.create_block();
-                    let next = self.b.create_block();
-                    self.b.ins().brif(is, then, &[], next, &[]);
-                    self.b.switch_to_block(then);
-                    self.then_join(done, |g| {
-                        let iw = g.c(i as u64);
-                        g.emit(&[iw]);
-                        let Some((off, m)) = member else {
-                            g.tally_const(s);
-                            return Ok(());
-                        };
-                        let size = g.size(m);
-                        let part = s.saturating_sub(size).wrapping_add(g.static_children(&[m]));
-                        g.tally_const(part);
-                        let v = g.member(addr, len, off, size)?;
-                        g.last(tail, |g| g.child(m, v, size, k))
-                    })?;
-                    self.b.switch_to_block(next);
-                }
-                // No case matches: nothing walked.
-                let none = self.c(u64::MAX);
-                self.emit(&[none]);
-                self.tally_const(s);
-                self.b.ins().jump(done, &[]);
-                self.b.switch_to_block(done);
-                Ok(())
+                self.one_of(value, cases, addr, len, s, k, tail)
             }
             Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
                 let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
@@ -448,6 +399,50 @@ impl Gen<'_, '_> {
                 Ok(())
             }
         }
+    }
+
+    /// The one-of-N of a variant or a discriminated union: the first case whose value
+    /// `value` equals writes its index and walks its member (at an offset in the object,
+    /// E = S − its size), or nothing (a case of none, E = S); no case: u64::MAX, E = S.
+    #[allow(clippy::too_many_arguments)]
+    fn one_of(
+        &mut self,
+        value: Value,
+        cases: &[(u64, Option<(u64, NodeId)>)],
+        addr: Value,
+        len: u64,
+        s: u64,
+        k: u64,
+        tail: bool,
+    ) -> G {
+        let done = self.b.create_block();
+        for (i, &(case, member)) in cases.iter().enumerate() {
+            let is = self.icmp_imm(IntCC::Equal, value, case);
+            let then = self.b.create_block();
+            let next = self.b.create_block();
+            self.b.ins().brif(is, then, &[], next, &[]);
+            self.b.switch_to_block(then);
+            self.then_join(done, |g| {
+                let iw = g.c(i as u64);
+                g.emit(&[iw]);
+                let Some((off, m)) = member else {
+                    g.tally_const(s);
+                    return Ok(());
+                };
+                let size = g.size(m);
+                let part = s.saturating_sub(size).wrapping_add(g.static_children(&[m]));
+                g.tally_const(part);
+                let v = g.member(addr, len, off, size)?;
+                g.last(tail, |g| g.child(m, v, size, k))
+            })?;
+            self.b.switch_to_block(next);
+        }
+        let none = self.c(u64::MAX);
+        self.emit(&[none]);
+        self.tally_const(s);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+        Ok(())
     }
 
     /// What every described layout ends with once its elements are counted: the heap bound
