@@ -56,12 +56,7 @@ impl Gen<'_, '_> {
     pub(super) fn record_visit(&mut self, key: Value) -> Value {
         let n = self.recorded_count();
         let full = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, n, OPTIMISTIC_KEYS);
-        let s = self.c(STATUS_REVISIT);
-        let ok = self.b.create_block();
-        self.b
-            .ins()
-            .brif(full, self.ret, &[BlockArg::Value(s)], ok, &[]);
-        self.b.switch_to_block(ok);
+        self.revisit_if(full);
         let off = self.b.ins().ishl_imm_s(n, 3);
         let slot = self.b.ins().iadd(self.ctx, off);
         self.b.ins().store(trusted(), key, slot, CTX_KEYS);
@@ -103,6 +98,17 @@ impl Gen<'_, '_> {
         }
     }
 
+    /// Leaves the optimistic entry with [`STATUS_REVISIT`] (ask the exact walker) when
+    /// `cond` holds; the current block goes on otherwise.
+    fn revisit_if(&mut self, cond: Value) {
+        let s = self.c(STATUS_REVISIT);
+        let ok = self.b.create_block();
+        self.b
+            .ins()
+            .brif(cond, self.ret, &[BlockArg::Value(s)], ok, &[]);
+        self.b.switch_to_block(ok);
+    }
+
     /// The optimistic entry's final check: [`STATUS_REVISIT`] if two recorded keys are
     /// equal (the exact walker would not have descended the second time).
     pub(super) fn check_recorded(&mut self) -> G {
@@ -118,12 +124,7 @@ impl Gen<'_, '_> {
                     let ki = self.b.use_var(sites.vars[i]);
                     let kj = self.b.use_var(sites.vars[j]);
                     let same = self.b.ins().icmp(IntCC::Equal, ki, kj);
-                    let s = self.c(STATUS_REVISIT);
-                    let ok = self.b.create_block();
-                    self.b
-                        .ins()
-                        .brif(same, self.ret, &[BlockArg::Value(s)], ok, &[]);
-                    self.b.switch_to_block(ok);
+                    self.revisit_if(same);
                 }
             }
             return Ok(());
@@ -147,12 +148,7 @@ impl Gen<'_, '_> {
             let ki = self.ld_ctx(CTX_KEYS + 8 * i as i32);
             for &kj in &keys {
                 let same = self.b.ins().icmp(IntCC::Equal, ki, kj);
-                let s = self.c(STATUS_REVISIT);
-                let ok = self.b.create_block();
-                self.b
-                    .ins()
-                    .brif(same, self.ret, &[BlockArg::Value(s)], ok, &[]);
-                self.b.switch_to_block(ok);
+                self.revisit_if(same);
             }
             keys.push(ki);
         }
@@ -167,10 +163,7 @@ impl Gen<'_, '_> {
                 let slot = g.b.ins().iadd(g.ctx, off);
                 let kj = g.b.ins().load(I64, trusted(), slot, CTX_KEYS);
                 let same = g.b.ins().icmp(IntCC::Equal, ki, kj);
-                let s = g.c(STATUS_REVISIT);
-                let ok = g.b.create_block();
-                g.b.ins().brif(same, g.ret, &[BlockArg::Value(s)], ok, &[]);
-                g.b.switch_to_block(ok);
+                g.revisit_if(same);
                 Ok(())
             })
         })?;
