@@ -414,30 +414,42 @@ fn exact_total(exact: &in_process::LocalWalker, addr: u64) -> u64 {
     r.frame.total
 }
 
-/// `struct Node { unique_ptr<long> a, b; unique_ptr<Node> next; }` as a plan (24 bytes).
-fn unique_node_plan() -> Plan {
+/// A 24-byte struct `root` of three unique_ptrs (name, type, target node), then `leaves`
+/// (the pointees' types, nodes 4 and on), as a plan.
+fn three_pointers_plan(root: &str, members: [(&str, &str, usize); 3], leaves: &[&str]) -> Plan {
     use crate::plan::Op;
-    let (node, ptr) = (plan_node, unique_ptr_op);
     let mut plan = Plan::default();
-    let members = vec![(0, 1), (8, 2), (16, 3)];
-    plan.nodes.extend([
-        node(
-            "a0",
-            "Node",
-            24,
-            Op::Struct {
-                members,
-                padding: 0,
-                adapter: false,
-            },
-        ),
-        node("a", "std::unique_ptr<long>", 8, ptr(4)),
-        node("b", "std::unique_ptr<long>", 8, ptr(4)),
-        node("next", "std::unique_ptr<Node>", 8, ptr(0)),
-        node("ptr_val", "long", 8, Op::Leaf),
-    ]);
+    let offsets = vec![(0, 1), (8, 2), (16, 3)];
+    plan.nodes.push(plan_node(
+        "a0",
+        root,
+        24,
+        Op::Struct {
+            members: offsets,
+            padding: 0,
+            adapter: false,
+        },
+    ));
+    for (name, ty, target) in members {
+        plan.nodes
+            .push(plan_node(name, ty, 8, unique_ptr_op(target)));
+    }
+    for ty in leaves {
+        plan.nodes.push(plan_node("ptr_val", ty, 8, Op::Leaf));
+    }
     plan.compute_dynamic();
     plan
+}
+
+/// `struct Node { unique_ptr<long> a, b; unique_ptr<Node> next; }` as a plan (24 bytes).
+fn unique_node_plan() -> Plan {
+    let long = "std::unique_ptr<long>";
+    let members = [
+        ("a", long, 4),
+        ("b", long, 4),
+        ("next", "std::unique_ptr<Node>", 0),
+    ];
+    three_pointers_plan("Node", members, &["long"])
 }
 
 #[test]
@@ -479,29 +491,13 @@ fn optimistic_totals_equal_exact_ones_or_hand_over() {
 /// `struct Two { unique_ptr<long> a, b; unique_ptr<double> c; }` (24 bytes): walked all
 /// inline, its optimistic entry is a leaf with its visits in registers.
 fn leaf_pointers_plan() -> Plan {
-    use crate::plan::Op;
-    let (node, ptr) = (plan_node, unique_ptr_op);
-    let mut plan = Plan::default();
-    let members = vec![(0, 1), (8, 2), (16, 3)];
-    plan.nodes.extend([
-        node(
-            "a0",
-            "Two",
-            24,
-            Op::Struct {
-                members,
-                padding: 0,
-                adapter: false,
-            },
-        ),
-        node("a", "std::unique_ptr<long>", 8, ptr(4)),
-        node("b", "std::unique_ptr<long>", 8, ptr(4)),
-        node("c", "std::unique_ptr<double>", 8, ptr(5)),
-        node("ptr_val", "long", 8, Op::Leaf),
-        node("ptr_val", "double", 8, Op::Leaf),
-    ]);
-    plan.compute_dynamic();
-    plan
+    let long = "std::unique_ptr<long>";
+    let members = [
+        ("a", long, 4),
+        ("b", long, 4),
+        ("c", "std::unique_ptr<double>", 5),
+    ];
+    three_pointers_plan("Two", members, &["long", "double"])
 }
 
 #[test]
