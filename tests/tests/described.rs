@@ -49,6 +49,35 @@ fn description(dir: &TempDir, name: &str, text: &str) -> String {
     path.to_str().expect("utf8").to_string()
 }
 
+/// Each (description text, line, message) given with `--containers` to a trace of `pid`
+/// exits 2 with one line of stderr naming the file, the line and the message.
+fn each_is_a_one_line_error(dir: &TempDir, pid: &str, cases: &[(String, usize, &str)]) {
+    for (i, (text, line, what)) in cases.iter().enumerate() {
+        let file = description(dir, &format!("bad{i}.toml"), text);
+        let out = run_oi_trace(
+            &[
+                "--pid",
+                pid,
+                "--uprobe",
+                "inspect",
+                "--count",
+                "1",
+                "--containers",
+                &file,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(out.status.code(), Some(2), "case {i}: {out:#?}");
+        assert_eq!(out.stderr.len(), 1, "case {i}: {out:#?}");
+        let want = format!("{file}:{line}: ");
+        assert!(
+            out.stderr[0].contains(&want) && out.stderr[0].contains(what),
+            "case {i}: want `{want}…{what}` in {:?}",
+            out.stderr[0]
+        );
+    }
+}
+
 #[test]
 fn user_described_small_vector_is_measured_exactly() {
     if !privileged() {
@@ -136,30 +165,7 @@ fn descriptions_that_do_not_fit_are_one_line_errors() {
             "cannot hold the value",
         ),
     ];
-    for (i, (text, line, what)) in cases.iter().enumerate() {
-        let file = description(&dir, &format!("bad{i}.toml"), text);
-        let out = run_oi_trace(
-            &[
-                "--pid",
-                &pid,
-                "--uprobe",
-                "inspect",
-                "--count",
-                "1",
-                "--containers",
-                &file,
-            ],
-            Duration::from_secs(60),
-        );
-        assert_eq!(out.status.code(), Some(2), "case {i}: {out:#?}");
-        assert_eq!(out.stderr.len(), 1, "case {i}: {out:#?}");
-        let want = format!("{file}:{line}: ");
-        assert!(
-            out.stderr[0].contains(&want) && out.stderr[0].contains(what),
-            "case {i}: want `{want}…{what}` in {:?}",
-            out.stderr[0]
-        );
-    }
+    each_is_a_one_line_error(&dir, &pid, &cases);
     assert!(
         fixture.0.try_wait().expect("wait").is_none(),
         "fixture still runs"
@@ -320,30 +326,7 @@ fn union_rules_that_do_not_fit_are_one_line_errors() {
             "not an integer",
         ),
     ];
-    for (i, (text, line, what)) in cases.iter().enumerate() {
-        let file = description(&dir, &format!("bad{i}.toml"), text);
-        let out = run_oi_trace(
-            &[
-                "--pid",
-                &pid,
-                "--uprobe",
-                "inspect",
-                "--count",
-                "1",
-                "--containers",
-                &file,
-            ],
-            Duration::from_secs(60),
-        );
-        assert_eq!(out.status.code(), Some(2), "case {i}: {out:#?}");
-        assert_eq!(out.stderr.len(), 1, "case {i}: {out:#?}");
-        let want = format!("{file}:{line}: ");
-        assert!(
-            out.stderr[0].contains(&want) && out.stderr[0].contains(what),
-            "case {i}: want `{want}…{what}` in {:?}",
-            out.stderr[0]
-        );
-    }
+    each_is_a_one_line_error(&dir, &pid, &cases);
     assert!(
         fixture.0.try_wait().expect("wait").is_none(),
         "fixture still runs"
