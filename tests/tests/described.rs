@@ -285,9 +285,6 @@ fn union_rules_that_do_not_fit_are_one_line_errors() {
         return;
     }
     let dir = TempDir::new("tagged-bad");
-    let exe = footprint_common::build_fixture("described_tagged", "-O0");
-    let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
-    let pid = fixture.0.id().to_string();
     let cases = [
         // No such union member (line 4).
         (
@@ -326,9 +323,14 @@ fn union_rules_that_do_not_fit_are_one_line_errors() {
             "not an integer",
         ),
     ];
-    each_is_a_one_line_error(&dir, &pid, &cases);
-    assert!(
-        fixture.0.try_wait().expect("wait").is_none(),
-        "fixture still runs"
-    );
+    for opt in ["-O0", "-O2"] {
+        let exe = footprint_common::build_fixture("described_tagged", opt);
+        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+        let pid = fixture.0.id().to_string();
+        each_is_a_one_line_error(&dir, &pid, &cases);
+        assert!(
+            fixture.0.try_wait().expect("wait").is_none(),
+            "{opt}: fixture still runs"
+        );
+    }
 }
