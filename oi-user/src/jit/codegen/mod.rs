@@ -62,6 +62,7 @@ use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 mod body;
 mod btree;
+mod chains;
 mod entry;
 mod expr;
 mod nodes;
@@ -646,7 +647,9 @@ impl Gen<'_, '_> {
         // Red-black trees and b-trees keep a descent stack in the frame.
         let is_rb = match &self.plan.nodes[id].op {
             Op::RbTree { .. } => true,
-            Op::Described { layout, .. } => layout.btree.is_some(),
+            Op::Described { layout, .. } => {
+                layout.btree.is_some() || layout.chains.is_some_and(|c| c.tree.is_some())
+            }
             _ => false,
         };
         if self.inline.contains(&(id, len))
