@@ -924,6 +924,34 @@ pointee_base = "t::Base"
         assert_eq!(e.line, 20, "{e}");
     }
 
+    /// `[container.node_chains.tree]`: four expressions with their lines, in the type names
+    /// the description mentions; a misspelt key is an error at its line.
+    #[test]
+    fn reads_the_trees_of_node_chains() {
+        let tree = "heap = \"0\"\n[container.node_chains.tree]\nsize = \"sizeof(V)\"\nroot = \"24\"\nnode_size = \"48\"\nchain = \"40\"\n";
+        let text = NEW_LAYOUTS.replacen("heap = \"0\"\n", tree, 1);
+        let f = parse("n.toml", &text).expect("parses");
+        let Layout::Array(c) = &f.containers[1].layout;
+        let t = c
+            .chains
+            .as_ref()
+            .and_then(|ch| ch.tree.as_ref())
+            .expect("tree");
+        assert_eq!(
+            (t.size.line, t.root.line, t.node_size.line, t.chain.line),
+            (24, 25, 26, 27)
+        );
+        assert_eq!(
+            f.containers[1].type_names(),
+            ["t::Pair<{K}, {V}>", "K", "V", "K", "V", "V"]
+        );
+        let Layout::Array(plain) =
+            &parse("n.toml", NEW_LAYOUTS).expect("parses").containers[1].layout;
+        assert!(plain.chains.as_ref().is_some_and(|ch| ch.tree.is_none()));
+        let e = parse("n.toml", &text.replace("chain = ", "chian = ")).unwrap_err();
+        assert_eq!(e.line, 27, "{e}");
+    }
+
     const BTREE: &str = r#"
 [[container]]
 name = "t::Tree"
