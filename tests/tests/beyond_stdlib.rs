@@ -229,7 +229,8 @@ fn protobuf_message_measured_whole() {
 
 /// A `Catalog` whose maps' buckets turned into trees (`by_name` one, `by_id` two: the
 /// fixture picked keys that land in one bucket under the map's seed and proved that each
-/// bucket pair shares one tree): exactly the layout-derived footprint, the tree objects and
+/// bucket pair shares one tree, and that the maps' blocks are what its counting operator new
+/// saw): exactly the layout-derived footprint, the tree objects and
 /// their nodes included (JIT = remote), and within 5 % of `SpaceUsedLong()`, which counts
 /// the tree nodes but not the tree objects.
 #[test]
@@ -238,6 +239,9 @@ fn protobuf_map_with_tree_buckets_measured_exactly() {
         let exe = protobuf_fixture(flags);
         let trees = notes(&exe, "TREE take_catalog ");
         assert_eq!(trees.len(), 3, "{flags:?}: the fixture's trees: {trees:?}");
+        // The maps' blocks (table, nodes, tree objects, tree nodes, strings) as the layout
+        // notes say = what the fixture's counting operator new saw.
+        layout_notes_hold(&exe);
         check_probes_any_map_order(&exe, &["take_catalog"], &[]);
         let space: u64 = notes(&exe, "SPACE_USED take_catalog ")[0][0]
             .parse()
