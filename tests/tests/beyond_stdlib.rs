@@ -314,7 +314,7 @@ fn protobuf_oneof_walks_the_active_member() {
 /// two runs: `InnerMap` seeds its hash with the time stamp counter, so the two fixture
 /// processes (jit, remote) put the same entries in other buckets. Each map's children are
 /// sorted before the outputs are compared; the walkers' byte-identity on one object is
-/// `jit::tests::jit_described_node_chains_tagged_and_owned_pointers`.
+/// `jit::tests::jit_described_node_chains_tagged_and_owned_pointers` (and `..._with_trees`).
 fn check_probes_any_map_order(exe: &Path, symbols: &[&str], extra: &[&str]) {
     let probes = footprint_common::start_fixture(exe).2;
     let mut failures = Vec::new();

@@ -32,7 +32,8 @@
 //!
 //! This module holds the generator (`Gen`) and what every node uses: loads, checks, the
 //! running total, calls and inlining. `body` dispatches a node to the module of its kind
-//! (`strings`, `vectors`, `nodes`, `swiss`, `pointers`, `expr` for described containers);
+//! (`strings`, `vectors`, `nodes`, `swiss`, `chains`, `btree`, `pointers`, `expr` for
+//! described containers);
 //! `stream` writes the words, `visited` keeps the visited set, `entry` builds the entry.
 
 use std::collections::HashMap;
