@@ -81,10 +81,25 @@ fn abseil_layout_notes_match_the_counted_allocations() {
     layout_notes_hold(&absl_fixture(O2));
 }
 
-/// `SPACE_USED <probe> N` and `LAYOUT <probe> N` per probe: equal.
+/// `SPACE_USED <probe> N` and `LAYOUT <probe> N` per probe: equal, but for the tree
+/// objects of maps whose buckets turned into trees (`TREE_OBJECTS <probe> N`), which
+/// SpaceUsedLong() leaves out.
 fn protobuf_layout_equals_space_used(exe: &Path) {
+    let trees: Vec<Vec<String>> = notes(exe, "TREE_OBJECTS ");
+    let tree_objects = |probe: &str| -> u64 {
+        trees
+            .iter()
+            .find(|w| w[0] == probe)
+            .map_or(0, |w| w[1].parse().expect("TREE_OBJECTS number"))
+    };
     let space = notes(exe, "SPACE_USED ");
-    let layout = notes(exe, "LAYOUT ");
+    let layout: Vec<Vec<String>> = notes(exe, "LAYOUT ")
+        .into_iter()
+        .map(|w| {
+            let n: u64 = w[1].parse().expect("LAYOUT number");
+            vec![w[0].clone(), (n - tree_objects(&w[0])).to_string()]
+        })
+        .collect();
     assert_eq!(space, layout, "layout-derived footprint vs SpaceUsedLong()");
 }
 
@@ -212,6 +227,45 @@ fn protobuf_message_measured_whole() {
     }
 }
 
+/// A `Catalog` whose maps' buckets turned into trees (`by_name` one, `by_id` two: the
+/// fixture picked keys that land in one bucket under the map's seed and proved that each
+/// bucket pair shares one tree, and that the maps' blocks are what its counting operator new
+/// saw): exactly the layout-derived footprint, the tree objects and
+/// their nodes included (JIT = remote), and within 5 % of `SpaceUsedLong()`, which counts
+/// the tree nodes but not the tree objects.
+#[test]
+fn protobuf_map_with_tree_buckets_measured_exactly() {
+    for flags in [O0, O2] {
+        let exe = protobuf_fixture(flags);
+        let trees = notes(&exe, "TREE take_catalog ");
+        assert_eq!(trees.len(), 3, "{flags:?}: the fixture's trees: {trees:?}");
+        // The maps' blocks (table, nodes, tree objects, tree nodes, strings) as the layout
+        // notes say = what the fixture's counting operator new saw.
+        layout_notes_hold(&exe);
+        check_probes_any_map_order(&exe, &["take_catalog"], &[]);
+        let space: u64 = notes(&exe, "SPACE_USED take_catalog ")[0][0]
+            .parse()
+            .expect("SPACE_USED number");
+        let probes = footprint_common::start_fixture(&exe).2;
+        let index = probes
+            .iter()
+            .position(|p| p.symbol == "take_catalog")
+            .expect("take_catalog probe");
+        let (text, p) = footprint_common::run_probe_exe(&exe, index, &["--format", "json"]);
+        let json: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+        let got = footprint_common::find(&json, "0")["size"]
+            .as_u64()
+            .expect("size");
+        let want = p.expect.iter().find(|e| e.1 == "size").expect("E 0 size").2;
+        assert_eq!(got, want, "{flags:?}: oi-trace vs the layout");
+        assert!(
+            got > space && (got - space) * 20 <= space,
+            "{flags:?}: oi-trace {got} B, SpaceUsedLong() {space} B"
+        );
+    }
+}
+
 /// One `Choice` per case of its oneof `kind` (a long string, a sub-message, a scalar, none),
 /// the second oneof `other` set in some (a double, a string).
 const ONEOF: &[&str] = &[
@@ -260,7 +314,7 @@ fn protobuf_oneof_walks_the_active_member() {
 /// two runs: `InnerMap` seeds its hash with the time stamp counter, so the two fixture
 /// processes (jit, remote) put the same entries in other buckets. Each map's children are
 /// sorted before the outputs are compared; the walkers' byte-identity on one object is
-/// `jit::tests::jit_described_node_chains_tagged_and_owned_pointers`.
+/// `jit::tests::jit_described_node_chains_tagged_and_owned_pointers` (and `..._with_trees`).
 fn check_probes_any_map_order(exe: &Path, symbols: &[&str], extra: &[&str]) {
     let probes = footprint_common::start_fixture(exe).2;
     let mut failures = Vec::new();

@@ -32,6 +32,23 @@ heap = "cap * sizeof(T)"
 inline = "(flags & 1) == 0"
 "#;
 
+/// A `node_chains` table for SMALLVEC whose nodes fit, and whose bucket pairs' trees have
+/// nodes of 24 bytes: too small for the red-black links.
+const NODE_CHAINS_SMALL_TREE_NODES: &str = r#"[container.node_chains]
+buckets = "data"
+bucket_count = "cap"
+next_offset = "sizeof(T)"
+value_offset = "0"
+node_size = "sizeof(T) + 8"
+len = "size"
+heap = "0"
+[container.node_chains.tree]
+size = "56"
+root = "24"
+node_size = "24"
+chain = "16"
+"#;
+
 /// A `node_chains` table for SMALLVEC whose 4-byte nodes hold neither an int and a pointer.
 const NODE_CHAINS_TOO_SMALL: &str = r#"[container.node_chains]
 buckets = "data"
@@ -107,16 +124,13 @@ fn user_described_small_vector_is_measured_exactly() {
 }
 
 /// A description that does not fit the DWARF, or does not parse: one line, `file:line:`,
-/// exit 2, before anything is measured.
+/// exit 2, before anything is measured; on the -O0 and the -O2 build of the fixture.
 #[test]
 fn descriptions_that_do_not_fit_are_one_line_errors() {
     if !privileged() {
         return;
     }
     let dir = TempDir::new("described-bad");
-    let exe = footprint_common::build_fixture("described_smallvec", "-O0");
-    let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
-    let pid = fixture.0.id().to_string();
     let cases = [
         // A member the class does not have (line 11: `cap = "capacity_"`).
         (
@@ -164,12 +178,27 @@ fn descriptions_that_do_not_fit_are_one_line_errors() {
             19,
             "cannot hold the value",
         ),
+        // Node chains whose bucket pairs' tree nodes cannot hold the red-black links
+        // (line 25: the tree's `node_size`).
+        (
+            SMALLVEC.replace("\"array\"", "\"node_chains\"").replace(
+                &SMALLVEC[SMALLVEC.find("[container.array]").expect("table")..],
+                NODE_CHAINS_SMALL_TREE_NODES,
+            ),
+            25,
+            "cannot hold the red-black links",
+        ),
     ];
-    each_is_a_one_line_error(&dir, &pid, &cases);
-    assert!(
-        fixture.0.try_wait().expect("wait").is_none(),
-        "fixture still runs"
-    );
+    for opt in ["-O0", "-O2"] {
+        let exe = footprint_common::build_fixture("described_smallvec", opt);
+        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+        let pid = fixture.0.id().to_string();
+        each_is_a_one_line_error(&dir, &pid, &cases);
+        assert!(
+            fixture.0.try_wait().expect("wait").is_none(),
+            "{opt}: fixture still runs"
+        );
+    }
 }
 
 /// Boost.Container through the shipped descriptions (containers/boost.toml): vector,

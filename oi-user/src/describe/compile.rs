@@ -64,6 +64,25 @@ pub struct Chains {
     pub next_off: u64,
     pub value_off: u64,
     pub node_size: u64,
+    /// Buckets b and b^1 (b even) holding one non-null pointer share a tree of chains.
+    #[serde(default)]
+    pub tree: Option<ChainTree>,
+}
+
+/// The tree a bucket pair shares (protobuf's `Map`: a `std::map<key, Node*>` once a chain
+/// would exceed 8 nodes): a libstdc++ red-black tree, node links at `rbtree::LEFT` and
+/// `rbtree::RIGHT`, each node holding the head of a chain. Charged: the tree object once,
+/// each tree node once; the chains' nodes as any chain's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ChainTree {
+    /// Bytes of the tree object.
+    pub size: u64,
+    /// Offset in the tree object of the root node's address.
+    pub root_off: u64,
+    /// Bytes of a tree node.
+    pub node_size: u64,
+    /// Offset in a tree node of the chain head it holds.
+    pub chain_off: u64,
 }
 
 /// The per-slot expressions of a Swiss table; [`Expr::Arg`] is their argument.
@@ -210,10 +229,12 @@ pub fn compile(
                         ),
                     ));
                 }
+                let tree = c.tree.as_ref().map(|t| cx.chain_tree(t)).transpose()?;
                 Some(Chains {
                     next_off,
                     value_off,
                     node_size,
+                    tree,
                 })
             }
         },
@@ -222,6 +243,37 @@ pub fn compile(
 }
 
 impl Ctx<'_> {
+    /// `[container.node_chains.tree]`: four constants, checked to hold the root pointer, the
+    /// red-black links and the chain head.
+    fn chain_tree(&self, t: &super::parse::ChainTreeDesc) -> Result<ChainTree, DescribeError> {
+        let tree = ChainTree {
+            size: self.constant(&t.size, "tree size")?,
+            root_off: self.constant(&t.root, "tree root")?,
+            node_size: self.constant(&t.node_size, "tree node_size")?,
+            chain_off: self.constant(&t.chain, "tree chain")?,
+        };
+        if tree.root_off.saturating_add(8) > tree.size {
+            return Err(self.err(
+                t.root.line,
+                format!(
+                    "a tree object of {} bytes cannot hold the root pointer at {}",
+                    tree.size, tree.root_off
+                ),
+            ));
+        }
+        let links_end = crate::containers::rbtree::RIGHT + 8;
+        if tree.chain_off.saturating_add(8) > tree.node_size || tree.node_size < links_end {
+            return Err(self.err(
+                t.node_size.line,
+                format!(
+                    "a tree node of {} bytes cannot hold the red-black links ({links_end} bytes) and the chain head (at {})",
+                    tree.node_size, tree.chain_off
+                ),
+            ));
+        }
+        Ok(tree)
+    }
+
     /// The `btree` keys: the constants first (each may name those before it), then the
     /// per-node expressions of `node`, which may name them all.
     fn btree(

@@ -95,6 +95,23 @@ pub struct ChainsDesc {
     pub next_offset: At<Ast>,
     pub value_offset: At<Ast>,
     pub node_size: At<Ast>,
+    /// `[container.node_chains.tree]`: buckets b and b^1 holding one pointer share a tree.
+    pub tree: Option<ChainTreeDesc>,
+}
+
+/// A bucket pair's shared tree (protobuf's `Map` once a chain would exceed 8 nodes): a
+/// libstdc++ red-black tree whose nodes each hold a chain head. Each key folds to a
+/// constant.
+#[derive(Debug, Clone)]
+pub struct ChainTreeDesc {
+    /// Bytes of the tree object.
+    pub size: At<Ast>,
+    /// Offset in the tree object of the root node's address.
+    pub root: At<Ast>,
+    /// Bytes of a tree node.
+    pub node_size: At<Ast>,
+    /// Offset in a tree node of the chain head it holds.
+    pub chain: At<Ast>,
 }
 
 impl ArrayDesc {
@@ -108,6 +125,9 @@ impl ArrayDesc {
         }
         if let Some(c) = &self.chains {
             out.extend([&c.next_offset, &c.value_offset, &c.node_size]);
+            if let Some(t) = &c.tree {
+                out.extend([&t.size, &t.root, &t.node_size, &t.chain]);
+            }
         }
         if let Some(b) = &self.btree {
             out.extend([&b.start, &b.finish, &b.leaf, &b.node_size]);
@@ -336,6 +356,16 @@ struct RawChains {
     node_size: Spanned<String>,
     len: Spanned<String>,
     heap: Spanned<String>,
+    tree: Option<RawChainTree>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChainTree {
+    size: Spanned<String>,
+    root: Spanned<String>,
+    node_size: Spanned<String>,
+    chain: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -588,6 +618,15 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                         next_offset: at_expr(&t.next_offset)?,
                         value_offset: at_expr(&t.value_offset)?,
                         node_size: at_expr(&t.node_size)?,
+                        tree: match &t.tree {
+                            None => None,
+                            Some(tr) => Some(ChainTreeDesc {
+                                size: at_expr(&tr.size)?,
+                                root: at_expr(&tr.root)?,
+                                node_size: at_expr(&tr.node_size)?,
+                                chain: at_expr(&tr.chain)?,
+                            }),
+                        },
                     }),
                     btree: None,
                 })
@@ -883,6 +922,34 @@ pointee_base = "t::Base"
         )
         .unwrap_err();
         assert_eq!(e.line, 20, "{e}");
+    }
+
+    /// `[container.node_chains.tree]`: four expressions with their lines, in the type names
+    /// the description mentions; a misspelt key is an error at its line.
+    #[test]
+    fn reads_the_trees_of_node_chains() {
+        let tree = "heap = \"0\"\n[container.node_chains.tree]\nsize = \"sizeof(V)\"\nroot = \"24\"\nnode_size = \"48\"\nchain = \"40\"\n";
+        let text = NEW_LAYOUTS.replacen("heap = \"0\"\n", tree, 1);
+        let f = parse("n.toml", &text).expect("parses");
+        let Layout::Array(c) = &f.containers[1].layout;
+        let t = c
+            .chains
+            .as_ref()
+            .and_then(|ch| ch.tree.as_ref())
+            .expect("tree");
+        assert_eq!(
+            (t.size.line, t.root.line, t.node_size.line, t.chain.line),
+            (24, 25, 26, 27)
+        );
+        assert_eq!(
+            f.containers[1].type_names(),
+            ["t::Pair<{K}, {V}>", "K", "V", "K", "V", "V"]
+        );
+        let Layout::Array(plain) =
+            &parse("n.toml", NEW_LAYOUTS).expect("parses").containers[1].layout;
+        assert!(plain.chains.as_ref().is_some_and(|ch| ch.tree.is_none()));
+        let e = parse("n.toml", &text.replace("chain = ", "chian = ")).unwrap_err();
+        assert_eq!(e.line, 27, "{e}");
     }
 
     const BTREE: &str = r#"

@@ -42,6 +42,15 @@ pub const BTREE_SHAPE: &str = "b-tree nodes do not hold the tree's size";
 /// Deepest b-tree walked (a node holds at least one value and a child per value, so 40
 /// levels hold more than 2^40 values).
 pub const BTREE_DEPTH: u64 = 40;
+/// What a node-chain map's first pass found: its nodes in walk order, and the bytes and
+/// count of the trees its bucket pairs share.
+#[derive(Default)]
+struct ChainsFound {
+    nodes: Vec<u64>,
+    tree_bytes: u64,
+    tree_nodes: u64,
+}
+
 /// Most heap bytes a described container may claim (the decoder's bound on byte counts).
 pub const MAX_DESCRIBED_HEAP: u64 = 1 << 47;
 /// Longest captured string key.
@@ -185,6 +194,9 @@ impl Walker<'_> {
     /// A node-chain map (`node_chains`): every bucket's chain followed (at most `len` nodes
     /// in all, so a cycle ends), the count checked against `len`, then `address, len,
     /// bucket_count, heap + len · node_size` and the nodes' values in bucket, chain order.
+    /// With a `tree`, buckets b and b^1 (b even) holding one pointer share a red-black tree:
+    /// walked once, at b, in order, each tree node's chain in turn; the heap adds the tree
+    /// object and its nodes (`chain_tree`).
     fn chains(
         &mut self,
         ch: &crate::describe::compile::Chains,
@@ -197,31 +209,97 @@ impl Walker<'_> {
                 format!("implausible element count {}", cap.max(len)),
             ));
         }
-        let mut nodes = Vec::new();
+        let mut found = ChainsFound::default();
+        // Even, so that a bucket pair never straddles two chunks.
         let per_chunk = CHUNK_BYTES / 8;
         let mut b = 0;
         while b < cap {
             let n = (cap - b).min(per_chunk);
             let table = self.read(buckets.wrapping_add(b * 8), n * 8)?;
-            for i in 0..n as usize {
-                let mut p = containers::word(&table, i as u64 * 8).unwrap_or(0);
-                while p != 0 {
-                    if nodes.len() as u64 == len {
-                        return Err(corrupt(addr, CHAIN_COUNT));
-                    }
-                    nodes.push(p);
-                    let next = self.read(p.wrapping_add(ch.next_off), 8)?;
-                    p = containers::word(&next, 0).unwrap_or(0);
+            let at = |i: u64| containers::word(&table, i * 8).unwrap_or(0);
+            for i in 0..n {
+                let p = at(i);
+                if p == 0 {
+                    continue;
                 }
+                if let Some(t) = &ch.tree
+                    && (b + i) ^ 1 < cap
+                    && at(i ^ 1) == p
+                {
+                    if i & 1 == 0 {
+                        self.chain_tree(t, ch, p, [addr, len], &mut found)?;
+                    }
+                    continue;
+                }
+                self.chain(ch, p, [addr, len], &mut found.nodes)?;
             }
             b += n;
         }
-        if nodes.len() as u64 != len {
+        if found.nodes.len() as u64 != len {
             return Err(corrupt(addr, CHAIN_COUNT));
         }
-        let heap = heap.wrapping_add(len.wrapping_mul(ch.node_size));
-        let values = nodes.into_iter().map(|p| p.wrapping_add(ch.value_off));
+        let heap = heap
+            .wrapping_add(len.wrapping_mul(ch.node_size))
+            .wrapping_add(found.tree_bytes);
+        let values = found
+            .nodes
+            .into_iter()
+            .map(|p| p.wrapping_add(ch.value_off));
         self.counted_elements(elem, [addr, len, cap, heap], values)
+    }
+
+    /// One chain from `p`, its nodes appended to `nodes` (at most `len` in all).
+    fn chain(
+        &self,
+        ch: &crate::describe::compile::Chains,
+        mut p: u64,
+        [addr, len]: [u64; 2],
+        nodes: &mut Vec<u64>,
+    ) -> Result<(), WalkError> {
+        while p != 0 {
+            if nodes.len() as u64 == len {
+                return Err(corrupt(addr, CHAIN_COUNT));
+            }
+            nodes.push(p);
+            let next = self.read(p.wrapping_add(ch.next_off), 8)?;
+            p = containers::word(&next, 0).unwrap_or(0);
+        }
+        Ok(())
+    }
+
+    /// The red-black tree at `tree` that a bucket pair shares: in order, with a descent
+    /// stack of at most 129 nodes (as the JIT's), at most `len` tree nodes in all; each tree
+    /// node's chain appended, the tree object and each node charged once.
+    fn chain_tree(
+        &self,
+        t: &crate::describe::compile::ChainTree,
+        ch: &crate::describe::compile::Chains,
+        tree: u64,
+        [addr, len]: [u64; 2],
+        found: &mut ChainsFound,
+    ) -> Result<(), WalkError> {
+        found.tree_bytes = found.tree_bytes.wrapping_add(t.size);
+        let mut stack = Vec::new();
+        let mut cur = self.load(tree.wrapping_add(t.root_off), 8)?;
+        loop {
+            while cur != 0 {
+                if stack.len() > 128 {
+                    return Err(corrupt(addr, "red-black tree too deep"));
+                }
+                stack.push(cur);
+                cur = self.load(cur.wrapping_add(rbtree::LEFT), 8)?;
+            }
+            let Some(node) = stack.pop() else { break };
+            found.tree_nodes += 1;
+            if found.tree_nodes > len {
+                return Err(corrupt(addr, CHAIN_COUNT));
+            }
+            found.tree_bytes = found.tree_bytes.wrapping_add(t.node_size);
+            let head = self.load(node.wrapping_add(t.chain_off), 8)?;
+            self.chain(ch, head, [addr, len], &mut found.nodes)?;
+            cur = self.load(node.wrapping_add(rbtree::RIGHT), 8)?;
+        }
+        Ok(())
     }
 
     /// A b-tree (`btree`): its nodes visited in key order (an explicit stack of

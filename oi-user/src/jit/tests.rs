@@ -820,6 +820,94 @@ fn jit_described_node_chains_tagged_and_owned_pointers() {
     }
 }
 
+/// `fx::Chained` whose bucket pairs may share a tree (`objects.cpp`'s `make_tree_chains`:
+/// a 48-byte `std::map<long, void*>`, root at 8 + 8, 48-byte nodes, the node at 40).
+fn tree_chains_toml() -> String {
+    let chained = &CHAINS_TOML[..CHAINS_TOML
+        .find("[[container]]\nname = \"fx::Tagged\"")
+        .expect("Tagged")];
+    format!(
+        "{chained}[container.node_chains.tree]\nsize = \"48\"\nroot = \"8 + 8\"\nnode_size = \"32 + 16\"\nchain = \"40\"\n"
+    )
+}
+
+/// Buckets 0/1 and B-2/B-1 sharing a tree each: JIT = interpreter, every tree walked once in
+/// key order where its even bucket stands, the tree objects and their nodes charged once.
+#[test]
+fn jit_described_node_chains_with_trees() {
+    let f = crate::describe::parse::to_feature("tree_chains.toml", &tree_chains_toml());
+    for n in [0u64, 1, 3, 9, 40, 100] {
+        let addr = make_n("tree_chains", n as i32);
+        let s = same("probe_tree_chains", &["arg0"], &[&f], &[addr]);
+        let w = &s[0];
+        let b = (3..).map(|k| 1u64 << k).find(|b| *b >= n / 2).unwrap();
+        let pair_of = |j: u64| match j % b {
+            0 | 1 => Some(0),
+            k if k >= b - 2 => Some(b - 2),
+            _ => None,
+        };
+        let tree_nodes = (0..n).filter(|j| pair_of(*j).is_some()).count() as u64;
+        let trees = [0, b - 2]
+            .iter()
+            .filter(|p| (0..n).any(|j| pair_of(j) == Some(**p)))
+            .count() as u64;
+        let heap = 8 * b + 48 * n + 48 * trees + 48 * tree_nodes;
+        assert_eq!(w[..4], [addr, n, b, heap], "n = {n}");
+        // Bucket order; a tree where its even bucket stands, in key order; chains newest
+        // first.
+        let order: Vec<u64> = (0..b)
+            .flat_map(|k| -> Vec<u64> {
+                match k {
+                    0 => (0..n).filter(|j| pair_of(*j) == Some(0)).collect(),
+                    k if k == b - 2 => (0..n).filter(|j| pair_of(*j) == Some(k)).collect(),
+                    k if k == 1 || k == b - 1 => vec![],
+                    k => (0..n).filter(|j| j % b == k).rev().collect(),
+                }
+            })
+            .collect();
+        let lens: Vec<u64> = w[4..4 + 2 * n as usize]
+            .iter()
+            .step_by(2)
+            .copied()
+            .collect();
+        let want: Vec<u64> = order
+            .iter()
+            .map(|j| if j % 3 > 0 { 4 } else { 30 + j })
+            .collect();
+        assert_eq!(lens, want, "n = {n}");
+        // The empty map: the shared one-bucket table, whose partner bucket is outside it.
+        let rest = &w[4 + 2 * n as usize..];
+        assert_eq!(rest, [addr + 24, 0, 1, 0], "n = {n}");
+        let m = measurer("probe_tree_chains", &["arg0"], &[&f]);
+        let (roots, streams) = interp(&m, &[addr]).expect("interp");
+        let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
+        let caps: u64 = w[4..4 + 2 * n as usize].iter().skip(1).step_by(2).sum();
+        assert_eq!(total, 48 + heap + caps, "n = {n}");
+    }
+}
+
+/// A tree shared by two bucket pairs holds more nodes than the map's size: both walkers
+/// fail the sample as corrupt (chained nodes differ from the map's size).
+#[test]
+fn jit_a_tree_in_two_pairs_fails_like_the_interpreter() {
+    let f = crate::describe::parse::to_feature("tree_chains.toml", &tree_chains_toml());
+    let m = measurer("probe_tree_chains", &["arg0"], &[&f]);
+    let addr = make_n("tree_chains", 40);
+    let (roots, _) = interp(&m, &[addr]).expect("interp");
+    let code = Mapped::new(&compile(m.plan(), &roots).expect("compile"));
+    // SAFETY: make_tree_chains' object: {size_, buckets_, table_} first, 32 buckets; the
+    // pair (10, 11) held one node each, the tree of (0, 1) holds four.
+    unsafe {
+        let table = *((addr + 16) as *const *mut u64);
+        *table.add(10) = *table;
+        *table.add(11) = *table;
+    }
+    assert!(interp(&m, &[addr]).is_err());
+    let (r, s) = jit(&code, &[addr]);
+    assert_eq!(s, STATUS_CORRUPT);
+    assert_eq!(r.frame.err_code, ErrorCode::ChainCount as u64);
+}
+
 #[test]
 fn jit_nested_vectors_and_plain_ints() {
     same("probe_nested", &["arg0"], &[], &[make("nested")]);

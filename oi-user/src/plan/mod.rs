@@ -26,8 +26,9 @@
 //! - `Described` (a container described in a TOML file, `describe`): `address, len, cap,
 //!   heap` (heap 0 when the description's `inline` condition holds), then each element; a
 //!   Swiss table (`control_bytes`): len is the count of full slots, then those elements; node
-//!   chains (`node_chains`): cap is the bucket count, heap includes `len · node_size`, then
-//!   the nodes' values in bucket, chain order; a b-tree (`btree`): heap is the nodes'
+//!   chains (`node_chains`): cap is the bucket count, heap includes `len · node_size` (and,
+//!   with a `tree`, each shared tree's object and nodes), then the nodes' values in bucket,
+//!   chain order (a bucket pair's tree where its even bucket stands, in tree order); a b-tree (`btree`): heap is the nodes'
 //!   bytes, then the values in key order. (`tagged_pointer` is an array of 0 or 1.)
 //! - `Union` (a union whose active member a `[[union]]` description names): the index of
 //!   the case the discriminator matched (u64::MAX: none), then that case's member, if any.

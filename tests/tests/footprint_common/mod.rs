@@ -105,7 +105,10 @@ pub fn start_fixture(exe: &Path) -> (Killed, BufReader<std::process::ChildStdout
             ["NATIVE_NS", _] => {}
             // A fixture's notes about itself (its own cross-checks, a library's own count),
             // read by the journeys that need them (tests/tests/beyond_stdlib.rs).
-            ["CHECK" | "SPACE_USED" | "LAYOUT", ..] => {}
+            [
+                "CHECK" | "SPACE_USED" | "LAYOUT" | "TREE" | "TREE_OBJECTS",
+                ..,
+            ] => {}
             ["PROBE", kind, sym, args, feats] => probes.push(Probe {
                 is_return: *kind == "return",
                 symbol: sym.to_string(),

@@ -32,7 +32,8 @@
 //!
 //! This module holds the generator (`Gen`) and what every node uses: loads, checks, the
 //! running total, calls and inlining. `body` dispatches a node to the module of its kind
-//! (`strings`, `vectors`, `nodes`, `swiss`, `pointers`, `expr` for described containers);
+//! (`strings`, `vectors`, `nodes`, `swiss`, `chains`, `btree`, `pointers`, `expr` for
+//! described containers);
 //! `stream` writes the words, `visited` keeps the visited set, `entry` builds the entry.
 
 use std::collections::HashMap;
@@ -62,6 +63,7 @@ use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 mod body;
 mod btree;
+mod chains;
 mod entry;
 mod expr;
 mod nodes;
@@ -646,7 +648,9 @@ impl Gen<'_, '_> {
         // Red-black trees and b-trees keep a descent stack in the frame.
         let is_rb = match &self.plan.nodes[id].op {
             Op::RbTree { .. } => true,
-            Op::Described { layout, .. } => layout.btree.is_some(),
+            Op::Described { layout, .. } => {
+                layout.btree.is_some() || layout.chains.is_some_and(|c| c.tree.is_some())
+            }
             _ => false,
         };
         if self.inline.contains(&(id, len))

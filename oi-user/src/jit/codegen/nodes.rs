@@ -1,5 +1,5 @@
-//! Node-based containers: pairs and map entries, red-black trees (`std::map`/`set`) and
-//! the node chains of hash tables and described lists.
+//! Node-based containers: pairs and map entries, red-black trees (`std::map`/`set`); the
+//! node chains of described hash maps are `chains`.
 //!
 //! A tree walk is a chain of dependent loads: each node's address comes from the node before.
 //! When the nodes lie one cache line in two (a map of 72-byte nodes with 48-byte strings
@@ -109,90 +109,6 @@ impl Gen<'_, '_> {
             self.last(tail && last, |g| g.child(m, v, size, k))?;
         }
         Ok(())
-    }
-
-    /// A node-chain map (`node_chains`), as the interpreter: both counts checked, the
-    /// chains counted (at most `n` nodes, so a cycle ends) and checked against `n`, the heap
-    /// plus `n` nodes checked, then the nodes' values walked in a second pass.
-    pub(super) fn chains(
-        &mut self,
-        l: &DescribedArray,
-        ch: &Chains,
-        elem: NodeId,
-        [addr, buckets, n, cap, heap]: [Value; 5],
-        k: u64,
-    ) -> G {
-        self.check_count(cap, addr);
-        self.check_count(n, addr);
-        let count = self.b.declare_var(I64);
-        let zero = self.c(0);
-        self.b.def_var(count, zero);
-        // One more node than `n` is corrupt; so is one fewer at the end.
-        let tick = |g: &mut Self| {
-            let c = g.b.use_var(count);
-            let full = g.b.ins().icmp(IntCC::Equal, c, n);
-            g.fail_if(full, ErrorCode::ChainCount, addr);
-            let c = g.b.ins().iadd_imm_s(c, 1);
-            g.b.def_var(count, c);
-        };
-        self.chain_nodes(ch, buckets, cap, &mut |g, _| {
-            tick(g);
-            Ok(())
-        })?;
-        let found = self.b.use_var(count);
-        let differ = self.b.ins().icmp(IntCC::NotEqual, found, n);
-        self.fail_if(differ, ErrorCode::ChainCount, addr);
-        let nodes = self.b.ins().imul_imm_s(n, ch.node_size as i64);
-        let heap = self.b.ins().iadd(heap, nodes);
-        self.described_words(l, elem, [addr, n, cap, heap]);
-        if !self.dynamic(elem) {
-            return Ok(());
-        }
-        let zero = self.c(0);
-        self.b.def_var(count, zero);
-        let value_off = ch.value_off;
-        self.chain_nodes(ch, buckets, cap, &mut |g, node| {
-            tick(g);
-            let at = g.add(node, value_off);
-            g.walk_at(elem, at, k)
-        })
-    }
-
-    /// `for b in 0..cap { for node in chain(buckets[b]) { body(node) } }`.
-    pub(super) fn chain_nodes(
-        &mut self,
-        ch: &Chains,
-        buckets: Value,
-        cap: Value,
-        body: &mut dyn FnMut(&mut Self, Value) -> G,
-    ) -> G {
-        let next_off = ch.next_off;
-        self.loop_n(cap, |g, b| {
-            let off = g.b.ins().imul_imm_s(b, 8);
-            let slot = g.b.ins().iadd(buckets, off);
-            let first = g.ld(slot, 0);
-            let node = g.b.declare_var(I64);
-            g.b.def_var(node, first);
-            let head = g.b.create_block();
-            let body_b = g.b.create_block();
-            let exit = g.b.create_block();
-            g.b.ins().jump(head, &[]);
-            g.b.switch_to_block(head);
-            let p = g.b.use_var(node);
-            g.b.ins().brif(p, body_b, &[], exit, &[]);
-            g.b.switch_to_block(body_b);
-            match body(g, p) {
-                Ok(()) => {
-                    let next = g.ld(p, next_off);
-                    g.b.def_var(node, next);
-                    g.b.ins().jump(head, &[]);
-                }
-                Err(Stop::Dead) => {}
-                Err(e) => return Err(e),
-            }
-            g.b.switch_to_block(exit);
-            Ok(())
-        })
     }
 
     /// `Walker::rb_elements`: in-order walk with an explicit stack of node addresses.

@@ -247,6 +247,17 @@ struct Chains {
     std::string* not_owned;
 };
 
+// A node-chain map whose bucket pairs (0, 1) and (B-2, B-1) share a tree, as protobuf's
+// Map once a chain would exceed 8 nodes: `table_[b] == table_[b^1]`, a std::map from key to
+// node (`node_chains.tree` in tests.rs), each node's `next` null.
+struct TreeChains {
+    Chained<long, std::string> m;
+    Chained<long, std::string> empty;
+};
+using NodeTree = std::map<long, void*>;
+static_assert(sizeof(NodeTree) == 48, "tests.rs describes a 48-byte tree, root at 16");
+static_assert(sizeof(std::_Rb_tree_node<NodeTree::value_type>) == 48, "48-byte tree nodes");
+
 struct Smalls {
     SmallVec<int, 4> few;
     SmallVec<int, 4> many;
@@ -287,6 +298,7 @@ PROBE(Smalls, probe_smalls)
 PROBE(OwnedPtrs, probe_owned)
 PROBE(Swisses, probe_swisses)
 PROBE(Chains, probe_chains)
+PROBE(TreeChains, probe_tree_chains)
 PROBE(IntPtrs, probe_intptrs)
 
 __attribute__((noinline, used)) void probe_two(Strings* a, IMap* b) {
@@ -581,6 +593,35 @@ void* make_chains(int n) {
     c->part->name = str(n, 25);
     c->no_part = nullptr;
     c->not_owned = &chains_default;
+    return c;
+}
+
+// n nodes, node j in bucket j % B (B = 8, or the power of two ≥ n / 2); the nodes of
+// buckets 0, 1, B-2 and B-1 in the two pairs' trees, the others chained newest first.
+void* make_tree_chains(int n) {
+    using Node = Chained<long, std::string>::Node;
+    auto* c = new TreeChains();
+    fill_chains(c->empty, 0, [](int) { return Pair<long, std::string>{}; });
+    auto& m = c->m;
+    uint64_t b = 8;
+    while (b < uint64_t(n) / 2) b *= 2;
+    m.size_ = uint64_t(n);
+    m.buckets_ = b;
+    m.table_ = new void*[b]();
+    NodeTree* trees[2] = {nullptr, nullptr};
+    for (int j = 0; j < n; j++) {
+        uint64_t at = uint64_t(j) % b;
+        auto* node = new Node{{j, str(j, j % 3 ? 4 : 30 + j)}, nullptr};
+        int pair = at < 2 ? 0 : at >= b - 2 ? 1 : -1;
+        if (pair < 0) {
+            node->next = static_cast<Node*>(m.table_[at]);
+            m.table_[at] = node;
+            continue;
+        }
+        if (!trees[pair]) trees[pair] = new NodeTree();
+        (*trees[pair])[j] = node;
+        m.table_[at & ~uint64_t(1)] = m.table_[at | 1] = trees[pair];
+    }
     return c;
 }
 
