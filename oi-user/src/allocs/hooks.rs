@@ -7,7 +7,12 @@
 //! parts GCC splits off (`_Znwm.cold`) are not entry points and are left alone. A file mapped
 //! after attaching is hooked alone by [`file_hooks`], with the kind of blocks decided at start.
 //!
-//! Each function gets a probe on its entry. Beyond it:
+//! Each function gets a probe on its entry: on the first instruction the kernel emulates
+//! (`push`, a direct jump, a nop; `code::emulated_entry_probe`) when the ones before it leave
+//! the registers the program reads, `rsp` and `rbp` alone (glibc's `free` on the `je` after its
+//! `test`, libstdc++'s `operator new` on its first `push` past `endbr64`), because any other
+//! instruction is stepped out of line, a second exception that costs ~15× the first on a VM
+//! (README, Performance). Beyond it:
 //! - a free (`free`, every `operator delete`, `dallocx` …) nothing: it is counted at its entry;
 //! - a C allocation function (`malloc`, `calloc`, `realloc`, `posix_memalign`, `aligned_alloc`,
 //!   jemalloc's `*allocx`, `tc_malloc` …) a uretprobe: no C++ exception unwinds through C code,
@@ -230,11 +235,19 @@ pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
     // Addresses one of whose names is an `operator new` (tcmalloc: `malloc` and `tc_malloc`
     // are one function, `_Znwm` and `tc_new` another).
     let mut cxx_new: HashSet<u64> = HashSet::new();
+    // Every name of each address, and the `.cold` parts by the name of their function: a
+    // branch from one into the first instructions of a hooked function keeps its probe there.
+    let mut names_at: HashMap<u64, Vec<&str>> = HashMap::new();
+    let mut cold_of: HashMap<&str, (u64, u64)> = HashMap::new();
     for sym in obj.symbols().chain(obj.dynamic_symbols()) {
         if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
             continue;
         }
         let Ok(name) = sym.name() else { continue };
+        if let Some((function, _)) = name.split_once(".cold") {
+            cold_of.insert(function, (sym.address(), sym.size()));
+        }
+        names_at.entry(sym.address()).or_default().push(name);
         let Some(function) = classify(name) else {
             continue;
         };
@@ -276,38 +289,20 @@ pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
                 continue;
             }
         };
-        let entry_offset = offset + (entry.address - h.address);
-        let mut mine = vec![Site {
-            file_offset: entry_offset,
-            cookie: cookie::with_align(
-                cookie::encode(cookie::ENTRY, h.function, flags),
-                align_source(&h.name),
-            ),
-        }];
-        if function::is_free(h.function) {
-            // Counted at the entry.
-        } else if !cxx_new.contains(&h.address) {
-            // A C function: its return through a uretprobe (at the entry probe's place, where
-            // [rsp] is still the return address).
-            mine[0].cookie |= cookie::C_RETURN;
-            mine.push(Site {
-                file_offset: entry_offset,
-                cookie: cookie::encode(cookie::UPROBE_RETURN, h.function, flags),
-            });
+        let plain_offset = offset + (entry.address - h.address);
+        // What the function needs beyond its entry: a uretprobe, or probes on its exits.
+        let c_function = !function::is_free(h.function) && !cxx_new.contains(&h.address);
+        let mut inner_closed = false;
+        let exits = if function::is_free(h.function) || c_function {
+            // A free is counted at its entry; a C function returns through its uretprobe.
+            Ok(Vec::new())
         } else if calls_hooked_allocation(binary, h.address, bytes, &by_address, &cxx_new) {
-            mine[0].cookie |= cookie::INNER_CLOSED;
+            inner_closed = true;
             // Its tail jumps to hooked functions (`_Znam: jmp _Znwm@plt`): the callee's entry
             // at this stack pointer is this call, not a new one.
-            match tail_jumps_to_hooks(binary, h, bytes, offset, &by_address) {
-                Ok(tails) => mine.extend(tails),
-                Err(why) => {
-                    out.skipped.push(format!("{} ({why})", h.name));
-                    continue;
-                }
-            }
-            merge_tail_at_entry(&mut mine, entry_offset);
+            tail_jumps_to_hooks(binary, h, bytes, offset, &by_address)
         } else {
-            let exits = part_exits(
+            part_exits(
                 binary,
                 h,
                 h.address,
@@ -316,14 +311,54 @@ pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
                 &by_address,
                 &mut helpers_done,
                 0,
-            );
-            match exits {
-                Ok(e) => mine.extend(e),
-                Err(why) => {
-                    out.skipped.push(format!("{} ({why})", h.name));
-                    continue;
-                }
+            )
+        };
+        let exits = match exits {
+            Ok(e) => e,
+            Err(why) => {
+                out.skipped.push(format!("{} ({why})", h.name));
+                continue;
             }
+        };
+        // The entry probe on the first instruction the kernel emulates, where a hit costs one
+        // exception instead of two (`code::kernel_emulates`), unless an exit that needs a
+        // probe of its own kind is there (a conditional tail jump, a jump out).
+        let cheap = code::emulated_entry_probe(
+            entry,
+            bytes,
+            h.address,
+            registers_read(h.function),
+            &cold_parts(binary, &names_at, &cold_of, h.address),
+        );
+        let cheap_offset = offset + (cheap.address - h.address);
+        let entry_offset = if exits
+            .iter()
+            .any(|s| s.file_offset == cheap_offset && cookie::kind(s.cookie) != cookie::TAIL)
+        {
+            plain_offset
+        } else {
+            cheap_offset
+        };
+        let mut mine = vec![Site {
+            file_offset: entry_offset,
+            cookie: cookie::with_align(
+                cookie::encode(cookie::ENTRY, h.function, flags),
+                align_source(&h.name),
+            ),
+        }];
+        if c_function {
+            // Its return through a uretprobe (at the entry probe's place, where [rsp] is still
+            // the return address).
+            mine[0].cookie |= cookie::C_RETURN;
+            mine.push(Site {
+                file_offset: entry_offset,
+                cookie: cookie::encode(cookie::UPROBE_RETURN, h.function, flags),
+            });
+        } else if !function::is_free(h.function) {
+            if inner_closed {
+                mine[0].cookie |= cookie::INNER_CLOSED;
+            }
+            mine.extend(exits);
             merge_tail_at_entry(&mut mine, entry_offset);
         }
         sites.extend(mine);
@@ -340,6 +375,39 @@ pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
     sites.dedup_by_key(|s| key(s));
     out.sites = sites;
     out
+}
+
+/// The registers the eBPF program reads at the entry of a function of kind `function`: a free
+/// its pointer; an allocation its size, alignment and pointer arguments (rdi, rsi, rdx).
+fn registers_read(function: u64) -> &'static [iced_x86::Register] {
+    use iced_x86::Register::{RDI, RDX, RSI};
+    if function::is_free(function) {
+        &[RDI]
+    } else {
+        &[RDI, RSI, RDX]
+    }
+}
+
+/// The `.cold` parts of the function at `address`, by any of its names.
+fn cold_parts<'a>(
+    binary: &'a Binary,
+    names_at: &HashMap<u64, Vec<&str>>,
+    cold_of: &HashMap<&str, (u64, u64)>,
+    address: u64,
+) -> Vec<Part<'a>> {
+    names_at
+        .get(&address)
+        .into_iter()
+        .flatten()
+        .filter_map(|name| cold_of.get(name))
+        .filter_map(|&(start, size)| {
+            let bytes = code_at(binary, file_offset_of(binary, start)?, size)?;
+            Some(Part {
+                address: start,
+                bytes,
+            })
+        })
+        .collect()
 }
 
 /// A first instruction that already jumps to a hooked function carries one probe: the entry
@@ -682,5 +750,52 @@ mod tests {
                 .all(|s| cookie::kind(s.cookie) != cookie::UPROBE_RETURN),
             "no uretprobe in libstdc++"
         );
+    }
+
+    /// The entry probes of the hot allocator functions of Debian's glibc and libstdc++ sit on
+    /// instructions the kernel emulates (one exception a hit, not two): glibc's `free` on the
+    /// `je` after its `test`, libstdc++'s `operator new` on its first `push`, its `operator
+    /// delete` on the jump to `free`, past `endbr64`.
+    #[test]
+    fn entries_sit_where_the_kernel_emulates() {
+        for (path, names) in [
+            (
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                &["malloc", "free", "calloc", "realloc", "posix_memalign"][..],
+            ),
+            (
+                "/lib/x86_64-linux-gnu/libstdc++.so.6",
+                &["_Znwm", "_Znam", "_ZdlPv", "_ZdlPvm", "_ZdaPv"][..],
+            ),
+        ] {
+            let Ok(lib) = Binary::open(path) else {
+                eprintln!("SKIPPED: no {path}");
+                continue;
+            };
+            let hooks = file_hooks(&lib, Blocks::Glibc);
+            for name in names {
+                let h = hooks
+                    .functions
+                    .iter()
+                    .find(|h| h.name == *name)
+                    .unwrap_or_else(|| panic!("{name} not hooked: {:?}", hooks.skipped));
+                let start = file_offset_of(&lib, h.address).unwrap();
+                let entry = hooks
+                    .sites
+                    .iter()
+                    .filter(|s| cookie::kind(s.cookie) == cookie::ENTRY)
+                    .map(|s| s.file_offset)
+                    .filter(|o| (start..start + 32).contains(o))
+                    .min()
+                    .unwrap_or_else(|| panic!("{name}: no entry probe"));
+                let code = &lib.bytes()[entry as usize..];
+                assert!(
+                    code::kernel_emulates(code),
+                    "{name}: entry probe at +{} on {:02x?}",
+                    entry - start,
+                    &code[..4]
+                );
+            }
+        }
     }
 }

@@ -365,3 +365,91 @@ fn vector_registers_a_first_instruction_overwrites() {
         u16::MAX
     );
 }
+
+#[test]
+fn what_the_kernel_emulates() {
+    // Emulated (6.18 x86-64, measured: one exception a hit): push of a general register,
+    // direct jumps, conditional jumps, call rel32, the nops.
+    for bytes in [
+        &[0x53][..],                           // push %rbx
+        &[0x41, 0x54],                         // push %r12
+        &[0xeb, 0x00],                         // jmp rel8
+        &[0xe9, 0, 0, 0, 0],                   // jmp rel32
+        &[0x74, 0x00],                         // je rel8
+        &[0x0f, 0x85, 0, 0, 0, 0],             // jne rel32
+        &[0xe8, 0, 0, 0, 0],                   // call rel32
+        &[0x90],                               // nop
+        &[0x66, 0x90],                         // xchg %ax,%ax
+        &[0x0f, 0x1f, 0x40, 0x00],             // nopl 0(%rax)
+        &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00], // nopw 0(%rax,%rax)
+    ] {
+        assert!(kernel_emulates(bytes), "{bytes:02x?}");
+    }
+    // Stepped out of line (two exceptions), or refused.
+    for bytes in [
+        &[0xf3, 0x0f, 0x1e, 0xfa][..], // endbr64
+        &[0x48, 0x85, 0xff],           // test %rdi,%rdi
+        &[0x48, 0x89, 0xf8],           // mov %rdi,%rax
+        &[0xc3],                       // ret
+        &[0x48, 0x53],                 // rex.w push %rbx: the kernel takes REX 0x41 only
+        &[0x41, 0x90],                 // xchg %eax,%r8d, no nop
+        &[0xff, 0xe0],                 // jmp *%rax
+        &[0x66, 0xe8, 0, 0],           // call with an operand-size prefix: refused
+        &[0xf0, 0x48, 0xff, 0x07],     // lock incq (%rdi): refused
+    ] {
+        assert!(!kernel_emulates(bytes), "{bytes:02x?}");
+    }
+}
+
+#[test]
+fn entry_probe_moves_on_to_an_emulated_instruction() {
+    use iced_x86::Register::{RDI, RDX, RSI};
+    let moved = |bytes: &[u8], keep: &[Register], elsewhere: &[Part<'_>]| {
+        let probe = entry_probe(bytes, 0x1000).unwrap();
+        emulated_entry_probe(probe, bytes, 0x1000, keep, elsewhere).address - 0x1000
+    };
+    // glibc's free: test %rdi,%rdi; je …: the probe goes on the je.
+    let free = [0x48, 0x85, 0xff, 0x74, 0x01, 0xc3, 0xc3];
+    assert_eq!(moved(&free, &[RDI], &[]), 3);
+    // libstdc++'s operator new: endbr64; test %rdi,%rdi; mov $1,%eax; push %rbx.
+    let new = [
+        0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x85, 0xff, 0xb8, 1, 0, 0, 0, 0x53, 0x5b, 0xc3,
+    ];
+    let probe = emulated_entry_probe(
+        entry_probe(&new, 0x1000).unwrap(),
+        &new,
+        0x1000,
+        &[RDI, RSI, RDX],
+        &[],
+    );
+    assert_eq!(probe.address, 0x100c);
+    assert_eq!(probe.skipped, ["endbr64", "test", "mov"]);
+    // Already emulated: push %r12 stays.
+    assert_eq!(moved(&[0x41, 0x54, 0x41, 0x5c, 0xc3], &[RDI], &[]), 0);
+    // mov %rsi,%rdi changes an argument the probe reads: the entry stays…
+    let changes = [0x48, 0x89, 0xf7, 0x53, 0x5b, 0xc3];
+    assert_eq!(moved(&changes, &[RDI], &[]), 0);
+    // … but not one it does not read (a free reads rdi only).
+    let other = [0x48, 0x89, 0xf2, 0x53, 0x5b, 0xc3]; // mov %rsi,%rdx; push %rbx
+    assert_eq!(moved(&other, &[RDI], &[]), 3);
+    assert_eq!(moved(&other, &[RDI, RSI, RDX], &[]), 0);
+    // rbp (a stack walk's frame pointer) and rsp stores keep it too.
+    assert_eq!(moved(&[0x48, 0x89, 0xfd, 0x53, 0x5b, 0xc3], &[RDI], &[]), 0);
+    assert_eq!(
+        moved(
+            &[0x48, 0x89, 0x7c, 0x24, 0xf8, 0x53, 0x5b, 0xc3],
+            &[RDI],
+            &[]
+        ),
+        0
+    );
+    // A branch of the function, or of its cold part, lands on the je: it stays.
+    let looped = [0x48, 0x85, 0xff, 0x74, 0x01, 0xc3, 0xeb, 0xfb];
+    assert_eq!(moved(&looped, &[RDI], &[]), 0);
+    let cold_bytes = [0xe9, 0xfe, 0xef, 0xff, 0xff]; // at 0x2000: jmp 0x1003
+    let cold = Part {
+        address: 0x2000,
+        bytes: &cold_bytes,
+    };
+    assert_eq!(moved(&free, &[RDI], &[cold]), 0);
+}
