@@ -37,6 +37,7 @@ impl Figure {
 }
 
 mod allocs;
+mod bare_uprobe;
 mod calls;
 mod protobuf;
 mod unwind;

@@ -54,6 +54,13 @@ pub struct Site {
     pub cookie: u64,
 }
 
+impl Site {
+    /// Whether the probe is a uretprobe (at a C function's entry place), not a uprobe.
+    pub fn is_uretprobe(&self) -> bool {
+        cookie::kind(self.cookie) == cookie::UPROBE_RETURN
+    }
+}
+
 /// A hooked function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hooked {
@@ -375,6 +382,28 @@ pub fn file_hooks(binary: &Binary, blocks: Blocks) -> FileHooks {
     sites.dedup_by_key(|s| key(s));
     out.sites = sites;
     out
+}
+
+/// The probes [`file_hooks`] sets on the function `name` of `binary` (its entry, and its
+/// uretprobe or exits), by file offset; empty when `name` is not a hooked function there.
+/// `cargo xtask bench` puts its bare counting probes on the same places.
+pub fn probes_of(binary: &Binary, blocks: Blocks, name: &str) -> Vec<Site> {
+    let Ok(obj) = binary.object() else {
+        return Vec::new();
+    };
+    let Some((start, size)) = obj
+        .dynamic_symbols()
+        .chain(obj.symbols())
+        .find(|s| s.name() == Ok(name) && !s.is_undefined() && s.address() != 0)
+        .and_then(|s| Some((file_offset_of(binary, s.address())?, s.size())))
+    else {
+        return Vec::new();
+    };
+    file_hooks(binary, blocks)
+        .sites
+        .into_iter()
+        .filter(|s| (start..start + size).contains(&s.file_offset))
+        .collect()
 }
 
 /// The registers the eBPF program reads at the entry of a function of kind `function`: a free

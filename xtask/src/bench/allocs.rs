@@ -1,19 +1,20 @@
 //! The `allocs` figures of `cargo xtask bench`: what `oi-trace allocs` costs a malloc + free
-//! pair, against the same run without probes, against bare counting uprobes on the same
-//! functions (bpftrace: malloc's entry and return, free's entry, each `count()`, on the
-//! functions' first instructions, where bpftrace and every other tool put an entry probe),
-//! and against bpftrace running the equivalent per-call accounting (live blocks with size and
-//! time, bytes per stack); and the allocations per second sustained with 4 threads allocating
-//! at once, with the dropped count.
+//! pair, against the same run without probes, against bare uprobes on the same functions at
+//! the same places (malloc's entry and uretprobe, free's entry: perf events with no eBPF
+//! program), and against bpftrace running the equivalent per-call
+//! accounting (live blocks with size and time, bytes per stack); and the allocations per second
+//! sustained with 4 threads allocating at once, with the dropped count.
 //!
-//! oi-trace sets the same three probes, but puts an entry probe on the first instruction the
-//! kernel emulates (glibc's `free` on the `je` after its first `test`): every other
-//! instruction is stepped out of line, a second exception that costs far more than the first on
-//! a VM. So oi-trace can cost less than the bare counting probes.
+//! oi-trace puts an entry probe on the first instruction the kernel emulates (glibc's `free`
+//! on the `je` after its first `test`): every other instruction is stepped out of line, a
+//! second exception that costs far more than the first on a VM. bpftrace can only probe a
+//! function's first instruction, so its script pays that step; the bare baseline asks
+//! `allocs::hooks::probes_of` where oi-trace probes and probes there, so that the ratio to it
+//! is the cost of oi-trace's programs alone.
 //!
 //! bpftrace comes from Debian's package (`cargo xtask setup`). Every time is measured by the
 //! target itself (`allocs_bench` prints the wall time of each run). The per-pair costs come
-//! from interleaved rounds (no probes, bare counting, oi-trace, bpftrace's script, one run
+//! from interleaved rounds (no probes, bare probes, oi-trace, bpftrace's script, one run
 //! each, each tracer started for its turn): each is the difference to the same round's run
 //! without probes, and the figures are medians over the rounds, so that a load that changes
 //! during the bench moves every configuration alike.
@@ -22,8 +23,12 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use oi_e2e::{Fixture, FixtureBuild, OiTrace, SIGINT, SIGUSR1};
+use oi_trace::{
+    allocs::hooks::{Blocks, probes_of},
+    debuginfo::Binary,
+};
 
-use super::{Figure, calls::Bpftrace, median, value_of};
+use super::{Figure, bare_uprobe::BareUprobe, calls::Bpftrace, median, value_of};
 
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
 
@@ -36,10 +41,16 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let binary = FixtureBuild::new("allocs_bench")
         .variant("allocs_bench_o2", &["-O2"])
         .build();
-    let bare = format!(
-        "uprobe:{LIBC}:malloc {{ @m = count(); }} uretprobe:{LIBC}:malloc {{ @r = count(); }} \
-         uprobe:{LIBC}:free {{ @f = count(); }} BEGIN {{ printf(\"armed\\n\"); }}"
-    );
+    // oi-trace's places on malloc (entry and uretprobe) and free (entry), for the bare probes.
+    let libc = Binary::open(LIBC).context(LIBC)?;
+    let places: Vec<(u64, bool)> = ["malloc", "free"]
+        .iter()
+        .flat_map(|f| probes_of(&libc, Blocks::Glibc, f))
+        .map(|s| (s.file_offset, s.is_uretprobe()))
+        .collect();
+    if places.len() != 3 {
+        bail!("oi-trace hooks malloc and free of {LIBC} with {places:?}, not 3 probes");
+    }
     // What `oi-trace allocs` keeps, per call: the request, the live block (size, time), bytes
     // per allocating stack, the lifetime of freed blocks.
     let script = format!(
@@ -54,7 +65,7 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let pid = fixture.pid.to_string();
     // Interleaved rounds: the machine's load moves over a run (other builds, other benches),
     // and four blocks measured one after the other each saw a different load. Each round
-    // measures every configuration once (no probes, bare counting, oi-trace, bpftrace's script:
+    // measures every configuration once (no probes, bare probes, oi-trace, bpftrace's script:
     // each tracer started for its turn and stopped after it), each per-pair cost is taken
     // against the same round's run without probes, and the figures are the medians over the
     // rounds; the comparison with bpftrace also says in how many rounds oi-trace was below.
@@ -64,7 +75,10 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     for _ in 0..runs {
         let free = per_pair_ns(&mut fixture, pairs, 1)?;
         let bare_ns = {
-            let _bare = Bpftrace::start(&bare, Some(&pid))?;
+            let _bare = places
+                .iter()
+                .map(|&(offset, ret)| BareUprobe::attach(LIBC.as_ref(), offset, ret, fixture.pid))
+                .collect::<Result<Vec<_>>>()?;
             per_pair_ns(&mut fixture, pairs, 1)?
         };
         let oi_ns = {
@@ -99,7 +113,7 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     figures.push(Figure {
         name: format!(
             "allocs: cost per malloc+free pair attached, median of {runs} interleaved rounds \
-             (baseline: bare counting uprobes on the same functions)"
+             (baseline: bare uprobes at the same places)"
         ),
         value: oi / 1e3,
         baseline: bare / 1e3,
