@@ -15,7 +15,7 @@ impl Gen<'_, '_> {
     }
 
     /// A pointer node's pointer `p` as its distance from the last one
-    /// (`plan::stream::PointerDelta`, branch-free): mostly a one-byte word.
+    /// (`plan::stream::PointerDelta`): mostly a one- or two-byte word.
     pub(super) fn emit_pointer(&mut self, p: Value) {
         if !self.reg.stream {
             return;
@@ -66,22 +66,33 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(join);
     }
 
-    /// The word of pointer `p` ([`Gen::emit_pointer`]); moves the last pointer on.
+    /// The word of pointer `p` ([`Gen::emit_pointer`]); moves the last pointer on. The
+    /// one pointer whose `zigzag + 1` wraps to 0 takes a cold branch (a null one does when
+    /// `last` is 2^63, and gets 0 there too).
     fn pointer_word(&mut self, p: Value) -> Value {
         let last = self.b.use_var(self.last_pointer);
         let d = self.b.ins().isub(p, last);
         let z = self.zigzag(d);
+        let w = self.b.ins().iadd_imm_s(z, 1);
+        let join = self.b.create_block();
+        let word = self.b.append_block_param(join, I64);
+        let wrapped = self.b.create_block();
+        self.b
+            .ins()
+            .brif(w, join, &[BlockArg::Value(w)], wrapped, &[]);
+        self.b.switch_to_block(wrapped);
+        self.b.set_cold_block(wrapped);
         let back = self.b.ins().ineg(last);
         let m = self.zigzag(back);
-        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, z, m);
-        let below = self.b.ins().uextend(I64, below);
-        let w = self.b.ins().iadd(z, below);
+        let m1 = self.b.ins().iadd_imm_s(m, 1);
+        self.b.ins().jump(join, &[BlockArg::Value(m1)]);
+        self.b.switch_to_block(join);
         let nonnull = self.icmp_imm(IntCC::NotEqual, p, 0);
         let zero = self.c(0);
-        let w = self.b.ins().select(nonnull, w, zero);
+        let word = self.b.ins().select(nonnull, word, zero);
         let next = self.b.ins().select(nonnull, p, last);
         self.b.def_var(self.last_pointer, next);
-        w
+        word
     }
 
     /// The one or two LEB128 bytes of `w` < 2^14 as one 16-bit value, and how many of its
