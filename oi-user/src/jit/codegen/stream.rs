@@ -51,11 +51,11 @@ impl Gen<'_, '_> {
         self.b.ins().brif(room, fast_b, &[], slow_b, &[]);
 
         self.b.switch_to_block(fast_b);
-        let (both, n) = self.short_word(w);
+        let (both, more) = self.short_word(w);
         self.b.ins().istore16(trusted(), both, cur, 0);
-        let at = self.b.ins().iadd(cur, n);
-        self.b.ins().istore8(trusted(), descended, at, 0);
-        let next = self.b.ins().iadd_imm_s(at, 1);
+        let at = self.b.ins().iadd(cur, more);
+        self.b.ins().istore8(trusted(), descended, at, 1);
+        let next = self.b.ins().iadd_imm_s(at, 2);
         self.b.def_var(self.cur, next);
         self.b.ins().jump(join, &[]);
 
@@ -96,18 +96,19 @@ impl Gen<'_, '_> {
     }
 
     /// The one or two LEB128 bytes of `w` < 2^14 as one 16-bit value, and how many of its
-    /// bytes count (1 or 2).
+    /// bytes count less one (0 or 1). With `hi = w & !0x7f`, `w + hi` is the low seven bits
+    /// then `w >> 7` in the second byte, and `w + 0x3f80` reaches bit 14 exactly when `w`
+    /// takes two bytes (the first byte's continuation bit, `0x80`): eight instructions
+    /// where the bytes taken one by one were eleven, on every pointer of an array of owned
+    /// pointers (issue 18).
     fn short_word(&mut self, w: Value) -> (Value, Value) {
-        let many = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, w, 0x80);
-        let many = self.b.ins().uextend(I64, many);
-        let low = self.b.ins().band_imm_s(w, 0x7f);
-        let flag = self.b.ins().ishl_imm_s(many, 7);
-        let low = self.b.ins().bor(low, flag);
-        let high = self.b.ins().ushr_imm_s(w, 7);
-        let high = self.b.ins().ishl_imm_s(high, 8);
-        let both = self.b.ins().bor(low, high);
-        let n = self.b.ins().iadd_imm_s(many, 1);
-        (both, n)
+        let hi = self.b.ins().band_imm_s(w, !0x7f);
+        let both = self.b.ins().iadd(w, hi);
+        let up = self.b.ins().iadd_imm_s(w, 0x3f80);
+        let more = self.b.ins().ushr_imm_s(up, 14);
+        let flag = self.b.ins().ishl_imm_s(more, 7);
+        let both = self.b.ins().iadd(both, flag);
+        (both, more)
     }
 
     /// [`Gen::varint`] with a branch-free path for the words below 2^14 (one or two bytes,
@@ -132,9 +133,10 @@ impl Gen<'_, '_> {
         self.b.ins().brif(fast, fast_b, &[], slow_b, &[]);
 
         self.b.switch_to_block(fast_b);
-        let (both, n) = self.short_word(w);
+        let (both, more) = self.short_word(w);
         self.b.ins().istore16(trusted(), both, cur, 0);
-        let next = self.b.ins().iadd(cur, n);
+        let at = self.b.ins().iadd(cur, more);
+        let next = self.b.ins().iadd_imm_s(at, 1);
         self.b.def_var(self.cur, next);
         self.b.ins().jump(join, &[]);
 
