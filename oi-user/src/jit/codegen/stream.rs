@@ -25,16 +25,40 @@ impl Gen<'_, '_> {
     }
 
     /// A pointer node's two words: the pointer `p` (as [`Gen::emit_pointer`]) and the flag
-    /// `descended` (0 or 1). When the pointer word is below 2^14 and three bytes fit, both
-    /// go out under one check: the pointer word's 16-bit store, then the flag's byte right
-    /// after the word (over the store's second byte when the word took one). The flag's own
-    /// check and branch were eight instructions of every element of an array of owned
-    /// pointers (issue 18).
+    /// `descended` (0 or 1).
     pub(super) fn emit_pointer_and_flag(&mut self, p: Value, descended: Value) {
         if !self.reg.stream {
             return;
         }
         let w = self.pointer_word(p);
+        self.word_and_flag(w, descended);
+    }
+
+    /// [`Gen::emit_pointer_and_flag`] of a pointer known not to be null.
+    pub(super) fn emit_nonnull_pointer_and_flag(&mut self, p: Value, descended: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let w = self.delta_word(p);
+        self.b.def_var(self.last_pointer, p);
+        self.word_and_flag(w, descended);
+    }
+
+    /// [`Gen::emit_pointer_and_flag`] of a null pointer: the words 0 and 0.
+    pub(super) fn emit_null_pointer_and_flag(&mut self) {
+        if !self.reg.stream {
+            return;
+        }
+        let zero = self.c(0);
+        self.word_and_flag(zero, zero);
+    }
+
+    /// A pointer word `w` and the flag `descended` (0 or 1). When `w` is below 2^14 and
+    /// three bytes fit, both go out under one check: the word's 16-bit store, then the
+    /// flag's byte right after the word (over the store's second byte when the word took
+    /// one). The flag's own check and branch were eight instructions of every element of an
+    /// array of owned pointers (issue 18).
+    fn word_and_flag(&mut self, w: Value, descended: Value) {
         let cur = self.b.use_var(self.cur);
         let short = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x4000);
         let three = self.b.ins().iadd_imm_s(cur, 3);
@@ -66,10 +90,23 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(join);
     }
 
-    /// The word of pointer `p` ([`Gen::emit_pointer`]); moves the last pointer on. The
-    /// one pointer whose `zigzag + 1` wraps to 0 takes a cold branch (a null one does when
-    /// `last` is 2^63, and gets 0 there too).
+    /// The word of pointer `p` ([`Gen::emit_pointer`]); moves the last pointer on.
     fn pointer_word(&mut self, p: Value) -> Value {
+        let last = self.b.use_var(self.last_pointer);
+        let w = self.delta_word(p);
+        let nonnull = self.icmp_imm(IntCC::NotEqual, p, 0);
+        let zero = self.c(0);
+        let word = self.b.ins().select(nonnull, w, zero);
+        let next = self.b.ins().select(nonnull, p, last);
+        self.b.def_var(self.last_pointer, next);
+        word
+    }
+
+    /// The word of a non-null pointer `p` against the last one, `zigzag(p - last) + 1`
+    /// (`plan::stream::PointerDelta`); does not move the last pointer on. The one pointer
+    /// whose word wraps to 0 takes a cold branch (a null one does when `last` is 2^63, and
+    /// gets 0 there too).
+    fn delta_word(&mut self, p: Value) -> Value {
         let last = self.b.use_var(self.last_pointer);
         let d = self.b.ins().isub(p, last);
         let z = self.zigzag(d);
@@ -87,11 +124,6 @@ impl Gen<'_, '_> {
         let m1 = self.b.ins().iadd_imm_s(m, 1);
         self.b.ins().jump(join, &[BlockArg::Value(m1)]);
         self.b.switch_to_block(join);
-        let nonnull = self.icmp_imm(IntCC::NotEqual, p, 0);
-        let zero = self.c(0);
-        let word = self.b.ins().select(nonnull, word, zero);
-        let next = self.b.ins().select(nonnull, p, last);
-        self.b.def_var(self.last_pointer, next);
         word
     }
 
