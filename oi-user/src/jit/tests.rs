@@ -1044,6 +1044,28 @@ fn jit_visited_set_keys_closer_than_a_granule() {
 }
 
 #[test]
+fn jit_visited_set_keys_a_region_apart() {
+    // Keys at the same offsets of three 64 MiB regions share a home slot: the second and
+    // third go on to their second home or the probe, and their repeats are still found.
+    for n in [1, 500, 3_000] {
+        let s = same(
+            "probe_intptrs",
+            &["arg0"],
+            &["chase-raw-pointers"],
+            &[make_n("farptrs", n)],
+        );
+        let flags: Vec<u64> = s[0][3..].chunks(3).map(|p| p[1]).collect();
+        let half = flags.len() / 2;
+        assert_eq!(half, 3 * n as usize);
+        assert!(
+            flags[..half].iter().all(|&d| d == 1),
+            "{n}: first pass descends"
+        );
+        assert!(flags[half..].iter().all(|&d| d == 0), "{n}: repeats do not");
+    }
+}
+
+#[test]
 fn jit_output_buffer_full_never_overflows() {
     full_sweep("probe_smap", &["capture-keys"], make("smap"));
     // The vector<string> loop checks its room once for all elements.

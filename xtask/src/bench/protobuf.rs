@@ -2,8 +2,9 @@
 //! of 100,000 generated messages, walked through the shipped description
 //! `containers/protobuf.toml` (embedded in oi-trace: no `--containers`), against the fixture's own walk computing the same footprint
 //! (`tests/fixtures/beyond_protobuf_bench.cpp`, -O2). The goal is the issue's: the walk
-//! inside the target (the stub's rdtsc, from `oi-trace -v`) within 1.3× the fixture's walk
-//! after the same sleep (the caches in the same state as for a sampled call). The walk
+//! inside the target (the stub's rdtsc, from `oi-trace -v`; the median of 15 samples, and
+//! how many of them were within the goal) within 1.3× the fixture's walk after the same
+//! sleep (the caches in the same state as for a sampled call; the median of its walks). The walk
 //! against the fixture's repeated (warm) walk and the pause the caller feels are reported
 //! beside it. The sample's size must equal the fixture's number, or the figure fails: a fast
 //! wrong walk proves nothing.
@@ -22,7 +23,9 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         .libs(&["-lprotobuf"])
         .build();
     let n: u64 = if quick { 10_000 } else { 100_000 };
-    let samples = if quick { 3 } else { 7 };
+    // Fifteen samples: a walk preempted on this shared 2-core machine (one in ten runs of
+    // seven had one 2-15× slower) or a slow first touch moves the median of seven.
+    let samples = if quick { 3 } else { 15 };
     let mut fixture = Fixture::start(&exe, &[&n.to_string()]);
     let mut get = |key: &str| -> Result<f64> {
         let line = fixture.stdout.expect(key, Duration::from_secs(120));
@@ -92,15 +95,20 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     calls.truncate(samples);
     let paused = median(calls);
     // `oi-trace: sample H of pid P: walk in the target 1.234 ms, pause …` (milliseconds).
-    let walked_ms = median(
-        out.stderr
-            .iter()
-            .filter_map(|l| {
-                let (_, rest) = l.split_once("walk in the target")?;
-                value_of(rest.trim_start(), "")
-            })
-            .collect(),
-    );
+    let walks: Vec<f64> = out
+        .stderr
+        .iter()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("walk in the target")?;
+            value_of(rest.trim_start(), "")
+        })
+        .collect();
+    let within = walks
+        .iter()
+        .filter(|&&ms| ms * 1e6 <= 1.3 * native_cold)
+        .count();
+    let n_walks = walks.len();
+    let walked_ms = median(walks);
     if walked_ms.is_nan() || native_cold.is_nan() {
         bail!("no in-target or cold native timings: {:?}", out.stderr);
     }
@@ -108,8 +116,8 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let of_n = format!("RepeatedPtrField of {n} messages");
     figures.push(Figure {
         name: format!(
-            "protobuf: walk in the target (stub's rdtsc), jit, {of_n}, vs native walk after the \
-             same sleep"
+            "protobuf: walk in the target (stub's rdtsc), jit, {of_n}, median of {n_walks} \
+             samples ({within} within 1.3×), vs native walk after the same sleep"
         ),
         value: walked / 1e3,
         baseline: native_cold / 1e3,

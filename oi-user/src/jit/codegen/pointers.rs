@@ -22,16 +22,28 @@ impl Gen<'_, '_> {
         let zero = self.c(0);
         self.b.def_var(descend, zero);
         if visits {
+            // The two words written apart for a null and a non-null pointer: neither needs
+            // the selects of a pointer that may be either (five instructions of every
+            // element of an array of owned pointers, issue 18).
             let tag = self.plan.visit_tag(target);
             let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
-            self.if_then(nonnull, |g| {
-                let v = g.visit_as(ptr, tag);
-                g.b.def_var(descend, v);
-                Ok(())
-            })?;
+            let seen = self.b.create_block();
+            let null = self.b.create_block();
+            let join = self.b.create_block();
+            self.b.ins().brif(nonnull, seen, &[], null, &[]);
+            self.b.switch_to_block(null);
+            self.emit_null_pointer_and_flag();
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(seen);
+            let v = self.visit_as(ptr, tag);
+            self.b.def_var(descend, v);
+            self.emit_nonnull_pointer_and_flag(ptr, v);
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+        } else {
+            self.emit_pointer_and_flag(ptr, zero);
         }
         let d = self.b.use_var(descend);
-        self.emit_pointer_and_flag(ptr, d);
         self.tally_const(s);
         if let Some(t) = target {
             self.tally_static(t, d);

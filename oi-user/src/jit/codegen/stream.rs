@@ -15,7 +15,7 @@ impl Gen<'_, '_> {
     }
 
     /// A pointer node's pointer `p` as its distance from the last one
-    /// (`plan::stream::PointerDelta`, branch-free): mostly a one-byte word.
+    /// (`plan::stream::PointerDelta`): mostly a one- or two-byte word.
     pub(super) fn emit_pointer(&mut self, p: Value) {
         if !self.reg.stream {
             return;
@@ -25,16 +25,40 @@ impl Gen<'_, '_> {
     }
 
     /// A pointer node's two words: the pointer `p` (as [`Gen::emit_pointer`]) and the flag
-    /// `descended` (0 or 1). When the pointer word is below 2^14 and three bytes fit, both
-    /// go out under one check: the pointer word's 16-bit store, then the flag's byte right
-    /// after the word (over the store's second byte when the word took one). The flag's own
-    /// check and branch were eight instructions of every element of an array of owned
-    /// pointers (issue 18).
+    /// `descended` (0 or 1).
     pub(super) fn emit_pointer_and_flag(&mut self, p: Value, descended: Value) {
         if !self.reg.stream {
             return;
         }
         let w = self.pointer_word(p);
+        self.word_and_flag(w, descended);
+    }
+
+    /// [`Gen::emit_pointer_and_flag`] of a pointer known not to be null.
+    pub(super) fn emit_nonnull_pointer_and_flag(&mut self, p: Value, descended: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        let w = self.delta_word(p);
+        self.b.def_var(self.last_pointer, p);
+        self.word_and_flag(w, descended);
+    }
+
+    /// [`Gen::emit_pointer_and_flag`] of a null pointer: the words 0 and 0.
+    pub(super) fn emit_null_pointer_and_flag(&mut self) {
+        if !self.reg.stream {
+            return;
+        }
+        let zero = self.c(0);
+        self.word_and_flag(zero, zero);
+    }
+
+    /// A pointer word `w` and the flag `descended` (0 or 1). When `w` is below 2^14 and
+    /// three bytes fit, both go out under one check: the word's 16-bit store, then the
+    /// flag's byte right after the word (over the store's second byte when the word took
+    /// one). The flag's own check and branch were eight instructions of every element of an
+    /// array of owned pointers (issue 18).
+    fn word_and_flag(&mut self, w: Value, descended: Value) {
         let cur = self.b.use_var(self.cur);
         let short = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x4000);
         let three = self.b.ins().iadd_imm_s(cur, 3);
@@ -51,11 +75,11 @@ impl Gen<'_, '_> {
         self.b.ins().brif(room, fast_b, &[], slow_b, &[]);
 
         self.b.switch_to_block(fast_b);
-        let (both, n) = self.short_word(w);
+        let (both, more) = self.short_word(w);
         self.b.ins().istore16(trusted(), both, cur, 0);
-        let at = self.b.ins().iadd(cur, n);
-        self.b.ins().istore8(trusted(), descended, at, 0);
-        let next = self.b.ins().iadd_imm_s(at, 1);
+        let at = self.b.ins().iadd(cur, more);
+        self.b.ins().istore8(trusted(), descended, at, 1);
+        let next = self.b.ins().iadd_imm_s(at, 2);
         self.b.def_var(self.cur, next);
         self.b.ins().jump(join, &[]);
 
@@ -69,34 +93,54 @@ impl Gen<'_, '_> {
     /// The word of pointer `p` ([`Gen::emit_pointer`]); moves the last pointer on.
     fn pointer_word(&mut self, p: Value) -> Value {
         let last = self.b.use_var(self.last_pointer);
-        let d = self.b.ins().isub(p, last);
-        let z = self.zigzag(d);
-        let back = self.b.ins().ineg(last);
-        let m = self.zigzag(back);
-        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, z, m);
-        let below = self.b.ins().uextend(I64, below);
-        let w = self.b.ins().iadd(z, below);
+        let w = self.delta_word(p);
         let nonnull = self.icmp_imm(IntCC::NotEqual, p, 0);
         let zero = self.c(0);
-        let w = self.b.ins().select(nonnull, w, zero);
+        let word = self.b.ins().select(nonnull, w, zero);
         let next = self.b.ins().select(nonnull, p, last);
         self.b.def_var(self.last_pointer, next);
-        w
+        word
+    }
+
+    /// The word of a non-null pointer `p` against the last one, `zigzag(p - last) + 1`
+    /// (`plan::stream::PointerDelta`); does not move the last pointer on. The one pointer
+    /// whose word wraps to 0 takes a cold branch (a null one does when `last` is 2^63, and
+    /// gets 0 there too).
+    fn delta_word(&mut self, p: Value) -> Value {
+        let last = self.b.use_var(self.last_pointer);
+        let d = self.b.ins().isub(p, last);
+        let z = self.zigzag(d);
+        let w = self.b.ins().iadd_imm_s(z, 1);
+        let join = self.b.create_block();
+        let word = self.b.append_block_param(join, I64);
+        let wrapped = self.b.create_block();
+        self.b
+            .ins()
+            .brif(w, join, &[BlockArg::Value(w)], wrapped, &[]);
+        self.b.switch_to_block(wrapped);
+        self.b.set_cold_block(wrapped);
+        let back = self.b.ins().ineg(last);
+        let m = self.zigzag(back);
+        let m1 = self.b.ins().iadd_imm_s(m, 1);
+        self.b.ins().jump(join, &[BlockArg::Value(m1)]);
+        self.b.switch_to_block(join);
+        word
     }
 
     /// The one or two LEB128 bytes of `w` < 2^14 as one 16-bit value, and how many of its
-    /// bytes count (1 or 2).
+    /// bytes count less one (0 or 1). With `hi = w & !0x7f`, `w + hi` is the low seven bits
+    /// then `w >> 7` in the second byte, and `w + 0x3f80` reaches bit 14 exactly when `w`
+    /// takes two bytes (the first byte's continuation bit, `0x80`): eight instructions
+    /// where the bytes taken one by one were eleven, on every pointer of an array of owned
+    /// pointers (issue 18).
     fn short_word(&mut self, w: Value) -> (Value, Value) {
-        let many = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, w, 0x80);
-        let many = self.b.ins().uextend(I64, many);
-        let low = self.b.ins().band_imm_s(w, 0x7f);
-        let flag = self.b.ins().ishl_imm_s(many, 7);
-        let low = self.b.ins().bor(low, flag);
-        let high = self.b.ins().ushr_imm_s(w, 7);
-        let high = self.b.ins().ishl_imm_s(high, 8);
-        let both = self.b.ins().bor(low, high);
-        let n = self.b.ins().iadd_imm_s(many, 1);
-        (both, n)
+        let hi = self.b.ins().band_imm_s(w, !0x7f);
+        let both = self.b.ins().iadd(w, hi);
+        let up = self.b.ins().iadd_imm_s(w, 0x3f80);
+        let more = self.b.ins().ushr_imm_s(up, 14);
+        let flag = self.b.ins().ishl_imm_s(more, 7);
+        let both = self.b.ins().iadd(both, flag);
+        (both, more)
     }
 
     /// [`Gen::varint`] with a branch-free path for the words below 2^14 (one or two bytes,
@@ -121,9 +165,10 @@ impl Gen<'_, '_> {
         self.b.ins().brif(fast, fast_b, &[], slow_b, &[]);
 
         self.b.switch_to_block(fast_b);
-        let (both, n) = self.short_word(w);
+        let (both, more) = self.short_word(w);
         self.b.ins().istore16(trusted(), both, cur, 0);
-        let next = self.b.ins().iadd(cur, n);
+        let at = self.b.ins().iadd(cur, more);
+        let next = self.b.ins().iadd_imm_s(at, 1);
         self.b.def_var(self.cur, next);
         self.b.ins().jump(join, &[]);
 

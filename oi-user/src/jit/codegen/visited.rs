@@ -345,16 +345,26 @@ const VISIT_GROUP_BITS: i64 = 8;
 /// Bits of the address block whose keys share a group.
 const VISIT_BLOCK_BITS: i64 = VISIT_GRANULE_BITS + VISIT_GROUP_BITS;
 /// Bits of the address region (64 MiB, glibc's arena heap alignment) whose blocks take
-/// consecutive groups.
+/// consecutive groups from their own turn in a key's second home slot.
 const VISIT_REGION_BITS: i64 = 26;
 
 /// The address of the home slot of key `addr` in the visited-set `table` (see `gen_visit`):
-/// group `(block + turn) mod groups`, the granule's slot in it. Adding the turn to the key
-/// at the block bit moves the block only (the bits below are zero in it), so one shift
-/// right by one and one mask put the granule's bits (5–12) and the group's low bits above
-/// them exactly where the slot's offset has them: eight instructions where the parts taken
-/// one by one were twelve, on every pointer an array of owned pointers walks (issue 18).
+/// the granule's bits 5–22 as the slot's index, so that group = block mod groups. One shift
+/// and one mask: three instructions where the turned home (now the second) took eight and
+/// a multiply, on every pointer an array of owned pointers walks (issue 18).
 fn home_slot(b: &mut FunctionBuilder<'_>, table: Value, addr: Value) -> Value {
+    // Granule bit VISIT_GRANULE_BITS lands on bit 4 (slots are 16 bytes).
+    let off = b.ins().ushr_imm_s(addr, VISIT_GRANULE_BITS - 4);
+    let off = b.ins().band_imm_s(off, ((VISITED_SLOTS - 1) << 4) as i64);
+    b.ins().iadd(table, off)
+}
+
+/// The address of key `addr`'s second home slot: group `(block + turn) mod groups`, where
+/// the turn is the Fibonacci hash of the key's 64 MiB region, the granule's slot in it.
+/// Adding the turn to the key at the block bit moves the block only (the bits below are
+/// zero in it), so one shift right by one and one mask put the granule's bits (5–12) and
+/// the group's low bits above them exactly where the slot's offset has them.
+fn second_home_slot(b: &mut FunctionBuilder<'_>, table: Value, addr: Value) -> Value {
     let slot_bits = VISITED_SLOTS.trailing_zeros() as i64;
     let group_bits = slot_bits - VISIT_GROUP_BITS;
     let region = b.ins().ushr_imm_s(addr, VISIT_REGION_BITS);
@@ -362,30 +372,31 @@ fn home_slot(b: &mut FunctionBuilder<'_>, table: Value, addr: Value) -> Value {
     let turn = b.ins().ushr_imm_s(turn, 64 - group_bits);
     let turn = b.ins().ishl_imm_s(turn, VISIT_BLOCK_BITS);
     let moved = b.ins().iadd(addr, turn);
-    // Granule bit VISIT_GRANULE_BITS lands on bit 4 (slots are 16 bytes).
-    let off = b.ins().ushr_imm_s(moved, VISIT_GRANULE_BITS - 4);
-    let off = b.ins().band_imm_s(off, ((VISITED_SLOTS - 1) << 4) as i64);
-    b.ins().iadd(table, off)
+    home_slot(b, table, moved)
 }
 
 /// `fn(ctx, addr)`: inserts `addr` and counts it in `CTX_COUNT` if it is new and the set has
 /// room (the caller compares the count), over
 /// `VISITED_SLOTS` slots of (key, generation); a slot of another generation is empty.
 ///
-/// A key is first tried at its home slot: its 8 KiB block picks a group of slots, its
-/// 32-byte granule the slot in the group. Objects allocated one after another then land in
-/// slots one after another, in one page of the table, where a hash of the whole key costs a
-/// cache and TLB miss per key (issue 18: 35 ms for 100,000 owned pointers). The blocks of a
-/// 64 MiB region take consecutive groups from a turn that is the Fibonacci hash of the
-/// region: a run of objects up to the table's reach (8 MiB) never has two blocks in one
-/// group, where a hash of each block number sent one key in twenty of a `RepeatedPtrField`
-/// of 100,000 messages (6.4 MiB) to the probe; and thread arenas (64 MiB-aligned heaps) do
-/// not share groups offset for offset. A key whose home slot holds another key goes on by linear
-/// probing from the Fibonacci hash of the whole key, so that keys closer than a granule
-/// (pointers into one array) spread out instead of piling up in one run. Slots are never
-/// emptied within a generation, so a key is present iff it is in its home slot or on its
-/// probe sequence. Which slots a key takes only decides the speed: the set holds the same
-/// keys as the interpreter's.
+/// A key is first tried at its home slot: its 8 KiB block picks a group of slots (the
+/// block's number modulo the groups), its 32-byte granule the slot in the group. Objects
+/// allocated one after another then land in slots one after another, in one page of the
+/// table, where a hash of the whole key costs a cache and TLB miss per key (issue 18: 35 ms
+/// for 100,000 owned pointers), and a run of objects up to the table's reach (8 MiB) never
+/// has two keys in one home slot, wherever it lies. Keys that do share a home slot (thread
+/// arenas are 64 MiB-aligned heaps, so their objects meet offset for offset; or one address
+/// seen as two types) go on to a second home: the blocks of a 64 MiB region take
+/// consecutive groups from a turn that is the Fibonacci hash of the region, so an arena's
+/// run is again page by page. (The turned home was the first one until it was found that a
+/// run across a 64 MiB boundary, one `RepeatedPtrField` of 6.4 MB in ten, sent the keys of
+/// the second region to the probe: the whole walk 8 times slower.) A key whose two homes
+/// hold other keys goes on by linear probing from the Fibonacci hash of the whole key, so
+/// that keys closer than a granule (pointers into one array) spread out instead of piling
+/// up in one run. Slots are never emptied within a generation and a key is placed in the
+/// first of these that is empty, so a key is present iff it is in its home slot, in its
+/// second home, or on its probe sequence before an empty slot. Which slots a key takes only
+/// decides the speed: the set holds the same keys as the interpreter's.
 pub(super) fn gen_visit(fctx: &mut FunctionBuilderContext, fc: TargetFrontendConfig) -> Function {
     let mut func = new_function(FN_VISIT, 2);
     {
@@ -428,6 +439,25 @@ pub(super) fn gen_visit(fctx: &mut FunctionBuilderContext, fc: TargetFrontendCon
 
         b.switch_to_block(home_taken);
         let stored = b.ins().load(I64, trusted(), home_slot, 0);
+        let same = b.ins().icmp(IntCC::Equal, stored, addr);
+        let second = b.create_block();
+        b.ins().brif(same, no, &[], second, &[]);
+
+        b.switch_to_block(second);
+        let second_slot = second_home_slot(&mut b, table, addr);
+        let tag = b.ins().load(I64, trusted(), second_slot, 8);
+        let second_empty = b.ins().icmp(IntCC::NotEqual, tag, generation);
+        let second_taken = b.create_block();
+        b.ins().brif(
+            second_empty,
+            insert,
+            &[BlockArg::Value(second_slot)],
+            second_taken,
+            &[],
+        );
+
+        b.switch_to_block(second_taken);
+        let stored = b.ins().load(I64, trusted(), second_slot, 0);
         let same = b.ins().icmp(IntCC::Equal, stored, addr);
         let away = b.create_block();
         b.ins().brif(same, no, &[], away, &[]);

@@ -510,6 +510,19 @@ void* make_intptrs(int n) {
     return v;
 }
 
+// Pointers to the same offsets of three consecutive 64 MiB regions (as thread arenas' heaps
+// are laid out), each twice: the visited set's home slots of such keys are the same.
+void* make_farptrs(int n) {
+    const uintptr_t region = uintptr_t(64) << 20;
+    auto* block = new char[4 * region];  // mmapped and never touched: no memory used
+    uintptr_t base = (reinterpret_cast<uintptr_t>(block) + region - 1) & ~(region - 1);
+    auto* v = new IntPtrs();
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++)
+            for (uintptr_t r = 0; r < 3; r++) v->push_back(reinterpret_cast<int*>(base + r * region + 64 * i));
+    return v;
+}
+
 void* make_derived() {
     auto* d = new Derived();
     d->extra = {"a", str(1, 70), str(2, 17)};
