@@ -1692,3 +1692,79 @@ fn jit_discriminated_union_agrees_with_the_interpreter() {
         assert_eq!(total, size, "tag {tag}");
     }
 }
+
+/// The cost of the `vector<string>` loop (issue 16), by hand: not a test.
+/// `cargo test --release -p oi-user string_loop_cost -- --ignored --nocapture` walks a million
+/// strings of the pause bench's kind (nine in ten alike) and of random lengths 0–39 with the
+/// target's walker and with a hand-written C++ walk, each after the caches were flushed by a
+/// 64 MiB sweep (as a sampled call finds them after a sleep), and prints the medians, the
+/// stream's bytes, and the ratios. `OI_COST_REPS=N` sets the rounds; `OI_COST_FLUSH=0` skips
+/// the sweeps and `OI_COST_NATIVE=0` the C++ walk, for counting the walker's instructions
+/// under `valgrind --tool=cachegrind --branch-sim=yes` as the difference of two runs.
+#[test]
+#[ignore]
+fn string_loop_cost() {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let reps = env("OI_COST_REPS", 21);
+    let flush = env("OI_COST_FLUSH", 1) != 0;
+    let native_too = env("OI_COST_NATIVE", 1) != 0;
+    let n = env("OI_COST_N", 1_000_000) as i32;
+    let m = measurer("probe_strings", &["arg0"], &[]);
+    // SAFETY: the fixture's own walk of a vector it built.
+    let native: extern "C" fn(u64) -> usize =
+        unsafe { std::mem::transmute(sym("native_walk_strings")) };
+    let mut sweep = vec![0u8; 64 << 20];
+    let mut flush_caches = |round: usize| {
+        if flush {
+            for b in sweep.iter_mut().step_by(64) {
+                *b = b.wrapping_add(round as u8);
+            }
+        }
+    };
+    let only = std::env::var("OI_COST_DATA").unwrap_or_default();
+    for data in ["varied_strings", "bench_strings"] {
+        if !only.is_empty() && only != data {
+            continue;
+        }
+        let v = make_n(data, n);
+        let roots = m.roots();
+        let w = compile(m.plan(), &roots).expect("compile");
+        if let Ok(path) = std::env::var("OI_COST_DUMP") {
+            std::fs::write(format!("{path}.{data}.bin"), &w.code).expect("dump");
+        }
+        let code = Mapped::new(&w);
+        let out_len = 24 * n as usize + 4096;
+        let mut r = Run::new(&[v], out_len);
+        let (mut jit_ns, mut native_ns) = (Vec::new(), Vec::new());
+        let mut sink = 0usize;
+        for round in 0..reps {
+            flush_caches(round);
+            let t = std::time::Instant::now();
+            assert_eq!(r.go(&code, out_len), STATUS_DONE);
+            jit_ns.push(t.elapsed().as_nanos() as f64);
+            if native_too {
+                flush_caches(round);
+                let t = std::time::Instant::now();
+                sink = sink.wrapping_add(native(v));
+                native_ns.push(t.elapsed().as_nanos() as f64);
+            }
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        let (j, nat) = (median(jit_ns), median(native_ns));
+        println!(
+            "{data} of {n}: walker {:.0} µs, native {:.0} µs, {:.2}×, stream {} bytes ({sink})",
+            j / 1e3,
+            nat / 1e3,
+            j / nat,
+            r.frame.out_used
+        );
+    }
+}

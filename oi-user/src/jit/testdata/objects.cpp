@@ -367,6 +367,36 @@ void* make_strings(int n) {
     return v;
 }
 
+// The pause bench's vector (`bench_target pause vecstr`): "string number i on the heap",
+// nine in ten of them the same length and capacity.
+void* make_bench_strings(int n) {
+    auto* v = new Strings();
+    for (int i = 0; i < n; i++) v->push_back("string number " + std::to_string(i) + " on the heap");
+    return v;
+}
+
+// Varied strings (`bench_target pause vecvaried`): random lengths 0-39 from a fixed seed,
+// so that "the same as the one before" is a coin flip (1 in 40).
+void* make_varied_strings(int n) {
+    auto* v = new Strings();
+    v->reserve(n);
+    uint64_t x = 0x9e3779b97f4a7c15;
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        v->emplace_back((x >> 33) % 40, 'v');
+    }
+    return v;
+}
+
+// A hand-written walk of a vector of strings (the bench fixture's): the baseline of
+// tests.rs's `string_loop_cost`.
+size_t native_walk_strings(const void* p) {
+    auto& v = *static_cast<const Strings*>(p);
+    size_t s = sizeof v + v.capacity() * sizeof(std::string);
+    for (auto& x : v) s += x.capacity();
+    return s;
+}
+
 // The empty vector that never allocated: begin = end = nullptr.
 void* make_unallocated_strings() { return new Strings(); }
 
