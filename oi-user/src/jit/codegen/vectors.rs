@@ -9,7 +9,7 @@ impl Gen<'_, '_> {
     /// exact walk adds up (`size + (cap − len)·sizeof T + len·sizeof T`) when
     /// `start ≤ finish ≤ end_of_storage` and the capacity is within `MAX_ELEMENTS`. Anything
     /// else (a corrupt vector, or a `finish` past the storage, which the exact walk takes as
-    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Five
+    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Six
     /// instructions beside the loads, where the exact arm needs four checks and two
     /// divisions.
     pub(super) fn optimistic_flat_vector(
@@ -26,7 +26,12 @@ impl Gen<'_, '_> {
         let used = self.b.ins().isub(finish, start);
         let all = self.b.ins().isub(eos, start);
         // `eos < start` wraps `all` above the bound; then `finish < start` wraps `used`
-        // above `all`.
+        // above `all`. Unless `start` is so high that `eos` wraps past 2^64 within the
+        // bound: `start` must be below 2^47 (ORed into the suspicion, one instruction).
+        if !self.suspect(start) {
+            let high = self.icmp_imm(IntCC::UnsignedGreaterThan, start, MAX_BYTES - 1);
+            self.fail_if(high, code, addr);
+        }
         // Two compare-and-branches (one fused instruction each), not two flags combined.
         let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, used, all);
         self.fail_if(over, code, addr);
