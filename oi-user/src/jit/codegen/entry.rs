@@ -246,7 +246,8 @@ pub(super) fn gen_entry(
 /// The optimistic walker's entry, `fn(obj, bias, stack_len) -> (status, total)` (System V,
 /// the pair in rax:rdx): the walk of the one root at `obj` (seeded, as a frame with
 /// `unseeded == 0` says), with `bias` as `WalkFrame::bias` and `stack_len` as
-/// `WalkFrame::stack_len` (0: the default). The total is 0 unless the status is
+/// `WalkFrame::stack_len` (0: the default; read by the `Calls` shape only, so a leaf may be
+/// called with two arguments, as `oil.h` does). The total is 0 unless the status is
 /// `STATUS_DONE`. Writes nothing but its own stack.
 ///
 /// First generated as a leaf: when the whole walk is inline (no node function is called,
