@@ -9,7 +9,7 @@ impl Gen<'_, '_> {
     /// exact walk adds up (`size + (cap − len)·sizeof T + len·sizeof T`) when
     /// `start ≤ finish ≤ end_of_storage` and the capacity is within `MAX_ELEMENTS`. Anything
     /// else (a corrupt vector, or a `finish` past the storage, which the exact walk takes as
-    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Six
+    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Seven
     /// instructions beside the loads, where the exact arm needs four checks and two
     /// divisions.
     pub(super) fn optimistic_flat_vector(
