@@ -38,10 +38,11 @@ struct oil_thread {
     std::uintptr_t span;
     std::uintptr_t walks_to_check;
 };
-// The start of every oil_type, what the steady state of oil::size needs. leaf_entry, when
-// not 0, is the compiled walker of sizes, called directly: (object, bias, 0) in, (status,
-// size) out, status 0 when done; a fault in it makes it return another status. It may be
-// called only while *handlers_changed is 0 (liboil's fault handler may have been replaced).
+// The start of every oil_type, what the steady state of oil::size needs. leaf_entry is the
+// compiled walker of sizes, called directly: (object, bias) in, (status, size) out, status 0
+// when done; a fault in it makes it return another status. A type with no such walker (yet)
+// has oil_not_direct there, which returns a status other than 0. It may be called only while
+// *handlers_changed is 0 (liboil's fault handler may have been replaced).
 struct oil_type_head {
     std::uintptr_t leaf_entry;
     std::uint64_t bias;
@@ -61,6 +62,8 @@ struct oil_steady {
     std::uint64_t size;
 };
 oil_steady oil_size_steady(const oil_type* type, const void* object, oil_thread* thread);
+// oil_type_head::leaf_entry of a type whose walker oil.h may not call directly: status not 0.
+oil_steady oil_not_direct(std::uint64_t object, std::uint64_t bias);
 int oil_report(const oil_type* type, const void* object, int format, oil_append_fn append,
                void* out_ctx, void* error_ctx);
 std::uint64_t oil_compilations(void);
@@ -207,10 +210,11 @@ __attribute__((noinline)) inline std::size_t size_slow(const oil_type* t, const 
 }
 
 // The steady state of oil::size: the type's compiled walker called directly (no call into
-// liboil, no trampoline), after a few inline checks that it may run here now: it exists, the
-// fault handler need not be checked, and this thread's stack has room below the current
-// stack pointer. A fault in the walker returns here with a non-zero status (liboil's handler
-// unwinds the walker's one frame), and the slow path then gives the answer or the error.
+// liboil, no trampoline), after a few inline checks that it may run here now: the fault
+// handler need not be checked, and this thread's stack has room below the current stack
+// pointer (a type with no such walker has oil_not_direct, which says so). A fault in the
+// walker returns here with a non-zero status (liboil's handler unwinds the walker's one
+// frame), and the slow path then gives the answer or the error.
 inline std::size_t size_of(const oil_type* t, const void* obj) {
     const oil_type_head* h = reinterpret_cast<const oil_type_head*>(t);
     std::uintptr_t entry = __atomic_load_n(&h->leaf_entry, __ATOMIC_ACQUIRE);
@@ -222,12 +226,12 @@ inline std::size_t size_of(const oil_type* t, const void* obj) {
 #else
     sp = 0;  // no direct walks: the slow path decides
 #endif
-    if (__builtin_expect(entry != 0 && sp - th->floor < th->span && th->walks_to_check != 0 &&
+    if (__builtin_expect(sp - th->floor < th->span && th->walks_to_check != 0 &&
                              __atomic_load_n(h->handlers_changed, __ATOMIC_ACQUIRE) == 0,
                          1)) {
         th->walks_to_check--;
-        typedef oil_steady (*walker_fn)(const void*, std::uint64_t, std::uint64_t);
-        oil_steady s = reinterpret_cast<walker_fn>(entry)(obj, h->bias, 0);
+        typedef oil_steady (*walker_fn)(const void*, std::uint64_t);
+        oil_steady s = reinterpret_cast<walker_fn>(entry)(obj, h->bias);
         if (__builtin_expect(s.status == 0, 1)) return static_cast<std::size_t>(s.size);
     }
     return size_slow(t, obj);

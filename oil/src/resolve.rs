@@ -44,8 +44,9 @@ impl Walker {
 #[repr(C)]
 pub struct SteadyHead {
     /// The optimistic walker's entry when it is a leaf that may be called directly
-    /// (`LocalWalker::leaf_entry`, registered with `guard::register_leaf_entry`), 0 otherwise
-    /// and once given up (as [`Compiled::steady_entry`]).
+    /// (`LocalWalker::leaf_entry`, registered with `guard::register_leaf_entry`), otherwise
+    /// and once given up (as [`Compiled::steady_entry`]) `run::oil_not_direct`, which
+    /// returns a status that sends `oil.h` to its slow path.
     pub leaf_entry: AtomicUsize,
     /// [`Compiled::bias`], the entry's second argument.
     pub bias: u64,
@@ -90,7 +91,10 @@ impl Compiled {
     /// Stops the steady state from using the optimistic walker (a walk met a shared pointee,
     /// or nested deeper than a caller's stack allows): sizes take the exact walker.
     pub fn give_up_optimistic(&self) {
-        self.head.leaf_entry.store(0, Ordering::Relaxed);
+        self.head.leaf_entry.store(
+            crate::run::oil_not_direct as *const () as usize,
+            Ordering::Relaxed,
+        );
         self.steady_entry.store(0, Ordering::Relaxed);
     }
 
@@ -195,7 +199,9 @@ pub fn compile(
                 // Sized: `oil::size` takes the total the walker adds up, with no decoding.
                 return Ok(Compiled {
                     head: SteadyHead {
-                        leaf_entry: AtomicUsize::new(0),
+                        leaf_entry: AtomicUsize::new(
+                            crate::run::oil_not_direct as *const () as usize,
+                        ),
                         bias: module.bias,
                         handlers_changed: guard::handlers_changed(),
                     },

@@ -165,6 +165,14 @@ pub const NOT_MEASURED: OilSteady = OilSteady {
     size: 0,
 };
 
+/// `oil_type_head::leaf_entry` of a type with no walker that `oil.h` may call directly (not
+/// compiled yet, not a leaf, given up): called like one, it returns [`NOT_MEASURED`], so
+/// that the header needs no test of its own for it and goes to `oil_size_steady`.
+#[unsafe(no_mangle)]
+pub extern "sysv64" fn oil_not_direct(_object: u64, _bias: u64) -> OilSteady {
+    NOT_MEASURED
+}
+
 /// The optimistic walker on `obj`, on the caller's stack, as it returns: `(STATUS_DONE,
 /// total)`, or another status (a fault, a shared pointee...), or [`NOT_MEASURED`] (not
 /// compiled yet, given up, no room on this stack). Decides nothing: [`size_steady`] does.

@@ -261,7 +261,8 @@ impl LocalWalker {
     /// Then a walk that faults can be made to return to its caller straight from the entry's
     /// frame (stack pointer `rbp + 16`, return address `[rbp + 8]`, the caller's `rbp` at
     /// `[rbp]`), with nothing else to restore: such an entry may be called directly, without
-    /// a trampoline that saves registers (the `oil` crate's steady state).
+    /// a trampoline that saves registers (the `oil` crate's steady state). A leaf entry
+    /// reads no `stack_len` (nothing in it recurses): it may be called with two arguments.
     pub fn leaf_entry(&self) -> bool {
         self.leaf
     }

@@ -534,6 +534,63 @@ fn optimistic_leaf_visits_in_registers_hand_over_like_recorded_ones() {
     assert_eq!(optimistic(high).0, STATUS_CORRUPT);
 }
 
+/// A root `std::vector<long>` (start, finish, end of storage): the optimistic walker's
+/// flat vector (`size + capacity · 8` after its checks) gives the exact walker's total, or
+/// hands over where the exact walker finds the vector corrupt, whatever the three words.
+#[test]
+fn optimistic_flat_vectors_hand_over_wherever_the_exact_walker_fails() {
+    use crate::containers::vector::VectorLayout;
+    use crate::plan::Op;
+    let mut plan = Plan::default();
+    let layout = VectorLayout {
+        start_off: 0,
+        finish_off: 8,
+        eos_off: 16,
+        elem_size: 8,
+        size: 24,
+    };
+    let vector = Op::Vector { layout, elem: 1 };
+    plan.nodes
+        .push(plan_node("a0", "std::vector<long>", 24, vector));
+    plan.nodes.push(plan_node("elem", "long", 8, Op::Leaf));
+    plan.compute_dynamic();
+    let exact = in_process::LocalWalker::compile_totals(&plan, &[0]).expect("compile");
+    let w = in_process::LocalWalker::compile_totals_optimistic(&plan, &[0]).expect("compile");
+    let run = |walker: &in_process::LocalWalker, words: [u64; 3]| {
+        let root = Box::leak(Box::new(words)).as_mut_ptr() as u64;
+        let mut r = Run::new(&[root], 0);
+        r.frame.scratch = r.scratch.as_mut_ptr() as u64;
+        r.frame.scratch_len = SCRATCH_BYTES;
+        r.frame.bias = lib().bias;
+        // SAFETY: only the root's three words are read (the elements read nothing).
+        let s = unsafe { walker.call(&mut r.frame) };
+        (s, r.frame.total)
+    };
+    let b = Box::leak(Box::new([0u64; 8])).as_mut_ptr() as u64;
+    let top = u64::MAX - 7;
+    for words in [
+        [b, b + 16, b + 32],
+        [0, 0, 0],
+        [b, b, b],
+        [b, b + 40, b + 32],
+        [b + 16, b, b + 32],
+        [b, b + 16, b - 8],
+        // Pointers that wrap around: the differences are small, the exact walker fails.
+        [top, 8, 8],
+        [top, top, 8],
+        [top, 8, top],
+        [b, b + 16, b | 1 << 60],
+    ] {
+        let (es, et) = run(&exact, words);
+        let (os, ot) = run(&w, words);
+        assert!(
+            (os, ot) == (es, et) || os != STATUS_DONE,
+            "{words:x?}: exact ({es}, {et}), optimistic ({os}, {ot})"
+        );
+    }
+    assert_eq!(run(&w, [b, b + 16, b + 32]), (STATUS_DONE, 24 + 32));
+}
+
 #[test]
 fn jit_strings_sso_and_heap() {
     let s = same("probe_strings", &["arg0"], &[], &[make_n("strings", 100)]);

@@ -246,7 +246,8 @@ pub(super) fn gen_entry(
 /// The optimistic walker's entry, `fn(obj, bias, stack_len) -> (status, total)` (System V,
 /// the pair in rax:rdx): the walk of the one root at `obj` (seeded, as a frame with
 /// `unseeded == 0` says), with `bias` as `WalkFrame::bias` and `stack_len` as
-/// `WalkFrame::stack_len` (0: the default). The total is 0 unless the status is
+/// `WalkFrame::stack_len` (0: the default; read by the `Calls` shape only, so a leaf may be
+/// called with two arguments, as `oil.h` does). The total is 0 unless the status is
 /// `STATUS_DONE`. Writes nothing but its own stack.
 ///
 /// First generated as a leaf: when the whole walk is inline (no node function is called,
@@ -270,19 +271,26 @@ fn gen_optimistic_entry(
         )));
     };
     reg.sites_overflow = false;
-    let leaf = optimistic_entry(plan, root, Shape::LeafSites, reg, fctx, fc)?;
+    let (leaf, ctx_uses) = optimistic_entry(plan, root, Shape::LeafSites, true, reg, fctx, fc)?;
     if reg.ids.is_empty() && reg.pending.is_empty() {
         if !reg.sites_overflow {
-            return Ok(leaf);
+            if ctx_uses > 1 {
+                return Ok(leaf);
+            }
+            // The context's only use is the store of the bias, which nothing reads: the
+            // same walk again with no context (no stack slot to set up and release).
+            let (bare, uses) =
+                optimistic_entry(plan, root, Shape::LeafSites, false, reg, fctx, fc)?;
+            return Ok(if uses == 0 { bare } else { leaf });
         }
-        let leaf = optimistic_entry(plan, root, Shape::Leaf, reg, fctx, fc)?;
+        let (leaf, _) = optimistic_entry(plan, root, Shape::Leaf, true, reg, fctx, fc)?;
         if reg.ids.is_empty() && reg.pending.is_empty() {
             return Ok(leaf);
         }
     }
     reg.ids.clear();
     reg.pending.clear();
-    optimistic_entry(plan, root, Shape::Calls, reg, fctx, fc)
+    Ok(optimistic_entry(plan, root, Shape::Calls, true, reg, fctx, fc)?.0)
 }
 
 /// How an optimistic entry is generated, from the cheapest.
@@ -297,24 +305,36 @@ enum Shape {
     Calls,
 }
 
+/// One optimistic entry of `shape`, and how many instructions use its context: with
+/// `ctx`, a stack slot that holds the bias and the recorded keys; without, a constant that
+/// nothing may use (then a count other than 0 says that the walk needed the context).
 fn optimistic_entry(
     plan: &Plan,
     root: NodeId,
     shape: Shape,
+    ctx: bool,
     reg: &mut Registry,
     fctx: &mut FunctionBuilderContext,
     fc: TargetFrontendConfig,
-) -> Result<Function, JitError> {
+) -> Result<(Function, usize), JitError> {
+    let mut ctx_value = None;
     let f = build(plan, FN_ENTRY, 3, reg, fctx, fc, |g, args| {
         let (addr, bias, stack_len) = (args[0], args[1], args[2]);
-        let slot = g.b.create_sized_stack_slot(StackSlotData::new(
-            StackSlotKind::ExplicitSlot,
-            CTX_KEYS as u32 + 8 * OPTIMISTIC_KEYS as u32,
-            3,
-        ));
-        g.ctx = g.b.ins().stack_addr(I64, slot, 0);
+        g.ctx = if ctx {
+            let slot = g.b.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                CTX_KEYS as u32 + 8 * OPTIMISTIC_KEYS as u32,
+                3,
+            ));
+            g.b.ins().stack_addr(I64, slot, 0)
+        } else {
+            g.c(0)
+        };
+        ctx_value = Some(g.ctx);
         let zero = g.c(0);
-        g.st_ctx(bias, CTX_BIAS);
+        if ctx {
+            g.st_ctx(bias, CTX_BIAS);
+        }
         let suspect = g.b.declare_var(I64);
         g.b.def_var(suspect, zero);
         g.suspect = Some(suspect);
@@ -343,10 +363,7 @@ fn optimistic_entry(
         // different tags equal, which the pair check below would not see.
         let acc = g.b.use_var(suspect);
         let high = g.b.ins().ushr_imm_s(acc, SUSPECT_BITS);
-        let s = g.c(STATUS_CORRUPT);
-        let ok = g.b.create_block();
-        g.b.ins().brif(high, g.ret, &[BlockArg::Value(s)], ok, &[]);
-        g.b.switch_to_block(ok);
+        g.exit_cold_if(high, STATUS_CORRUPT);
         g.check_recorded()?;
         let done = g.c(STATUS_DONE);
         let total = g.b.use_var(g.total);
@@ -355,7 +372,15 @@ fn optimistic_entry(
     });
     reg.leaf_keys = None;
     reg.sites = None;
-    f
+    let f = f?;
+    let uses = ctx_value.map_or(0, |v| {
+        f.layout
+            .blocks()
+            .flat_map(|b| f.layout.block_insts(b))
+            .map(|i| f.dfg.inst_values(i).filter(|&a| a == v).count())
+            .sum()
+    });
+    Ok((f, uses))
 }
 
 impl Gen<'_, '_> {

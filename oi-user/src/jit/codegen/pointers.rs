@@ -68,9 +68,13 @@ impl Gen<'_, '_> {
     ) -> G {
         self.tally_const(s);
         let tag = self.plan.visit_tag(target);
+        // In a register of its own, the place records before the null test (null is 0).
+        let recorded = self.record_site(ptr, tag);
         let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
         self.if_then(nonnull, |g| {
-            g.visit_as(ptr, tag);
+            if !recorded {
+                g.visit_as(ptr, tag);
+            }
             let Some(t) = target else {
                 return Ok(());
             };

@@ -9,7 +9,7 @@ impl Gen<'_, '_> {
     /// exact walk adds up (`size + (cap − len)·sizeof T + len·sizeof T`) when
     /// `start ≤ finish ≤ end_of_storage` and the capacity is within `MAX_ELEMENTS`. Anything
     /// else (a corrupt vector, or a `finish` past the storage, which the exact walk takes as
-    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Five
+    /// the capacity) ends the walk as corrupt: its caller then asks the exact walker. Seven
     /// instructions beside the loads, where the exact arm needs four checks and two
     /// divisions.
     pub(super) fn optimistic_flat_vector(
@@ -25,9 +25,14 @@ impl Gen<'_, '_> {
         let es = l.elem_size;
         let used = self.b.ins().isub(finish, start);
         let all = self.b.ins().isub(eos, start);
-        // `eos < start` wraps `all` above the bound; then `finish < start` wraps `used`
-        // above `all`.
-        // Two compare-and-branches (one fused instruction each), not two flags combined.
+        // With `start <= eos`, `finish < start` wraps `used` above `all`, as does
+        // `finish > eos`. (`eos < start` alone does not always wrap `all` above the bound:
+        // not when `start` is within the bound of 2^64.) Three compare-and-branches (one
+        // fused instruction each), not flags combined: a branch adds nothing to the chains
+        // of the total or the suspicion, which were measured to cost more (0.7 ns for
+        // `bench::Outer`'s seven vectors when `start` was ORed into the suspicion).
+        let under = self.b.ins().icmp(IntCC::UnsignedLessThan, eos, start);
+        self.fail_if(under, code, addr);
         let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, used, all);
         self.fail_if(over, code, addr);
         let most = MAX_ELEMENTS.saturating_add(1).saturating_mul(es) - 1;

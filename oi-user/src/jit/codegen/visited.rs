@@ -18,13 +18,13 @@ pub(super) struct Sites {
 }
 
 impl Sites {
-    /// `MAX_SITES` variables, each starting at its own value with bit 63 set (never an
-    /// address the check lets through, never another place's start value).
+    /// `MAX_SITES` variables, each starting at 0, as a null pointer's place: the final
+    /// check takes two equal places for a revisit only when they are not 0 (cold).
     pub(super) fn new(b: &mut FunctionBuilder<'_>) -> Self {
         let vars = (0..MAX_SITES)
-            .map(|i| {
+            .map(|_| {
                 let v = b.declare_var(I64);
-                let start = b.ins().iconst(I64, ((1u64 << 63) | i as u64) as i64);
+                let start = b.ins().iconst(I64, 0);
                 b.def_var(v, start);
                 v
             })
@@ -69,12 +69,14 @@ impl Gen<'_, '_> {
     }
 
     /// A leaf optimistic entry's visit outside any loop: the address in this place's own
-    /// register (no store, no count), ORed into the suspicion. Its key is `addr ^ tag`, and
+    /// register (no store, no count), ORed into the suspicion. A pointer records before it
+    /// is tested for null (`optimistic_pointer`), so that its place is the pointer itself
+    /// (no move): a null place is 0, which the final check ignores. Its key is `addr ^ tag`, and
     /// tags differ only in bits 48 and up: with every recorded address below 2^47 (the
     /// suspicion checks it), keys of different tags never meet, and keys of one tag are
     /// equal when their addresses are. False when the visit must be recorded in the
     /// context instead (then the entry is generated again that way).
-    fn record_site(&mut self, addr: Value, tag: u64) -> bool {
+    pub(super) fn record_site(&mut self, addr: Value, tag: u64) -> bool {
         let loops = self.loops;
         let Some(sites) = self.reg.sites.as_mut() else {
             return false;
@@ -101,11 +103,19 @@ impl Gen<'_, '_> {
     /// Leaves the optimistic entry with [`STATUS_REVISIT`] (ask the exact walker) when
     /// `cond` holds; the current block goes on otherwise.
     fn revisit_if(&mut self, cond: Value) {
-        let s = self.c(STATUS_REVISIT);
+        self.exit_cold_if(cond, STATUS_REVISIT);
+    }
+
+    /// Leaves the optimistic entry with `status` when `cond` holds, through a cold block of
+    /// its own: the status is set there, not before the branch on the hot path.
+    pub(super) fn exit_cold_if(&mut self, cond: Value, status: u64) {
+        let exit = self.b.create_block();
         let ok = self.b.create_block();
-        self.b
-            .ins()
-            .brif(cond, self.ret, &[BlockArg::Value(s)], ok, &[]);
+        self.b.ins().brif(cond, exit, &[], ok, &[]);
+        self.b.set_cold_block(exit);
+        self.b.switch_to_block(exit);
+        let s = self.c(status);
+        self.b.ins().jump(self.ret, &[BlockArg::Value(s)]);
         self.b.switch_to_block(ok);
     }
 
@@ -114,8 +124,8 @@ impl Gen<'_, '_> {
     pub(super) fn check_recorded(&mut self) -> G {
         if let Some(sites) = self.reg.sites.clone() {
             // Keys in registers (`record_site`): only places of one tag can meet. A place
-            // not reached keeps its start value (`Sites::new`), which no other place's and
-            // no recorded address (all below 2^47) equals.
+            // not reached, or a null pointer's, is 0 (`Sites::new`): two of them are equal
+            // and are no revisit, which a cold block decides.
             for (j, &tj) in sites.tags.iter().enumerate() {
                 for (i, &ti) in sites.tags[..j].iter().enumerate() {
                     if ti != tj {
@@ -124,7 +134,14 @@ impl Gen<'_, '_> {
                     let ki = self.b.use_var(sites.vars[i]);
                     let kj = self.b.use_var(sites.vars[j]);
                     let same = self.b.ins().icmp(IntCC::Equal, ki, kj);
-                    self.revisit_if(same);
+                    let equal = self.b.create_block();
+                    let ok = self.b.create_block();
+                    self.b.ins().brif(same, equal, &[], ok, &[]);
+                    self.b.set_cold_block(equal);
+                    self.b.switch_to_block(equal);
+                    self.exit_cold_if(ki, STATUS_REVISIT);
+                    self.b.ins().jump(ok, &[]);
+                    self.b.switch_to_block(ok);
                 }
             }
             return Ok(());
