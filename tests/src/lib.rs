@@ -37,6 +37,20 @@ pub fn workspace_root() -> PathBuf {
         .map_or_else(|| package.clone(), Path::to_path_buf)
 }
 
+/// Copies the program `from` to `to` from a child process (`cp -p`), so that the test process
+/// never holds a descriptor that writes `to`. Tests run on many threads: a fixture that
+/// another test forks while this process has `to` open for writing inherits that descriptor
+/// until it execs, and running `to` in that moment fails with ETXTBSY ("Text file busy").
+pub fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-p")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+}
+
 /// The `oi-trace` binary under test: `$OI_TRACE_BIN`, else `release/oi-trace` under
 /// `$CARGO_TARGET_DIR` (which the build honours), else under the workspace's `target/`.
 pub fn oi_trace_bin() -> PathBuf {

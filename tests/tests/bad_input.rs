@@ -273,7 +273,7 @@ fn stripped_binary_says_how_to_get_debug_info() {
     }
     let dir = TempDir::new("stripped");
     let stripped = dir.file("races-stripped");
-    std::fs::copy(races(), &stripped).unwrap();
+    oi_e2e::copy_executable(&races(), &stripped);
     assert!(
         Command::new("strip")
             .arg(&stripped)

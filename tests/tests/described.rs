@@ -66,9 +66,24 @@ fn description(dir: &TempDir, name: &str, text: &str) -> String {
     path.to_str().expect("utf8").to_string()
 }
 
-/// Each (description text, line, message) given with `--containers` to a trace of `pid`
-/// exits 2 with one line of stderr naming the file, the line and the message.
-fn each_is_a_one_line_error(dir: &TempDir, pid: &str, cases: &[(String, usize, &str)]) {
+/// Each (description text, line, message) given with `--containers` to a trace of the
+/// fixture `name`, built at -O0 and at -O2, exits 2 with one line of stderr naming the file,
+/// the line and the message, and leaves the fixture running.
+fn each_is_a_one_line_error(dir: &TempDir, name: &str, cases: &[(String, usize, &str)]) {
+    for opt in ["-O0", "-O2"] {
+        let exe = footprint_common::build_fixture(name, opt);
+        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+        let pid = fixture.0.id().to_string();
+        each_fails_in_one_line(dir, &pid, cases);
+        assert!(
+            fixture.0.try_wait().expect("wait").is_none(),
+            "{opt}: fixture still runs"
+        );
+    }
+}
+
+/// `each_is_a_one_line_error` on the process `pid`.
+fn each_fails_in_one_line(dir: &TempDir, pid: &str, cases: &[(String, usize, &str)]) {
     for (i, (text, line, what)) in cases.iter().enumerate() {
         let file = description(dir, &format!("bad{i}.toml"), text);
         let out = run_oi_trace(
@@ -189,16 +204,7 @@ fn descriptions_that_do_not_fit_are_one_line_errors() {
             "cannot hold the red-black links",
         ),
     ];
-    for opt in ["-O0", "-O2"] {
-        let exe = footprint_common::build_fixture("described_smallvec", opt);
-        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
-        let pid = fixture.0.id().to_string();
-        each_is_a_one_line_error(&dir, &pid, &cases);
-        assert!(
-            fixture.0.try_wait().expect("wait").is_none(),
-            "{opt}: fixture still runs"
-        );
-    }
+    each_is_a_one_line_error(&dir, "described_smallvec", &cases);
 }
 
 /// Boost.Container through the shipped descriptions (containers/boost.toml): vector,
@@ -352,14 +358,5 @@ fn union_rules_that_do_not_fit_are_one_line_errors() {
             "not an integer",
         ),
     ];
-    for opt in ["-O0", "-O2"] {
-        let exe = footprint_common::build_fixture("described_tagged", opt);
-        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
-        let pid = fixture.0.id().to_string();
-        each_is_a_one_line_error(&dir, &pid, &cases);
-        assert!(
-            fixture.0.try_wait().expect("wait").is_none(),
-            "{opt}: fixture still runs"
-        );
-    }
+    each_is_a_one_line_error(&dir, "described_tagged", &cases);
 }

@@ -67,7 +67,7 @@ fn a_process_in_a_chroot_under_its_own_namespaces() {
     let expected = plain_ledger(&binary);
     let root = TempDir::new("jail");
     std::fs::create_dir_all(root.file("bin")).expect("bin");
-    std::fs::copy(&binary, root.file("bin/shop")).expect("copy into the jail");
+    oi_e2e::copy_executable(&binary, &root.file("bin/shop"));
     let mut jail = Fixture::start_with(
         Command::new("unshare")
             .args(["--mount", "--pid", "--fork", "chroot"])
@@ -99,7 +99,7 @@ fn deleted_and_replaced(binary: &Path) {
     let expected = plain_ledger(binary);
     let dir = TempDir::new("deployed");
     let installed = dir.file("shop");
-    std::fs::copy(binary, &installed).expect("install");
+    oi_e2e::copy_executable(binary, &installed);
     let mut f = Fixture::start(&installed, &["50"]);
     f.stdout.expect("tick", 20 * SECOND);
     // The next release goes in place: the running process keeps the old, deleted file.

@@ -192,7 +192,7 @@ fn an_edited_walker_fails_its_mac() {
 /// A copy of oi-trace that `nobody` can run, with file capabilities `caps` (none if empty).
 fn capable_copy(dir: &TempDir, caps: &str) -> PathBuf {
     let copy = dir.file("oi-trace");
-    std::fs::copy(oi_e2e::oi_trace_bin(), &copy).expect("copy oi-trace");
+    oi_e2e::copy_executable(&oi_e2e::oi_trace_bin(), &copy);
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     if !caps.is_empty() {
@@ -392,7 +392,7 @@ fn a_path_that_leads_out_of_the_targets_root_is_never_read() {
         .build();
     let root = TempDir::new("chroot");
     std::fs::create_dir_all(root.file("app")).expect("app dir");
-    std::fs::copy(&binary, root.file("app/target")).expect("copy into the root");
+    oi_e2e::copy_executable(&binary, &root.file("app/target"));
     let mut fixture = Fixture::start_with(
         Command::new("chroot")
             .arg(root.path())

@@ -184,70 +184,27 @@ impl<'a, 'b> Gen<'a, 'b> {
             let bytes = self.b.ins().iadd_imm_s(bytes, t.size as i64);
             self.b.def_var(v, bytes);
         }
-        let sp = self.b.declare_var(I64);
-        let cur = self.b.declare_var(I64);
-        let zero = self.c(0);
-        self.b.def_var(sp, zero);
         let root = self.ld(tree, t.root_off);
-        self.b.def_var(cur, root);
-        let descend = self.b.create_block();
-        let push = self.b.create_block();
-        let after = self.b.create_block();
-        let pop = self.b.create_block();
-        let exit = self.b.create_block();
-        self.b.ins().jump(descend, &[]);
-        // What is emitted up to `exit` runs once per tree node.
-        self.loops += 1;
-
-        self.b.switch_to_block(descend);
-        let c = self.b.use_var(cur);
-        self.b.ins().brif(c, push, &[], after, &[]);
-
-        self.b.switch_to_block(push);
-        let s = self.b.use_var(sp);
-        let deep = self.icmp_imm(IntCC::UnsignedGreaterThan, s, RB_STACK - 1);
-        self.fail_if(deep, ErrorCode::RbDeep, addr);
-        let base = self.b.ins().stack_addr(I64, stack, 0);
-        let off = self.b.ins().imul_imm_s(s, 8);
-        let top = self.b.ins().iadd(base, off);
-        self.b.ins().store(trusted(), c, top, 0);
-        let s1 = self.b.ins().iadd_imm_s(s, 1);
-        self.b.def_var(sp, s1);
-        let left = self.ld(c, rbtree::LEFT);
-        self.b.def_var(cur, left);
-        self.b.ins().jump(descend, &[]);
-
-        self.b.switch_to_block(after);
-        let s = self.b.use_var(sp);
-        self.b.ins().brif(s, pop, &[], exit, &[]);
-
-        self.b.switch_to_block(pop);
-        let r = self.then_join(descend, |g| {
-            let s1 = g.b.ins().iadd_imm_s(s, -1);
-            g.b.def_var(sp, s1);
-            let base = g.b.ins().stack_addr(I64, stack, 0);
-            let off = g.b.ins().imul_imm_s(s1, 8);
-            let top = g.b.ins().iadd(base, off);
-            let node = g.b.ins().load(I64, trusted(), top, 0);
-            let seen = g.b.use_var(tree_nodes);
-            let seen = g.b.ins().iadd_imm_s(seen, 1);
-            g.b.def_var(tree_nodes, seen);
-            let many = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen, n);
-            g.fail_if(many, ErrorCode::ChainCount, addr);
-            if let Some(v) = tree_bytes {
-                let bytes = g.b.use_var(v);
-                let bytes = g.b.ins().iadd_imm_s(bytes, t.node_size as i64);
-                g.b.def_var(v, bytes);
-            }
-            let head = g.ld(node, t.chain_off);
-            g.chain(ch, head, body)?;
-            let right = g.ld(node, rbtree::RIGHT);
-            g.b.def_var(cur, right);
-            Ok(())
-        });
-        self.loops -= 1;
-        r?;
-        self.b.switch_to_block(exit);
-        Ok(())
+        self.rb_in_order(
+            stack,
+            root,
+            addr,
+            |g, c| Ok(g.ld(c, rbtree::LEFT)),
+            |g, node| {
+                let seen = g.b.use_var(tree_nodes);
+                let seen = g.b.ins().iadd_imm_s(seen, 1);
+                g.b.def_var(tree_nodes, seen);
+                let many = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen, n);
+                g.fail_if(many, ErrorCode::ChainCount, addr);
+                if let Some(v) = tree_bytes {
+                    let bytes = g.b.use_var(v);
+                    let bytes = g.b.ins().iadd_imm_s(bytes, t.node_size as i64);
+                    g.b.def_var(v, bytes);
+                }
+                let head = g.ld(node, t.chain_off);
+                g.chain(ch, head, &mut *body)?;
+                Ok(g.ld(node, rbtree::RIGHT))
+            },
+        )
     }
 }

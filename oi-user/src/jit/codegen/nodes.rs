@@ -12,6 +12,7 @@
 //! `preserve_all`.
 
 use super::*;
+use cranelift_codegen::ir::StackSlot;
 
 /// `prefetcht0 [rdi]; ret`: a hint that never faults and changes no register.
 pub(in crate::jit) const PREFETCH_CODE: [u8; 4] = [0x0f, 0x18, 0x0f, 0xc3];
@@ -127,22 +128,63 @@ impl Gen<'_, '_> {
             (RB_STACK * 8) as u32,
             3,
         ));
-        let base = self.b.ins().stack_addr(I64, slot, 0);
+        let seen = self.b.declare_var(I64);
+        let zero = self.c(0);
+        self.b.def_var(seen, zero);
+        self.rb_in_order(
+            slot,
+            root,
+            addr,
+            |g, c| {
+                let left = g.field(c, l.node_size, rbtree::LEFT, ErrorCode::FieldOutside)?;
+                g.prefetch_right(c, l);
+                Ok(left)
+            },
+            |g, node| {
+                let seen_v = g.b.use_var(seen);
+                let seen1 = g.b.ins().iadd_imm_s(seen_v, 1);
+                g.b.def_var(seen, seen1);
+                let large = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen1, len);
+                g.fail_if(large, ErrorCode::RbLarge, addr);
+                let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
+                g.child(elem, v, l.value_size, k)?;
+                g.field(node, l.node_size, rbtree::RIGHT, ErrorCode::FieldOutside)
+            },
+        )?;
+        if self.reg.sizes {
+            // Fewer nodes than the count: the decoder finds the stream short.
+            let seen_v = self.b.use_var(seen);
+            let short = self.b.ins().icmp(IntCC::NotEqual, seen_v, len);
+            self.fail_if(short, ErrorCode::RbLarge, addr);
+        }
+        Ok(())
+    }
+
+    /// The in-order walk of a libstdc++ red-black tree from `root`, with an explicit descent
+    /// stack of at most `RB_STACK` node addresses in `stack` (deeper fails as `RbDeep` at
+    /// `addr`): `left(g, node)` reads a node's left child as the node is pushed, `visit(g,
+    /// node)` does the node's work as it is popped and reads its right child. What they emit
+    /// runs once per node (`Gen::loops`; an error ends the whole generation).
+    pub(super) fn rb_in_order(
+        &mut self,
+        stack: StackSlot,
+        root: Value,
+        addr: Value,
+        mut left: impl FnMut(&mut Self, Value) -> Result<Value, Stop>,
+        mut visit: impl FnMut(&mut Self, Value) -> Result<Value, Stop>,
+    ) -> G {
+        let base = self.b.ins().stack_addr(I64, stack, 0);
         let sp = self.b.declare_var(I64);
         let cur = self.b.declare_var(I64);
-        let seen = self.b.declare_var(I64);
         let zero = self.c(0);
         self.b.def_var(sp, zero);
         self.b.def_var(cur, root);
-        self.b.def_var(seen, zero);
         let descend = self.b.create_block();
         let push = self.b.create_block();
         let after = self.b.create_block();
         let pop = self.b.create_block();
         let exit = self.b.create_block();
         self.b.ins().jump(descend, &[]);
-        // What is emitted up to `exit` runs once per node (`Gen::loops`; an error ends the
-        // whole generation).
         self.loops += 1;
 
         self.b.switch_to_block(descend);
@@ -150,51 +192,40 @@ impl Gen<'_, '_> {
         self.b.ins().brif(c, push, &[], after, &[]);
 
         self.b.switch_to_block(push);
-        self.then_join(descend, |g| {
+        let pushed = self.then_join(descend, |g| {
             let s = g.b.use_var(sp);
             let deep = g.icmp_imm(IntCC::UnsignedGreaterThan, s, RB_STACK - 1);
             g.fail_if(deep, ErrorCode::RbDeep, addr);
-            let left = g.field(c, l.node_size, rbtree::LEFT, ErrorCode::FieldOutside)?;
-            g.prefetch_right(c, l);
+            let l = left(g, c)?;
             let off = g.b.ins().imul_imm_s(s, 8);
             let p = g.b.ins().iadd(base, off);
             g.b.ins().store(trusted(), c, p, 0);
             let s1 = g.b.ins().iadd_imm_s(s, 1);
             g.b.def_var(sp, s1);
-            g.b.def_var(cur, left);
+            g.b.def_var(cur, l);
             Ok(())
-        })?;
+        });
 
-        self.b.switch_to_block(after);
-        let s = self.b.use_var(sp);
-        self.b.ins().brif(s, pop, &[], exit, &[]);
+        let popped = pushed.and_then(|()| {
+            self.b.switch_to_block(after);
+            let s = self.b.use_var(sp);
+            self.b.ins().brif(s, pop, &[], exit, &[]);
 
-        self.b.switch_to_block(pop);
-        self.then_join(descend, |g| {
-            let s1 = g.b.ins().iadd_imm_s(s, -1);
-            g.b.def_var(sp, s1);
-            let off = g.b.ins().imul_imm_s(s1, 8);
-            let p = g.b.ins().iadd(base, off);
-            let node = g.b.ins().load(I64, trusted(), p, 0);
-            let seen_v = g.b.use_var(seen);
-            let seen1 = g.b.ins().iadd_imm_s(seen_v, 1);
-            g.b.def_var(seen, seen1);
-            let large = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen1, len);
-            g.fail_if(large, ErrorCode::RbLarge, addr);
-            let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
-            g.child(elem, v, l.value_size, k)?;
-            let right = g.field(node, l.node_size, rbtree::RIGHT, ErrorCode::FieldOutside)?;
-            g.b.def_var(cur, right);
-            Ok(())
-        })?;
+            self.b.switch_to_block(pop);
+            self.then_join(descend, |g| {
+                let s1 = g.b.ins().iadd_imm_s(s, -1);
+                g.b.def_var(sp, s1);
+                let off = g.b.ins().imul_imm_s(s1, 8);
+                let p = g.b.ins().iadd(base, off);
+                let node = g.b.ins().load(I64, trusted(), p, 0);
+                let right = visit(g, node)?;
+                g.b.def_var(cur, right);
+                Ok(())
+            })
+        });
         self.loops -= 1;
+        popped?;
         self.b.switch_to_block(exit);
-        if self.reg.sizes {
-            // Fewer nodes than the count: the decoder finds the stream short.
-            let seen_v = self.b.use_var(seen);
-            let short = self.b.ins().icmp(IntCC::NotEqual, seen_v, len);
-            self.fail_if(short, ErrorCode::RbLarge, addr);
-        }
         Ok(())
     }
 }
