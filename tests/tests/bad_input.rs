@@ -567,17 +567,17 @@ fn already_traced_by_gdb() {
         return;
     }
     let target = Target::start(&races());
-    // gdb attaches (stopping the target), holds it for a while, then detaches.
+    // gdb attaches (stopping the target), holds it until the file `go` exists (at most 60 s),
+    // then detaches as a batch run ends. Killing gdb instead can leave the target in the
+    // group stop that gdb's attach began: the kernel's rule when a tracer dies, not ours.
+    let dir = TempDir::new("gdb");
+    let go = dir.file("go");
+    let hold = format!(
+        "shell for i in $(seq 1200); do [ -e '{}' ] && break; sleep 0.05; done",
+        go.display()
+    );
     let mut gdb = Command::new("gdb")
-        .args([
-            "-q",
-            "-nx",
-            "-batch",
-            "-p",
-            &target.pid(),
-            "-ex",
-            "shell sleep 30",
-        ])
+        .args(["-q", "-nx", "-batch", "-p", &target.pid(), "-ex", &hold])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -607,9 +607,13 @@ fn already_traced_by_gdb() {
             target.pid()
         )
     );
-    // gdb's detach lets the target run on; killing gdb (SIGKILL) detaches it too.
-    let _ = gdb.kill();
-    let _ = gdb.wait();
+    // gdb's detach lets the target run on.
+    std::fs::write(&go, b"").expect("let gdb go");
+    let deadline = std::time::Instant::now() + 60 * SECOND;
+    while gdb.try_wait().expect("wait for gdb").is_none() {
+        assert!(std::time::Instant::now() < deadline, "gdb did not detach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let deadline = std::time::Instant::now() + 5 * SECOND;
     while target.fixture.state() != 'R' && target.fixture.state() != 'S' {
         assert!(std::time::Instant::now() < deadline, "target left stopped");
