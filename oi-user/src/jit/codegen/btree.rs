@@ -38,11 +38,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             self.b.def_var(v, zero);
         }
         let mut enter = |g: &mut Self, node: Value| {
-            let c = g.b.use_var(nodes);
-            let c = g.b.ins().iadd_imm_s(c, 1);
-            g.b.def_var(nodes, c);
-            let many = g.b.ins().icmp(IntCC::UnsignedGreaterThan, c, n);
-            g.fail_if(many, ErrorCode::BtreeShape, addr);
+            g.count_within(nodes, n, ErrorCode::BtreeShape, addr);
             let start = g.expr_arg(&bt.start, addr, len, Some(node))?;
             let finish = g.expr_arg(&bt.finish, addr, len, Some(node))?;
             let back = g.b.ins().icmp(IntCC::UnsignedGreaterThan, start, finish);
@@ -56,11 +52,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             Ok(())
         };
         let mut count = |g: &mut Self, _: Value| {
-            let c = g.b.use_var(values);
-            let c = g.b.ins().iadd_imm_s(c, 1);
-            g.b.def_var(values, c);
-            let many = g.b.ins().icmp(IntCC::UnsignedGreaterThan, c, n);
-            g.fail_if(many, ErrorCode::BtreeShape, addr);
+            g.count_within(values, n, ErrorCode::BtreeShape, addr);
             Ok(())
         };
         self.btree_nodes(

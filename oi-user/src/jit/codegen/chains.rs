@@ -191,11 +191,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             addr,
             |g, c| Ok(g.ld(c, rbtree::LEFT)),
             |g, node| {
-                let seen = g.b.use_var(tree_nodes);
-                let seen = g.b.ins().iadd_imm_s(seen, 1);
-                g.b.def_var(tree_nodes, seen);
-                let many = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen, n);
-                g.fail_if(many, ErrorCode::ChainCount, addr);
+                g.count_within(tree_nodes, n, ErrorCode::ChainCount, addr);
                 if let Some(v) = tree_bytes {
                     let bytes = g.b.use_var(v);
                     let bytes = g.b.ins().iadd_imm_s(bytes, t.node_size as i64);

@@ -534,6 +534,16 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(ok);
     }
 
+    /// One more in the counter `var`; above `limit` (what the object says it holds) the walk
+    /// fails with `code` at `addr`, so a cycle or a corrupt shape ends.
+    fn count_within(&mut self, var: Variable, limit: Value, code: ErrorCode, addr: Value) {
+        let c = self.b.use_var(var);
+        let c = self.b.ins().iadd_imm_s(c, 1);
+        self.b.def_var(var, c);
+        let many = self.b.ins().icmp(IntCC::UnsignedGreaterThan, c, limit);
+        self.fail_if(many, code, addr);
+    }
+
     /// Returns `status` when it is not zero.
     fn exit_if_nonzero(&mut self, status: Value) {
         let ok = self.b.create_block();

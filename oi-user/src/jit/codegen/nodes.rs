@@ -141,11 +141,7 @@ impl Gen<'_, '_> {
                 Ok(left)
             },
             |g, node| {
-                let seen_v = g.b.use_var(seen);
-                let seen1 = g.b.ins().iadd_imm_s(seen_v, 1);
-                g.b.def_var(seen, seen1);
-                let large = g.b.ins().icmp(IntCC::UnsignedGreaterThan, seen1, len);
-                g.fail_if(large, ErrorCode::RbLarge, addr);
+                g.count_within(seen, len, ErrorCode::RbLarge, addr);
                 let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
                 g.child(elem, v, l.value_size, k)?;
                 g.field(node, l.node_size, rbtree::RIGHT, ErrorCode::FieldOutside)
