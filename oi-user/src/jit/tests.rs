@@ -818,6 +818,20 @@ in = "*::Chains"
 pointee_base = "fx::PartBase"
 "#;
 
+/// The (length, heap capacity) pairs of the strings' map's nodes, `w[4..]`, node by node in
+/// `order`: each length is the one `objects.cpp` gives node j (4 characters, or 30 + j for
+/// every third). Returns the capacities' sum.
+fn chained_strings(w: &[u64], order: &[u64], n: u64) -> u64 {
+    let words = &w[4..4 + 2 * n as usize];
+    let lens: Vec<u64> = words.iter().step_by(2).copied().collect();
+    let want: Vec<u64> = order
+        .iter()
+        .map(|j| if j % 3 > 0 { 4 } else { 30 + j })
+        .collect();
+    assert_eq!(lens, want, "n = {n}");
+    words.iter().skip(1).step_by(2).sum()
+}
+
 #[test]
 fn jit_described_node_chains_tagged_and_owned_pointers() {
     let f = crate::describe::parse::to_feature("chains.toml", CHAINS_TOML);
@@ -837,16 +851,7 @@ fn jit_described_node_chains_tagged_and_owned_pointers() {
         let order: Vec<u64> = (0..b)
             .flat_map(|k| (0..n).filter(move |j| j % b == k).rev())
             .collect();
-        let lens: Vec<u64> = w[4..4 + 2 * n as usize]
-            .iter()
-            .step_by(2)
-            .copied()
-            .collect();
-        let want: Vec<u64> = order
-            .iter()
-            .map(|j| if j % 3 > 0 { 4 } else { 30 + j })
-            .collect();
-        assert_eq!(lens, want, "n = {n}");
+        let caps = chained_strings(w, &order, n);
         let rest = &w[4 + 2 * n as usize..];
         // The ints' map reads nothing per node; its nodes are 24 bytes.
         assert_eq!(rest[..4], [addr + 24, n, b, table + 24 * n], "n = {n}");
@@ -864,7 +869,6 @@ fn jit_described_node_chains_tagged_and_owned_pointers() {
         let m = measurer("probe_chains", &["arg0"], &[&f]);
         let (roots, streams) = interp(&m, &[addr]).expect("interp");
         let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        let caps: u64 = w[4..4 + 2 * n as usize].iter().skip(1).step_by(2).sum();
         let owned_cap = rest[9];
         let part_cap = rest[21];
         // sizeof Chains (2 × 24 + 3 × 8 + 3 × 8), both maps' blocks, the strings' heap,
@@ -922,23 +926,13 @@ fn jit_described_node_chains_with_trees() {
                 }
             })
             .collect();
-        let lens: Vec<u64> = w[4..4 + 2 * n as usize]
-            .iter()
-            .step_by(2)
-            .copied()
-            .collect();
-        let want: Vec<u64> = order
-            .iter()
-            .map(|j| if j % 3 > 0 { 4 } else { 30 + j })
-            .collect();
-        assert_eq!(lens, want, "n = {n}");
+        let caps = chained_strings(w, &order, n);
         // The empty map: the shared one-bucket table, whose partner bucket is outside it.
         let rest = &w[4 + 2 * n as usize..];
         assert_eq!(rest, [addr + 24, 0, 1, 0], "n = {n}");
         let m = measurer("probe_tree_chains", &["arg0"], &[&f]);
         let (roots, streams) = interp(&m, &[addr]).expect("interp");
         let total = crate::report::total_size(m.plan(), roots[0], &streams[0]).expect("size");
-        let caps: u64 = w[4..4 + 2 * n as usize].iter().skip(1).step_by(2).sum();
         assert_eq!(total, 48 + heap + caps, "n = {n}");
     }
 }
