@@ -440,7 +440,7 @@ pub fn entry_probe(bytes: &[u8], address: u64) -> Result<EntryProbe, Unprobeable
         }
     };
     if candidate != address
-        && let Some(from) = jump_into(bytes, address, candidate)
+        && let Some(from) = branch_into(&Part { address, bytes }, address, candidate)
     {
         return Err(fail(
             first,
@@ -453,23 +453,6 @@ pub fn entry_probe(bytes: &[u8], address: u64) -> Result<EntryProbe, Unprobeable
         address: candidate,
         skipped,
     })
-}
-
-/// A direct branch of the function (at `address`) that lands after its entry and at or
-/// before `candidate`; its address.
-fn jump_into(bytes: &[u8], address: u64, candidate: u64) -> Option<u64> {
-    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
-    let mut insn = Instruction::default();
-    while decoder.can_decode() {
-        decoder.decode_out(&mut insn);
-        if insn.op_count() > 0 && insn.op0_kind() == OpKind::NearBranch64 {
-            let target = insn.near_branch_target();
-            if address < target && target <= candidate {
-                return Some(insn.ip());
-            }
-        }
-    }
-    None
 }
 
 /// Whether an entry probe may move past `insn` (see [`entry_probe`]); else why not.
@@ -578,10 +561,9 @@ pub fn emulated_entry_probe(
     if candidate == probe.address {
         return probe;
     }
-    let lands_between = jump_into(bytes, address, candidate).is_some()
-        || elsewhere
-            .iter()
-            .any(|part| branch_into(part, address, candidate).is_some());
+    let lands_between = std::iter::once(&Part { address, bytes })
+        .chain(elsewhere)
+        .any(|part| branch_into(part, address, candidate).is_some());
     if lands_between {
         return probe;
     }
@@ -591,8 +573,8 @@ pub fn emulated_entry_probe(
     }
 }
 
-/// A direct branch in `part` that lands after `entry` and at or before `candidate`; its
-/// address.
+/// A direct branch in `part` (the function itself, or a part of it elsewhere) that lands
+/// after the function's `entry` and at or before `candidate`; its address.
 fn branch_into(part: &Part<'_>, entry: u64, candidate: u64) -> Option<u64> {
     let mut decoder = Decoder::with_ip(64, part.bytes, part.address, DecoderOptions::NONE);
     let mut insn = Instruction::default();
