@@ -267,11 +267,11 @@ impl Walker<'_> {
         Ok(())
     }
 
-    /// The red-black tree at `tree` that a bucket pair shares: in order, with a descent
-    /// stack of at most 129 nodes (as the JIT's), at most `len` tree nodes in all; each tree
-    /// node's chain appended, the tree object and each node charged once.
+    /// The red-black tree at `tree` that a bucket pair shares: in order ([`Self::rb_in_order`]),
+    /// at most `len` tree nodes in all; each tree node's chain appended, the tree object and
+    /// each node charged once.
     fn chain_tree(
-        &self,
+        &mut self,
         t: &crate::describe::compile::ChainTree,
         ch: &crate::describe::compile::Chains,
         tree: u64,
@@ -279,27 +279,51 @@ impl Walker<'_> {
         found: &mut ChainsFound,
     ) -> Result<(), WalkError> {
         found.tree_bytes = found.tree_bytes.wrapping_add(t.size);
-        let mut stack = Vec::new();
-        let mut cur = self.load(tree.wrapping_add(t.root_off), 8)?;
+        let root = self.load(tree.wrapping_add(t.root_off), 8)?;
+        self.rb_in_order(
+            root,
+            addr,
+            |w, node| Ok((w.load(node.wrapping_add(rbtree::LEFT), 8)?, ())),
+            |w, node, ()| {
+                found.tree_nodes += 1;
+                if found.tree_nodes > len {
+                    return Err(corrupt(addr, CHAIN_COUNT));
+                }
+                found.tree_bytes = found.tree_bytes.wrapping_add(t.node_size);
+                let head = w.load(node.wrapping_add(t.chain_off), 8)?;
+                w.chain(ch, head, [addr, len], &mut found.nodes)?;
+                w.load(node.wrapping_add(rbtree::RIGHT), 8)
+            },
+        )
+    }
+
+    /// The in-order walk of a red-black tree from `root` that `std::map`s and the tree
+    /// buckets of node chains share, with a descent stack of at most 129 nodes (as the JIT's):
+    /// `descend` reads a node on the way down and gives its left child and what `visit`
+    /// needs of it; `visit` takes the nodes in key order and gives each one's right child.
+    fn rb_in_order<N>(
+        &mut self,
+        root: u64,
+        addr: u64,
+        mut descend: impl FnMut(&Self, u64) -> Result<(u64, N), WalkError>,
+        mut visit: impl FnMut(&mut Self, u64, N) -> Result<u64, WalkError>,
+    ) -> Result<(), WalkError> {
+        let mut stack: Vec<(u64, N)> = Vec::new();
+        let mut cur = root;
         loop {
             while cur != 0 {
                 if stack.len() > 128 {
                     return Err(corrupt(addr, "red-black tree too deep"));
                 }
-                stack.push(cur);
-                cur = self.load(cur.wrapping_add(rbtree::LEFT), 8)?;
+                let (left, of_node) = descend(self, cur)?;
+                stack.push((cur, of_node));
+                cur = left;
             }
-            let Some(node) = stack.pop() else { break };
-            found.tree_nodes += 1;
-            if found.tree_nodes > len {
-                return Err(corrupt(addr, CHAIN_COUNT));
-            }
-            found.tree_bytes = found.tree_bytes.wrapping_add(t.node_size);
-            let head = self.load(node.wrapping_add(t.chain_off), 8)?;
-            self.chain(ch, head, [addr, len], &mut found.nodes)?;
-            cur = self.load(node.wrapping_add(rbtree::RIGHT), 8)?;
+            let Some((node, of_node)) = stack.pop() else {
+                return Ok(());
+            };
+            cur = visit(self, node, of_node)?;
         }
-        Ok(())
     }
 
     /// A b-tree (`btree`): its nodes visited in key order (an explicit stack of
@@ -853,7 +877,8 @@ impl Walker<'_> {
         Ok(())
     }
 
-    /// In-order walk of a red-black tree from `root`, each node read once.
+    /// In-order walk of a red-black tree from `root` ([`Self::rb_in_order`]), each node read
+    /// once, at most `len` of them.
     fn rb_elements(
         &mut self,
         elem: NodeId,
@@ -862,29 +887,24 @@ impl Walker<'_> {
         len: u64,
         addr: u64,
     ) -> Result<(), WalkError> {
-        let mut stack: Vec<(u64, Vec<u8>)> = Vec::new();
-        let mut cur = root;
         let mut seen = 0u64;
-        loop {
-            while cur != 0 {
-                if stack.len() > 128 {
-                    return Err(corrupt(addr, "red-black tree too deep"));
+        self.rb_in_order(
+            root,
+            addr,
+            |w, cur| {
+                let node = w.read(cur, l.node_size)?;
+                Ok((word(&node, rbtree::LEFT, cur)?, node))
+            },
+            |w, n, node| {
+                seen += 1;
+                if seen > len {
+                    return Err(corrupt(addr, "tree larger than its node count"));
                 }
-                let node = self.read(cur, l.node_size)?;
-                let left = word(&node, rbtree::LEFT, cur)?;
-                stack.push((cur, node));
-                cur = left;
-            }
-            let Some((n, node)) = stack.pop() else { break };
-            seen += 1;
-            if seen > len {
-                return Err(corrupt(addr, "tree larger than its node count"));
-            }
-            let v = sub(&node, l.value_off, l.value_size, n)?;
-            self.walk(elem, n + l.value_off, v)?;
-            cur = word(&node, rbtree::RIGHT, n)?;
-        }
-        Ok(())
+                let v = sub(&node, l.value_off, l.value_size, n)?;
+                w.walk(elem, n + l.value_off, v)?;
+                word(&node, rbtree::RIGHT, n)
+            },
+        )
     }
 }
 
