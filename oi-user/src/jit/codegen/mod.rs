@@ -24,7 +24,9 @@
 //! A walker with sizes and no stream (OIL's `size`) walks the roots inline in its entry, and
 //! may be optimistic about the visited set (`generate_totals_optimistic`): a few compiled
 //! shortcuts that only hold for intact objects end such a walk as corrupt otherwise, and
-//! its caller then runs the exact walker.
+//! its caller then runs the exact walker. Its entry keeps the constant part of the total
+//! apart (`Gen::consts`) and skips an `optional`'s flag read where the root's own loads
+//! fault wherever it would (`Gen::covered_by_root_loads`).
 //!
 //! Never emits a call outside the functions generated here, and never a syscall. One of
 //! them is not Cranelift's: `FN_PREFETCH`, a `prefetcht0` (`nodes`), which `link` and the
@@ -314,7 +316,7 @@ struct Gen<'a, 'b> {
     last_pointer: Variable,
     /// Running total of a walker compiled with sizes; in the context across calls.
     total: Variable,
-    /// The optimistic entry's constant part of the total, apart from `total`
+    /// The optimistic entry's constant part of the total outside loops, apart from `total`
     /// (`Gen::tally_const`): constants fold together at compile time, and the dynamic
     /// parts add up in a chain of one-cycle adds rather than three-operand `lea`s.
     consts: Option<Variable>,
@@ -378,8 +380,11 @@ impl Gen<'_, '_> {
     }
 
     fn tally_const(&mut self, c: u64) {
+        // Inside a loop, the constant goes with the running total (one `lea` an element,
+        // not a second variable carried around the loop).
         if self.reg.sizes
             && c != 0
+            && self.loops == 0
             && let Some(v) = self.consts
         {
             let t = self.b.use_var(v);
