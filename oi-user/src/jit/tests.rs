@@ -580,6 +580,16 @@ fn optimistic_flat_vectors_hand_over_wherever_the_exact_walker_fails() {
         [top, top, 8],
         [top, 8, top],
         [b, b + 16, b | 1 << 60],
+        // The orders compared on the words (finish past the storage, before the start,
+        // both at once), the capacity at the bound and one element past it, a capacity
+        // that is no whole number of elements.
+        [b, b + 24, b + 16],
+        [b + 16, b + 8, b + 32],
+        [b + 16, b + 8, b],
+        [b + 16, b + 16, b],
+        [b, b + 8, b + (1 << 28) * 8],
+        [b, b + 8, b + ((1 << 28) + 1) * 8],
+        [b, b + 8, b + 20],
     ] {
         let (es, et) = run(&exact, words);
         let (os, ot) = run(&w, words);

@@ -266,11 +266,18 @@ impl Gen<'_, '_> {
                 if l.engaged_off.checked_add(1).is_none_or(|e| e > len) {
                     return self.fail(ErrorCode::Optional, addr);
                 }
-                let flag = self.ld_uint(addr, l.engaged_off, 1);
                 let elem = *elem;
                 let size = self.size(elem);
                 let inside = l.value_off.checked_add(size).is_some_and(|e| e <= len);
-                if !self.reg.stream && inside && !self.dynamic(elem) && self.st(elem) == size {
+                let plain = inside && !self.dynamic(elem) && self.st(elem) == size;
+                if self.reg.optimistic && plain && self.covered_by_root_loads(addr, l.engaged_off) {
+                    // The optimistic walk's loads around the flag fault wherever its read
+                    // would (`Gen::covered_by_root_loads`): it is not read.
+                    self.tally_const(s);
+                    return Ok(());
+                }
+                let flag = self.ld_uint(addr, l.engaged_off, 1);
+                if !self.reg.stream && plain {
                     // Engaged or not, the same size and nothing to walk: the flag is read (the
                     // exact walk's read, which may fault) and nothing else.
                     self.tally_const(s);

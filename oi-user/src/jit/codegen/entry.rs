@@ -335,6 +335,9 @@ fn optimistic_entry(
         if ctx {
             g.st_ctx(bias, CTX_BIAS);
         }
+        let consts = g.b.declare_var(I64);
+        g.b.def_var(consts, zero);
+        g.consts = Some(consts);
         let suspect = g.b.declare_var(I64);
         g.b.def_var(suspect, zero);
         g.suspect = Some(suspect);
@@ -350,6 +353,8 @@ fn optimistic_entry(
             g.st_ctx(zero, CTX_TOTAL);
             g.store_stack_limit(stack_len);
         }
+        g.root_rel.insert(addr, 0);
+        root_loads(plan, root, 0, &mut g.root_loads);
         // The root's walk inline, as in the frame's entry.
         g.budget = INLINE_BUDGET;
         let tag = g.plan.visit_tag(Some(root));
@@ -366,7 +371,7 @@ fn optimistic_entry(
         g.exit_cold_if(high, STATUS_CORRUPT);
         g.check_recorded()?;
         let done = g.c(STATUS_DONE);
-        let total = g.b.use_var(g.total);
+        let total = g.whole_total();
         g.b.ins().return_(&[done, total]);
         Err(Stop::Dead)
     });
@@ -381,6 +386,52 @@ fn optimistic_entry(
             .sum()
     });
     Ok((f, uses))
+}
+
+/// The offsets from the root (at `base` of it) of words that every walk of node `id` loads,
+/// whatever it finds, as the walk emits them (`body`): a string's pointer, a vector's three
+/// words, a smart pointer, and those of the dynamic members of structs, recursively. Not
+/// those behind a pointer or a branch. An `optional`'s flag between two of them, at most a
+/// page apart, need not be read (`Gen::covered_by_root_loads`).
+fn root_loads(plan: &Plan, id: NodeId, base: u64, out: &mut Vec<u64>) {
+    let node = &plan.nodes[id];
+    let len = node.static_size;
+    let mut word = |off: u64| {
+        if off.checked_add(8).is_some_and(|e| e <= len) {
+            out.push(base.wrapping_add(off));
+        }
+    };
+    match &node.op {
+        Op::Struct { members, .. } => {
+            for &(off, m) in members {
+                let fits = off
+                    .checked_add(plan.nodes[m].static_size)
+                    .is_some_and(|e| e <= len);
+                if plan.nodes[m].dynamic && fits {
+                    root_loads(plan, m, base.wrapping_add(off), out);
+                }
+            }
+        }
+        Op::String(l) => {
+            let fits = |off: u64| off.checked_add(8).is_some_and(|e| e <= len);
+            if fits(l.ptr_off) && fits(l.len_off) {
+                word(l.ptr_off);
+            }
+        }
+        Op::Vector { layout, .. } => {
+            let l = layout;
+            if [l.start_off, l.finish_off, l.eos_off]
+                .iter()
+                .all(|o| o.checked_add(8).is_some_and(|e| e <= len))
+            {
+                word(l.start_off);
+                word(l.finish_off);
+                word(l.eos_off);
+            }
+        }
+        Op::SmartPtr { offset, .. } | Op::RefWrap { offset, .. } => word(*offset),
+        _ => {}
+    }
 }
 
 impl Gen<'_, '_> {

@@ -24,7 +24,9 @@
 //! A walker with sizes and no stream (OIL's `size`) walks the roots inline in its entry, and
 //! may be optimistic about the visited set (`generate_totals_optimistic`): a few compiled
 //! shortcuts that only hold for intact objects end such a walk as corrupt otherwise, and
-//! its caller then runs the exact walker.
+//! its caller then runs the exact walker. Its entry keeps the constant part of the total
+//! apart (`Gen::consts`) and skips an `optional`'s flag read where the root's own loads
+//! fault wherever it would (`Gen::covered_by_root_loads`).
 //!
 //! Never emits a call outside the functions generated here, and never a syscall. One of
 //! them is not Cranelift's: `FN_PREFETCH`, a `prefetcht0` (`nodes`), which `link` and the
@@ -314,6 +316,10 @@ struct Gen<'a, 'b> {
     last_pointer: Variable,
     /// Running total of a walker compiled with sizes; in the context across calls.
     total: Variable,
+    /// The optimistic entry's constant part of the total outside loops, apart from `total`
+    /// (`Gen::tally_const`): constants fold together at compile time, and the dynamic
+    /// parts add up in a chain of one-cycle adds rather than three-operand `lea`s.
+    consts: Option<Variable>,
     /// Error / full exit: one i64 parameter, the status.
     ret: Block,
     inline: Vec<(NodeId, u64)>,
@@ -329,6 +335,12 @@ struct Gen<'a, 'b> {
     suspect: Option<Variable>,
     /// Loops open around what is being emitted: code emitted here may run many times.
     loops: u32,
+    /// The optimistic entry's addresses that are its root plus a constant (`Gen::add`),
+    /// with that constant: where an `optional`'s flag lies among the root's own loads.
+    root_rel: HashMap<Value, u64>,
+    /// The offsets from the root of the words the optimistic entry always loads
+    /// (`entry::root_loads`).
+    root_loads: Vec<u64>,
 }
 
 fn trusted() -> MemFlagsData {
@@ -368,7 +380,17 @@ impl Gen<'_, '_> {
     }
 
     fn tally_const(&mut self, c: u64) {
-        if self.reg.sizes && c != 0 {
+        // Inside a loop, the constant goes with the running total (one `lea` an element,
+        // not a second variable carried around the loop).
+        if self.reg.sizes
+            && c != 0
+            && self.loops == 0
+            && let Some(v) = self.consts
+        {
+            let t = self.b.use_var(v);
+            let t = self.b.ins().iadd_imm_s(t, c as i64);
+            self.b.def_var(v, t);
+        } else if self.reg.sizes && c != 0 {
             let t = self.b.use_var(self.total);
             let t = self.b.ins().iadd_imm_s(t, c as i64);
             self.b.def_var(self.total, t);
@@ -384,9 +406,24 @@ impl Gen<'_, '_> {
             self.st_ctx(last, CTX_LAST_POINTER);
         }
         if self.reg.sizes {
-            let t = self.b.use_var(self.total);
+            let t = self.whole_total();
             self.st_ctx(t, CTX_TOTAL);
         }
+    }
+
+    /// The running total with its constant part (`Gen::consts`) folded in, which then
+    /// starts again at 0.
+    fn whole_total(&mut self) -> Value {
+        let t = self.b.use_var(self.total);
+        let Some(v) = self.consts else {
+            return t;
+        };
+        let k = self.b.use_var(v);
+        let t = self.b.ins().iadd(t, k);
+        self.b.def_var(self.total, t);
+        let zero = self.c(0);
+        self.b.def_var(v, zero);
+        t
     }
 
     /// Takes the cursor (and the total) back from the context after a call.
@@ -462,8 +499,23 @@ impl Gen<'_, '_> {
         if off == 0 {
             base
         } else {
-            self.b.ins().iadd_imm_s(base, off as i64)
+            let v = self.b.ins().iadd_imm_s(base, off as i64);
+            if let Some(&r) = self.root_rel.get(&base) {
+                self.root_rel.insert(v, r.wrapping_add(off));
+            }
+            v
         }
+    }
+
+    /// Whether the byte at `addr + off` lies between two words that the optimistic entry
+    /// always loads from its root, at most a page apart (`entry::root_loads`): then those
+    /// loads touch every page the byte may be on, and a load of it can fault only where
+    /// they do.
+    fn covered_by_root_loads(&self, addr: Value, off: u64) -> bool {
+        let Some(&r) = self.root_rel.get(&addr) else {
+            return false;
+        };
+        covered(&self.root_loads, r.wrapping_add(off))
     }
 
     /// A target word.
@@ -719,6 +771,23 @@ impl Gen<'_, '_> {
     }
 }
 
+/// Whether byte `at` lies in one of the 8-byte words at offsets `loads`, or between two of
+/// them that span at most a page (`a ≤ at < b + 8`, `b + 8 − a ≤ 4096`): then their loads
+/// touch every page of `[a, b + 8)`.
+fn covered(loads: &[u64], at: u64) -> bool {
+    let before = loads.iter().copied().filter(|&o| o <= at).max();
+    let after = loads
+        .iter()
+        .copied()
+        .filter(|&o| o.saturating_add(8) > at)
+        .min();
+    match (before, after) {
+        (_, Some(b)) if b <= at => true,
+        (Some(a), Some(b)) => b.saturating_add(8) - a <= 4096,
+        _ => false,
+    }
+}
+
 /// Builds one function with `Gen`: `prologue` runs in the entry block with the parameters.
 fn build(
     plan: &Plan,
@@ -764,6 +833,7 @@ fn build(
             cur,
             last_pointer,
             total,
+            consts: None,
             ret,
             inline: Vec::new(),
             budget: INLINE_BUDGET,
@@ -771,6 +841,8 @@ fn build(
             tail: false,
             suspect: None,
             loops: 0,
+            root_rel: HashMap::new(),
+            root_loads: Vec::new(),
         };
         match body(&mut g, &args) {
             Ok(()) | Err(Stop::Dead) => {}
@@ -819,4 +891,25 @@ fn gen_node_fn(
         g.b.ins().return_(&[done]);
         Err(Stop::Dead)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covered;
+
+    #[test]
+    fn a_byte_is_covered_by_loads_around_it_at_most_a_page_apart() {
+        // In a loaded word, or between two: covered.
+        assert!(covered(&[16], 16));
+        assert!(covered(&[16], 23));
+        assert!(covered(&[0x30, 0x38, 0x40, 0x68], 0x50));
+        // The two words span exactly a page: still covered; a byte more, not.
+        assert!(covered(&[0, 4088], 100));
+        assert!(!covered(&[0, 4089], 100));
+        // Only on one side, or none: not covered.
+        assert!(!covered(&[0x30, 0x38, 0x40], 0x50));
+        assert!(!covered(&[0x68], 0x50));
+        assert!(!covered(&[], 0));
+        assert!(!covered(&[16], 24));
+    }
 }
