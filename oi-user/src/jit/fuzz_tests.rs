@@ -673,11 +673,12 @@ fn check_oil(
     if plan.charges_heap_blocks() {
         return Ok(None);
     }
-    // Where the exact walker finds the object corrupt, the place it names may differ: OIL
-    // then asks the interpreter, which names its own.
+    // Where the exact walker finds the object corrupt, the place and the error it names may
+    // differ (it may check a field before the walk comes to it): OIL then asks the
+    // interpreter, which names its own.
     let plain = |(o, total): (Outcome, u64)| match o {
         Outcome::Stream(_) => (Outcome::Stream(Vec::new()), total),
-        Outcome::Corrupt(_, what) => (Outcome::Corrupt(0, what), 0),
+        Outcome::Corrupt(..) => (Outcome::Corrupt(0, String::new()), 0),
         o => (o, 0),
     };
     let want = plain(exact);
@@ -764,4 +765,72 @@ fn oil_walks_in_the_child_hand_over_and_fault_as_oil_sees_them() {
     words.copy_from_slice(&[b + 24, 0, 0, b + 32]);
     assert_eq!(run_child(Walker::Oil(&exact), b).0, Outcome::Fault);
     assert_eq!(run_child(Walker::Oil(&optimistic), b).0, Outcome::Fault);
+}
+
+/// Found by the fuzz (seed 4, plan 652): an optional (8 bytes, flag at 0, value at 0) whose
+/// value (a 16-byte leaf) is larger than itself, walked as the fallback of a 24-byte
+/// polymorphic root (its words `[1, 0, 0]`: engaged, no vtable matches). Engaged, the
+/// decoder charges it `8 − 16` (saturating: 0) + 16 = 16 bytes; OIL's walkers without a
+/// stream take the shortcut of an optional of a plain value ("engaged or not, the same
+/// size", `codegen/body.rs`) and charge 8. No real type has a value larger than its
+/// optional, but the walkers of one plan must agree.
+#[test]
+#[ignore = "codegen bug, routed to the lead: the optional shortcut of walkers without a stream charges its static size when the value is larger than the optional"]
+fn oil_walkers_charge_an_optional_larger_than_itself_as_the_decoder_does() {
+    let node = |name: &str, static_size: u64, op: Op| Node {
+        name: name.into(),
+        type_names: vec![name.into()],
+        static_size,
+        is_primitive: false,
+        op,
+        dynamic: false,
+        readable: String::new(),
+        value: None,
+        opaque_union: false,
+    };
+    let optional = OptionalLayout {
+        value_off: 0,
+        engaged_off: 0,
+    };
+    // The root: a class whose vptr matches no candidate, measured as its fallback: the
+    // optional, in the class's 24 bytes (so its value lies inside the object walked).
+    let mut plan = Plan {
+        nodes: vec![
+            node(
+                "P",
+                24,
+                Op::Poly {
+                    candidates: vec![(0, 0, 1)],
+                    fallback: 1,
+                },
+            ),
+            node(
+                "O",
+                8,
+                Op::Optional {
+                    layout: optional,
+                    elem: 2,
+                },
+            ),
+            node("L", 16, Op::Leaf),
+        ],
+        ..Default::default()
+    };
+    plan.compute_dynamic();
+    let root = Box::leak(Box::new([1u64, 0, 0])).as_mut_ptr() as u64;
+    let mem = RemoteReader::new(std::process::id() as i32);
+    let stream = crate::interp::run(&plan, 0, root, &mem, true, 0).expect("interpreter");
+    let want = crate::report::total_size(&plan, 0, &stream).expect("decoder");
+    let exact = LocalWalker::compile_totals(&plan, &[0]).expect("compile");
+    let optimistic = LocalWalker::compile_totals_optimistic(&plan, &[0]).expect("compile");
+    assert_eq!(
+        run_child(Walker::Oil(&exact), root),
+        (Outcome::Stream(vec![]), want),
+        "the exact walker"
+    );
+    assert_eq!(
+        run_child(Walker::Oil(&optimistic), root),
+        (Outcome::Stream(vec![]), want),
+        "the optimistic walker"
+    );
 }
