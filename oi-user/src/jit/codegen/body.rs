@@ -269,7 +269,8 @@ impl Gen<'_, '_> {
                 let elem = *elem;
                 let size = self.size(elem);
                 let inside = l.value_off.checked_add(size).is_some_and(|e| e <= len);
-                let plain = inside && !self.dynamic(elem) && self.st(elem) == size;
+                // A value no larger than its optional: engaged or not, the optional's size.
+                let plain = inside && !self.dynamic(elem) && self.st(elem) == size && size <= s;
                 if self.reg.optimistic && plain && self.covered_by_root_loads(addr, l.engaged_off) {
                     // The optimistic walk's loads around the flag fault wherever its read
                     // would (`Gen::covered_by_root_loads`): it is not read.
