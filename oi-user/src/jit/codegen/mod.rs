@@ -440,8 +440,6 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// `times` copies of node `id` if it reads nothing (a dynamic one adds its own part
-    /// when it is walked).
     /// ORs `v` into the optimistic entry's suspicion (`Gen::suspect`) when there is one
     /// (true), else returns false and the caller checks `v` itself.
     fn suspect(&mut self, v: Value) -> bool {
@@ -454,6 +452,8 @@ impl Gen<'_, '_> {
         true
     }
 
+    /// `times` copies of node `id` if it reads nothing (a dynamic one adds its own part
+    /// when it is walked).
     fn tally_static(&mut self, id: NodeId, times: Value) {
         if self.reg.sizes && !self.dynamic(id) {
             let each = self.st(id);
