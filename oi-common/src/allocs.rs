@@ -7,8 +7,9 @@
 
 use crate::stack::MAX_FRAMES;
 
-/// Threads inside an allocator call at once; one more is counted in [`counter::THREADS_FULL`].
-pub const MAX_THREADS: u32 = 16384;
+/// The most thread slots (one per thread id modulo their count, see [`Open`]): the kernel's
+/// `pid_max` rounded up to a power of two, at most this many.
+pub const MAX_THREAD_SLOTS: u32 = 1 << 16;
 /// Bounds of a lifetime histogram (`--buckets`); a histogram has one bucket more.
 pub const MAX_BUCKETS: usize = 15;
 
@@ -127,7 +128,10 @@ pub mod cookie {
     }
 }
 
-/// The allocator call a thread is inside (map value keyed by pid_tgid): only the outermost.
+/// The allocator call a thread is inside: only the outermost. One slot per thread id (an array
+/// indexed by the thread id modulo its size, which is `pid_max` where that is at most
+/// [`MAX_THREAD_SLOTS`]): `owner` says whose it is, and a slot another thread left (it exited,
+/// or, where `pid_max` is larger, a thread id that collides) reads as no call.
 /// A free (function [`function::FREE`]) is counted at its entry and stays here as the thread's
 /// "pending free" (`arg` the pointer, `sp` its entry's stack pointer) until the thread's next
 /// hooked entry: a free of the same pointer at the same or a lower stack pointer is the same
@@ -159,6 +163,8 @@ pub struct Open {
     pub inner_sp: u64,
     /// The request's alignment (0: none), for jemalloc's size classes.
     pub align: u64,
+    /// The pid_tgid of the thread whose slot this is.
+    pub owner: u64,
 }
 
 /// The weight of an allocation that stands for itself alone (fixed point: 1.0).
@@ -228,7 +234,7 @@ pub mod counter {
     pub const STACKS_FULL: u32 = 4;
     /// Allocations whose site did not fit the site table.
     pub const SITES_FULL: u32 = 5;
-    /// Allocator calls not tracked because the thread table was full.
+    /// Allocator calls not tracked because the thread table had no slot.
     pub const THREADS_FULL: u32 = 6;
     /// Allocator calls left without their return (an exception through `operator new`, a
     /// longjmp).

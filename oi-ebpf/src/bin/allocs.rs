@@ -59,8 +59,8 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
     allocs::{
-        Block, MAX_BUCKETS, MAX_THREADS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE,
-        cookie, counter, function, mapped,
+        Block, MAX_BUCKETS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE, cookie,
+        counter, function, mapped,
     },
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
@@ -92,13 +92,18 @@ static BOUNDS: Global<u32> = Global::new(0);
 /// one CPU, where the spinning thread would keep user space off that CPU).
 #[unsafe(no_mangle)]
 static HOLD_NS: Global<u64> = Global::new(0);
+/// The size of `THREADS` − 1 (a power of two − 1).
+#[unsafe(no_mangle)]
+static THREAD_MASK: Global<u32> = Global::new(0);
 
-/// pid_tgid → the outermost allocator call the thread is inside. A thread's slot is written
-/// in place and kept when the call ends (`sp` 0: no call): an update or a removal of a hash
-/// entry takes the bucket lock and the element free list, and per malloc+free pair that was
-/// three of them. User space removes the slots of threads that are gone (`sweep_threads`).
+/// Thread id modulo its size → the outermost allocator call the thread is inside (see
+/// [`Open`]: `owner` says whose slot it is). An array, not a hash on pid_tgid: its lookup is a
+/// few inlined instructions where a hash lookup hashes the key and compares it, three or four
+/// times per malloc+free pair. Written in place and kept when the call ends (`sp` 0: no call);
+/// a thread that exits leaves its slot, which reads as empty to the next owner. Sized by the
+/// loader; `THREAD_MASK` is its size − 1.
 #[map]
-static THREADS: HashMap<u64, Open> = HashMap::with_max_entries(MAX_THREADS, 0);
+static THREADS: Array<Open> = Array::with_max_entries(1, 0);
 
 /// Block address → the live block. Sized by the loader (`--max-live`).
 #[map]
@@ -319,9 +324,11 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         let r = &*ctx.regs;
         (r.rdi, r.rsi, r.rdx)
     };
-    let slot = THREADS.get_ptr_mut(pid_tgid);
+    let slot = thread_slot(pid_tgid);
     // SAFETY: the thread's own slot (see `THREADS`).
-    if let Some(open) = slot.filter(|open| unsafe { (**open).sp } != 0) {
+    if let Some(open) =
+        slot.filter(|open| unsafe { (**open).sp != 0 && (**open).owner == pid_tgid })
+    {
         // SAFETY: `open` points at this thread's map value, which only this thread touches.
         let o = unsafe { *open };
         if function::is_free(o.function as u64) {
@@ -368,6 +375,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     }
     let mut open = Open {
         sp,
+        owner: pid_tgid,
         function: function as u32,
         flags: cookie::flags(cookie) as u32,
         tail: u32::from(cookie::flags(cookie) & cookie::TAIL_AT_ENTRY != 0),
@@ -409,10 +417,10 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     }
     // An allocation's slot is looked up again rather than kept from above: a pointer held
     // across the stack walk multiplies the states the verifier explores beyond its limit.
-    if let Some(slot) = THREADS.get_ptr_mut(pid_tgid) {
+    if let Some(slot) = thread_slot(pid_tgid) {
         // SAFETY: as above.
         unsafe { *slot = open };
-    } else if THREADS.insert(&pid_tgid, &open, 0).is_err() {
+    } else {
         count(counter::THREADS_FULL);
         warn!(
             ctx,
@@ -547,9 +555,13 @@ fn closes_outer(open: *mut Open, o: &Open, entry_sp: u64, result: u64, function:
 #[inline(always)]
 fn open_call(pid_tgid: u64) -> Option<*mut Open> {
     // SAFETY: the thread's own slot (see `THREADS`).
-    THREADS
-        .get_ptr_mut(pid_tgid)
-        .filter(|open| unsafe { (**open).sp } != 0)
+    thread_slot(pid_tgid).filter(|open| unsafe { (**open).sp != 0 && (**open).owner == pid_tgid })
+}
+
+/// The thread's slot in `THREADS` (its owner may be another thread, see [`Open`]).
+#[inline(always)]
+fn thread_slot(pid_tgid: u64) -> Option<*mut Open> {
+    THREADS.get_ptr_mut(pid_tgid as u32 & THREAD_MASK.load())
 }
 
 /// Ends the thread's open call; its slot stays for the next one.

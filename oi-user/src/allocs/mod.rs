@@ -63,7 +63,7 @@ use report::{Classes, Context, Report};
 
 /// The default lifetime bounds: a log scale from 1 ms to 1 min.
 const DEFAULT_BUCKETS_S: [f64; 6] = [0.001, 0.01, 0.1, 1.0, 10.0, 60.0];
-/// How often dead threads' open calls are removed and processes' mappings re-read.
+/// How often processes' mappings are re-read.
 const SWEEP: Duration = Duration::from_secs(1);
 
 pub fn run(args: &AllocsArgs) -> Result<()> {
@@ -591,7 +591,6 @@ impl Profiler for Run<'_> {
             return None;
         }
         self.last_sweep = Instant::now();
-        self.program.sweep_threads();
         let now: HashSet<i32> = match &self.scope.cgroup {
             Some(cgroup) => cgroup.processes().into_iter().collect(),
             None => self.scope.processes.iter().copied().collect(),

@@ -5,7 +5,8 @@
 //! maps hold.
 //!
 //! What the maps mean is `oi_common::allocs`. Never writes a map the program relies on while
-//! probes fire, except the removal of a thread's open call once the thread is gone.
+//! probes fire (a thread that exits leaves its slot in `THREADS`, which reads as empty to the
+//! next thread of that slot).
 
 use std::path::Path;
 
@@ -18,8 +19,8 @@ use aya::{
     },
 };
 use oi_common::allocs::{
-    Block, MAPPED_HOLD_NS, MAX_BUCKETS, Mapped, Open, R_STATE_OFFSET, SiteStats, Stack, cookie,
-    counter, mapped,
+    Block, MAPPED_HOLD_NS, MAX_BUCKETS, MAX_THREAD_SLOTS, Mapped, R_STATE_OFFSET, SiteStats, Stack,
+    cookie, counter, mapped,
 };
 
 use super::hooks::Site;
@@ -88,7 +89,6 @@ pub struct Program {
     sites: PerCpuHashMap<MapData, u64, SiteStats>,
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
-    threads: HashMap<MapData, u64, Open>,
     counters: PerCpuArray<MapData, u64>,
     mapped: Array<MapData, u64>,
     mapped_events: Option<RingBuf<MapData>>,
@@ -175,6 +175,8 @@ impl Program {
         let bounds = settings.bucket_ns.len().min(MAX_BUCKETS) as u32;
         let log_level: u8 = if settings.verbose { 0xff } else { 0 };
         let hold_ns = mapped_hold_ns();
+        let thread_slots = thread_slots();
+        let thread_mask = thread_slots - 1;
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
         loader
@@ -187,7 +189,9 @@ impl Program {
             .override_global("BUCKET_NS", &bucket_ns, true)
             .override_global("BOUNDS", &bounds, true)
             .override_global("HOLD_NS", &hold_ns, true)
+            .override_global("THREAD_MASK", &thread_mask, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
+            .map_max_entries("THREADS", thread_slots)
             .map_max_entries("LIVE", settings.max_live.max(1))
             .map_max_entries("STACKS", settings.max_stacks.max(1))
             .map_max_entries("SITES", settings.max_stacks.max(1));
@@ -228,7 +232,6 @@ impl Program {
             sites: PerCpuHashMap::try_from(take("SITES")?).map_err(map_err("SITES"))?,
             stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
             live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
-            threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
             counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
             mapped: Array::try_from(take("MAPPED")?).map_err(map_err("MAPPED"))?,
             mapped_events: Some(
@@ -404,22 +407,17 @@ impl Program {
     pub fn stack(&self, id: u64) -> Option<Stack> {
         self.stacks.get(&id, 0).ok()
     }
+}
 
-    /// Forgets the open calls of threads that no longer exist.
-    pub fn sweep_threads(&mut self) {
-        let gone: Vec<u64> = self
-            .threads
-            .keys()
-            .flatten()
-            .filter(|pid_tgid| {
-                let (tgid, tid) = (pid_tgid >> 32, pid_tgid & 0xffff_ffff);
-                !Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
-            })
-            .collect();
-        for key in gone {
-            let _ = self.threads.remove(&key);
-        }
-    }
+/// How many thread slots the program gets: one per thread id (`pid_max`, rounded up to a power
+/// of two) up to `MAX_THREAD_SLOTS`; beyond that, thread ids share slots modulo their count.
+fn thread_slots() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .map_or(MAX_THREAD_SLOTS, |max| {
+            max.max(2).next_power_of_two().min(MAX_THREAD_SLOTS)
+        })
 }
 
 #[cfg(test)]
