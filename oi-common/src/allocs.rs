@@ -3,7 +3,9 @@
 //!
 //! The kernel side keeps, per thread, the one allocator call it is inside ([`Open`]: the
 //! outermost one, by the stack pointer), per live block its [`Block`], per allocating stack a
-//! [`Stack`] (by a hash of its frames) and the [`SiteStats`] of the blocks allocated there.
+//! [`Stack`] (by a hash of its frames) and the [`SiteStats`] of the blocks allocated there (by
+//! the stack's site index, [`Stack::site`]; index 0 holds the allocations whose stack could not
+//! be stored).
 
 use crate::stack::MAX_FRAMES;
 
@@ -147,6 +149,9 @@ pub struct Open {
     /// realloc's old block; posix_memalign's `void **`; a pending free's pointer.
     pub arg: u64,
     pub stack: u64,
+    /// The stack's site index ([`Stack::site`]).
+    pub site: u32,
+    pub _pad: u32,
     /// The [`function`] and cookie flags of the entry.
     pub function: u32,
     pub flags: u32,
@@ -181,7 +186,8 @@ pub struct Block {
     /// The allocating stack's id (key of the stack and site maps).
     pub stack: u64,
     pub tid: u32,
-    pub _pad: u32,
+    /// The allocating stack's site index ([`Stack::site`]).
+    pub site: u32,
     /// The allocations it stands for, × [`WEIGHT_ONE`] (`--sample-bytes`).
     pub weight: u64,
 }
@@ -193,12 +199,16 @@ pub struct Stack {
     pub tgid: u32,
     /// Frames used.
     pub len: u32,
+    /// Where its [`SiteStats`] are: the index in the site array, given when the stack is first
+    /// stored (1, 2, …; 0 is for allocations without a stored stack).
+    pub site: u32,
+    pub _pad: u32,
     /// Innermost first: the allocator's entry, then return addresses.
     pub frames: [u64; MAX_FRAMES],
 }
 
 /// What one site (allocating stack) has seen: one value per CPU in the kernel (each CPU adds
-/// to its own), summed by user space.
+/// to its own, in a per-CPU array indexed by [`Stack::site`]), summed by user space.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteStats {
@@ -232,7 +242,8 @@ pub mod counter {
     pub const DROPPED: u32 = 3;
     /// Allocations whose stack did not fit the stack table.
     pub const STACKS_FULL: u32 = 4;
-    /// Allocations whose site did not fit the site table.
+    /// Allocations whose site did not fit the site table. (Sites are indexed by stack now and
+    /// a stack that gets no site index is not stored: counted as [`STACKS_FULL`].)
     pub const SITES_FULL: u32 = 5;
     /// Allocator calls not tracked because the thread table had no slot.
     pub const THREADS_FULL: u32 = 6;

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
@@ -86,7 +86,7 @@ pub struct Program {
     ebpf: Ebpf,
     mechanism: Mechanism,
     multi: Option<MultiProgram>,
-    sites: PerCpuHashMap<MapData, u64, SiteStats>,
+    sites: PerCpuArray<MapData, SiteStats>,
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
     counters: PerCpuArray<MapData, u64>,
@@ -177,6 +177,7 @@ impl Program {
         let hold_ns = mapped_hold_ns();
         let thread_slots = thread_slots();
         let thread_mask = thread_slots - 1;
+        let max_site = settings.max_stacks.max(1);
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
         loader
@@ -190,11 +191,14 @@ impl Program {
             .override_global("BOUNDS", &bounds, true)
             .override_global("HOLD_NS", &hold_ns, true)
             .override_global("THREAD_MASK", &thread_mask, true)
+            .override_global("MAX_SITE", &max_site, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
             .map_max_entries("THREADS", thread_slots)
             .map_max_entries("LIVE", settings.max_live.max(1))
             .map_max_entries("STACKS", settings.max_stacks.max(1))
-            .map_max_entries("SITES", settings.max_stacks.max(1));
+            // Index 0 and one per stack.
+            .map_max_entries("SITES", settings.max_stacks.max(1) + 1)
+            .map_max_entries("SITE_STACKS", settings.max_stacks.max(1) + 1);
         // The unwinder's row array is declared with one entry (every object carries it).
         crate::unwind::size_maps(&mut loader);
         let Loaded {
@@ -229,7 +233,7 @@ impl Program {
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
         };
         Ok(Self {
-            sites: PerCpuHashMap::try_from(take("SITES")?).map_err(map_err("SITES"))?,
+            sites: PerCpuArray::try_from(take("SITES")?).map_err(map_err("SITES"))?,
             stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
             live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
             counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
@@ -393,11 +397,22 @@ impl Program {
                 .map(|per_cpu| per_cpu.iter().sum())
                 .unwrap_or(0);
         }
+        // Each stored stack's site, and index 0 (id 0: allocations without a stored stack); a
+        // site with nothing counted (its allocation failed) is left out.
+        let site_of = |index: u32| {
+            self.sites
+                .get(&index, 0)
+                .ok()
+                .map(|per_cpu| sum_cpus(per_cpu.iter()))
+                .filter(|stats| *stats != SiteStats::default())
+        };
         snapshot.sites = self
-            .sites
+            .stacks
             .iter()
             .flatten()
-            .map(|(id, per_cpu)| (id, sum_cpus(per_cpu.iter())))
+            .map(|(id, stack)| (id, stack.site))
+            .chain([(0, 0)])
+            .filter_map(|(id, index)| site_of(index).map(|stats| (id, stats)))
             .collect();
         snapshot.live = self.live.iter().flatten().collect();
         snapshot
