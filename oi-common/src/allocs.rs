@@ -132,8 +132,10 @@ pub mod cookie {
 
 /// The allocator call a thread is inside: only the outermost. One slot per thread id (an array
 /// indexed by the thread id modulo its size, which is `pid_max` where that is at most
-/// [`MAX_THREAD_SLOTS`]): `owner` says whose it is, and a slot another thread left (it exited,
-/// or, where `pid_max` is larger, a thread id that collides) reads as no call.
+/// [`MAX_THREAD_SLOTS`]): `owner` says whose it is, and a slot another thread left reads as no
+/// call. Where `pid_max` is larger, two live threads may share a slot: a thread never takes
+/// a slot that holds another thread's open call, and its own call is counted as
+/// [`counter::THREADS_FULL`] instead (the program's `SHARED_SLOTS`).
 /// A free (function [`function::FREE`]) is counted at its entry and stays here as the thread's
 /// "pending free" (`arg` the pointer, `sp` its entry's stack pointer) until the thread's next
 /// hooked entry: a free of the same pointer at the same or a lower stack pointer is the same

@@ -95,6 +95,13 @@ static HOLD_NS: Global<u64> = Global::new(0);
 /// The size of `THREADS` − 1 (a power of two − 1).
 #[unsafe(no_mangle)]
 static THREAD_MASK: Global<u32> = Global::new(0);
+/// 1 when thread ids outnumber `THREADS`' slots (`pid_max` above it), so that two live
+/// threads may share a slot: a thread then never takes a slot that holds another thread's
+/// open call (the call would be lost uncounted), and its own call is counted as
+/// `THREADS_FULL` instead. 0 when every thread id has its own slot: another owner's open
+/// call is then a dead thread's, and is taken over.
+#[unsafe(no_mangle)]
+static SHARED_SLOTS: Global<u32> = Global::new(0);
 /// The last site index `SITES` holds (`--max-stacks`).
 #[unsafe(no_mangle)]
 static MAX_SITE: Global<u32> = Global::new(0);
@@ -433,7 +440,11 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     }
     // An allocation's slot is looked up again rather than kept from above: a pointer held
     // across the stack walk multiplies the states the verifier explores beyond its limit.
-    if let Some(slot) = thread_slot(pid_tgid) {
+    let slot = thread_slot(pid_tgid).filter(|slot| {
+        // SAFETY: as above; another thread's slot is only read.
+        SHARED_SLOTS.load() == 0 || unsafe { (**slot).sp == 0 || (**slot).owner == pid_tgid }
+    });
+    if let Some(slot) = slot {
         // SAFETY: as above.
         unsafe { *slot = open };
     } else {

@@ -42,7 +42,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use oi_common::allocs::MAX_BUCKETS;
+use oi_common::allocs::{MAX_BUCKETS, MAX_THREAD_SLOTS};
 
 use crate::{
     calls::{Scope, files_of, select::File},
@@ -436,7 +436,10 @@ fn summary(report: &Report, args: &AllocsArgs) {
     );
     warn(
         c.threads_full,
-        "allocator call(s) not tracked: too many threads inside allocators at once",
+        &format!(
+            "allocator call(s) not tracked: their thread's slot held another thread's call \
+             (pid_max is above the thread table's {MAX_THREAD_SLOTS} slots)"
+        ),
     );
     warn(
         report.unwind.processes_untracked,

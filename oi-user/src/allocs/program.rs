@@ -177,6 +177,7 @@ impl Program {
         let hold_ns = mapped_hold_ns();
         let thread_slots = thread_slots();
         let thread_mask = thread_slots - 1;
+        let shared_slots = u32::from(u64::from(thread_slots) < pid_max());
         let max_site = settings.max_stacks.max(1);
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
@@ -191,6 +192,7 @@ impl Program {
             .override_global("BOUNDS", &bounds, true)
             .override_global("HOLD_NS", &hold_ns, true)
             .override_global("THREAD_MASK", &thread_mask, true)
+            .override_global("SHARED_SLOTS", &shared_slots, true)
             .override_global("MAX_SITE", &max_site, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
             .map_max_entries("THREADS", thread_slots)
@@ -425,14 +427,20 @@ impl Program {
 }
 
 /// How many thread slots the program gets: one per thread id (`pid_max`, rounded up to a power
-/// of two) up to `MAX_THREAD_SLOTS`; beyond that, thread ids share slots modulo their count.
+/// of two) up to `MAX_THREAD_SLOTS`; beyond that, thread ids share slots modulo their count
+/// (`SHARED_SLOTS`: a call that finds its slot held by another thread's call is counted as
+/// `THREADS_FULL`).
 fn thread_slots() -> u32 {
+    let max = pid_max().clamp(2, u64::from(MAX_THREAD_SLOTS)) as u32;
+    max.next_power_of_two().min(MAX_THREAD_SLOTS)
+}
+
+/// The kernel's `pid_max` (thread ids are below it); the largest it can be when unreadable.
+fn pid_max() -> u64 {
     std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .map_or(MAX_THREAD_SLOTS, |max| {
-            max.max(2).next_power_of_two().min(MAX_THREAD_SLOTS)
-        })
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 22)
 }
 
 #[cfg(test)]
