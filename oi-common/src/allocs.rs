@@ -3,12 +3,15 @@
 //!
 //! The kernel side keeps, per thread, the one allocator call it is inside ([`Open`]: the
 //! outermost one, by the stack pointer), per live block its [`Block`], per allocating stack a
-//! [`Stack`] (by a hash of its frames) and the [`SiteStats`] of the blocks allocated there.
+//! [`Stack`] (by a hash of its frames) and the [`SiteStats`] of the blocks allocated there (by
+//! the stack's site index, [`Stack::site`]; index 0 holds the allocations whose stack could not
+//! be stored).
 
 use crate::stack::MAX_FRAMES;
 
-/// Threads inside an allocator call at once; one more is counted in [`counter::THREADS_FULL`].
-pub const MAX_THREADS: u32 = 16384;
+/// The most thread slots (one per thread id modulo their count, see [`Open`]): the kernel's
+/// `pid_max` rounded up to a power of two, at most this many.
+pub const MAX_THREAD_SLOTS: u32 = 1 << 16;
 /// Bounds of a lifetime histogram (`--buckets`); a histogram has one bucket more.
 pub const MAX_BUCKETS: usize = 15;
 
@@ -127,7 +130,12 @@ pub mod cookie {
     }
 }
 
-/// The allocator call a thread is inside (map value keyed by pid_tgid): only the outermost.
+/// The allocator call a thread is inside: only the outermost. One slot per thread id (an array
+/// indexed by the thread id modulo its size, which is `pid_max` where that is at most
+/// [`MAX_THREAD_SLOTS`]): `owner` says whose it is, and a slot another thread left reads as no
+/// call. Where `pid_max` is larger, two live threads may share a slot: a thread never takes
+/// a slot that holds another thread's open call, and its own call is counted as
+/// [`counter::THREADS_FULL`] instead (the program's `SHARED_SLOTS`).
 /// A free (function [`function::FREE`]) is counted at its entry and stays here as the thread's
 /// "pending free" (`arg` the pointer, `sp` its entry's stack pointer) until the thread's next
 /// hooked entry: a free of the same pointer at the same or a lower stack pointer is the same
@@ -143,6 +151,9 @@ pub struct Open {
     /// realloc's old block; posix_memalign's `void **`; a pending free's pointer.
     pub arg: u64,
     pub stack: u64,
+    /// The stack's site index ([`Stack::site`]).
+    pub site: u32,
+    pub _pad: u32,
     /// The [`function`] and cookie flags of the entry.
     pub function: u32,
     pub flags: u32,
@@ -159,6 +170,8 @@ pub struct Open {
     pub inner_sp: u64,
     /// The request's alignment (0: none), for jemalloc's size classes.
     pub align: u64,
+    /// The pid_tgid of the thread whose slot this is.
+    pub owner: u64,
 }
 
 /// The weight of an allocation that stands for itself alone (fixed point: 1.0).
@@ -175,7 +188,8 @@ pub struct Block {
     /// The allocating stack's id (key of the stack and site maps).
     pub stack: u64,
     pub tid: u32,
-    pub _pad: u32,
+    /// The allocating stack's site index ([`Stack::site`]).
+    pub site: u32,
     /// The allocations it stands for, × [`WEIGHT_ONE`] (`--sample-bytes`).
     pub weight: u64,
 }
@@ -187,12 +201,16 @@ pub struct Stack {
     pub tgid: u32,
     /// Frames used.
     pub len: u32,
+    /// Where its [`SiteStats`] are: the index in the site array, given when the stack is first
+    /// stored (1, 2, …; 0 is for allocations without a stored stack).
+    pub site: u32,
+    pub _pad: u32,
     /// Innermost first: the allocator's entry, then return addresses.
     pub frames: [u64; MAX_FRAMES],
 }
 
 /// What one site (allocating stack) has seen: one value per CPU in the kernel (each CPU adds
-/// to its own), summed by user space.
+/// to its own, in a per-CPU array indexed by [`Stack::site`]), summed by user space.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteStats {
@@ -226,9 +244,10 @@ pub mod counter {
     pub const DROPPED: u32 = 3;
     /// Allocations whose stack did not fit the stack table.
     pub const STACKS_FULL: u32 = 4;
-    /// Allocations whose site did not fit the site table.
+    /// Allocations whose site did not fit the site table. (Sites are indexed by stack now and
+    /// a stack that gets no site index is not stored: counted as [`STACKS_FULL`].)
     pub const SITES_FULL: u32 = 5;
-    /// Allocator calls not tracked because the thread table was full.
+    /// Allocator calls not tracked because the thread table had no slot.
     pub const THREADS_FULL: u32 = 6;
     /// Allocator calls left without their return (an exception through `operator new`, a
     /// longjmp).

@@ -53,14 +53,14 @@ use aya_ebpf::{
         },
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
     allocs::{
-        Block, MAX_BUCKETS, MAX_THREADS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE,
-        cookie, counter, function, mapped,
+        Block, MAX_BUCKETS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE, cookie,
+        counter, function, mapped,
     },
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
@@ -92,13 +92,28 @@ static BOUNDS: Global<u32> = Global::new(0);
 /// one CPU, where the spinning thread would keep user space off that CPU).
 #[unsafe(no_mangle)]
 static HOLD_NS: Global<u64> = Global::new(0);
+/// The size of `THREADS` − 1 (a power of two − 1).
+#[unsafe(no_mangle)]
+static THREAD_MASK: Global<u32> = Global::new(0);
+/// 1 when thread ids outnumber `THREADS`' slots (`pid_max` above it), so that two live
+/// threads may share a slot: a thread then never takes a slot that holds another thread's
+/// open call (the call would be lost uncounted), and its own call is counted as
+/// `THREADS_FULL` instead. 0 when every thread id has its own slot: another owner's open
+/// call is then a dead thread's, and is taken over.
+#[unsafe(no_mangle)]
+static SHARED_SLOTS: Global<u32> = Global::new(0);
+/// The last site index `SITES` holds (`--max-stacks`).
+#[unsafe(no_mangle)]
+static MAX_SITE: Global<u32> = Global::new(0);
 
-/// pid_tgid → the outermost allocator call the thread is inside. A thread's slot is written
-/// in place and kept when the call ends (`sp` 0: no call): an update or a removal of a hash
-/// entry takes the bucket lock and the element free list, and per malloc+free pair that was
-/// three of them. User space removes the slots of threads that are gone (`sweep_threads`).
+/// Thread id modulo its size → the outermost allocator call the thread is inside (see
+/// [`Open`]: `owner` says whose slot it is). An array, not a hash on pid_tgid: its lookup is a
+/// few inlined instructions where a hash lookup hashes the key and compares it, three or four
+/// times per malloc+free pair. Written in place and kept when the call ends (`sp` 0: no call);
+/// a thread that exits leaves its slot, which reads as empty to the next owner. Sized by the
+/// loader; `THREAD_MASK` is its size − 1.
 #[map]
-static THREADS: HashMap<u64, Open> = HashMap::with_max_entries(MAX_THREADS, 0);
+static THREADS: Array<Open> = Array::with_max_entries(1, 0);
 
 /// Block address → the live block. Sized by the loader (`--max-live`).
 #[map]
@@ -108,20 +123,33 @@ static LIVE: HashMap<u64, Block> = HashMap::with_max_entries(1, 0);
 #[map]
 static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(1, 0);
 
-/// Stack id → what its allocations did, per CPU (user space sums the CPUs): plain adds
-/// instead of a locked add per field, eleven per malloc+free pair. Same size as `STACKS`.
+/// Site index ([`Stack::site`]) → what its allocations did, per CPU (user space sums the
+/// CPUs): plain adds instead of a locked add per field, eleven per malloc+free pair. An array,
+/// not a hash on the stack id: the allocation and the free each find their site by an
+/// inlined index instead of a hash lookup. One more entry than `STACKS` (index 0: allocations
+/// without a stored stack).
 #[map]
-static SITES: PerCpuHashMap<u64, SiteStats> = PerCpuHashMap::with_max_entries(1, 0);
+static SITES: PerCpuArray<SiteStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Slot 0: the last site index given to a stack.
+#[map]
+static SITE_COUNT: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Site index → the id of its stack, written before the stack is stored: checks a site index
+/// taken from `LAST_STACK`, whose two slots a walk preempted on this CPU by another may have
+/// left from two different stacks. Same size as `SITES`.
+#[map]
+static SITE_STACKS: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Where a stack is captured (too large for the BPF stack).
 #[map]
 static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per CPU, the id of the last stack this CPU found in `STACKS` or stored there: a hot site
-/// allocates from one stack again and again, and `STACKS` never forgets one while the program
-/// runs, so that stack needs no lookup.
+/// Per CPU, the id (slot 0) and site index (slot 1) of the last stack this CPU found in
+/// `STACKS` or stored there: a hot site allocates from one stack again and again, and `STACKS`
+/// never forgets one while the program runs, so that stack needs no lookup.
 #[map]
-static LAST_STACK: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static LAST_STACK: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -319,9 +347,11 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         let r = &*ctx.regs;
         (r.rdi, r.rsi, r.rdx)
     };
-    let slot = THREADS.get_ptr_mut(pid_tgid);
+    let slot = thread_slot(pid_tgid);
     // SAFETY: the thread's own slot (see `THREADS`).
-    if let Some(open) = slot.filter(|open| unsafe { (**open).sp } != 0) {
+    if let Some(open) =
+        slot.filter(|open| unsafe { (**open).sp != 0 && (**open).owner == pid_tgid })
+    {
         // SAFETY: `open` points at this thread's map value, which only this thread touches.
         let o = unsafe { *open };
         if function::is_free(o.function as u64) {
@@ -373,6 +403,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         tail: u32::from(cookie::flags(cookie) & cookie::TAIL_AT_ENTRY != 0),
         ..Open::default()
     };
+    open.owner = pid_tgid;
     if function::is_free(function) {
         free_block(rdi, clock());
         open.arg = rdi;
@@ -402,17 +433,21 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         open.weight = sample_weight(open.size);
         if open.weight != 0 {
             open.sampled = 1;
-            open.stack = capture_stack(ctx, pid_tgid);
+            (open.stack, open.site) = capture_stack(ctx, pid_tgid);
         } else {
             count(counter::SKIPPED);
         }
     }
     // An allocation's slot is looked up again rather than kept from above: a pointer held
     // across the stack walk multiplies the states the verifier explores beyond its limit.
-    if let Some(slot) = THREADS.get_ptr_mut(pid_tgid) {
+    let slot = thread_slot(pid_tgid).filter(|slot| {
+        // SAFETY: as above; another thread's slot is only read.
+        SHARED_SLOTS.load() == 0 || unsafe { (**slot).sp == 0 || (**slot).owner == pid_tgid }
+    });
+    if let Some(slot) = slot {
         // SAFETY: as above.
         unsafe { *slot = open };
-    } else if THREADS.insert(&pid_tgid, &open, 0).is_err() {
+    } else {
         count(counter::THREADS_FULL);
         warn!(
             ctx,
@@ -547,9 +582,13 @@ fn closes_outer(open: *mut Open, o: &Open, entry_sp: u64, result: u64, function:
 #[inline(always)]
 fn open_call(pid_tgid: u64) -> Option<*mut Open> {
     // SAFETY: the thread's own slot (see `THREADS`).
-    THREADS
-        .get_ptr_mut(pid_tgid)
-        .filter(|open| unsafe { (**open).sp } != 0)
+    thread_slot(pid_tgid).filter(|open| unsafe { (**open).sp != 0 && (**open).owner == pid_tgid })
+}
+
+/// The thread's slot in `THREADS` (its owner may be another thread, see [`Open`]).
+#[inline(always)]
+fn thread_slot(pid_tgid: u64) -> Option<*mut Open> {
+    THREADS.get_ptr_mut(pid_tgid as u32 & THREAD_MASK.load())
 }
 
 /// Ends the thread's open call; its slot stays for the next one.
@@ -608,18 +647,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
     } else {
         o.size
     };
-    let site = match SITES.get_ptr_mut(o.stack) {
-        Some(s) => Some(s),
-        None => {
-            let _ = SITES.insert(&o.stack, &SiteStats::default(), BPF_NOEXIST as u64);
-            let s = SITES.get_ptr_mut(o.stack);
-            if s.is_none() {
-                count(counter::SITES_FULL);
-            }
-            s
-        }
-    };
-    if let Some(s) = site {
+    if let Some(s) = SITES.get_ptr_mut(o.site) {
         // SAFETY: `s` is this CPU's value of the site, which only this CPU's programs touch,
         // one at a time.
         unsafe {
@@ -636,7 +664,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         time_ns: now,
         stack: o.stack,
         tid,
-        _pad: 0,
+        site: o.site,
         weight: o.weight,
     };
     // One update when the address is new (the usual case), instead of a lookup and then an
@@ -755,7 +783,7 @@ fn free_block(ptr: u64, now: u64) {
         return;
     };
     let _ = LIVE.remove(&ptr);
-    let Some(s) = SITES.get_ptr_mut(b.stack) else {
+    let Some(s) = SITES.get_ptr_mut(b.site) else {
         return;
     };
     let bucket = bucket(now.saturating_sub(b.time_ns));
@@ -797,11 +825,15 @@ fn bucket(ns: u64) -> usize {
 }
 
 /// Captures the user stack, stores it under its id (a hash of the process and the frames)
-/// and returns the id (never 0; 0 when it could not be stored).
+/// and returns the id (never 0) and its site index; (0, 0) when it could not be stored.
 #[inline(always)]
-fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        return 0;
+fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> (u64, u32) {
+    let (Some(scratch), Some(last), Some(last_site)) = (
+        SCRATCH.get_ptr_mut(0),
+        LAST_STACK.get_ptr_mut(0),
+        LAST_STACK.get_ptr_mut(1),
+    ) else {
+        return (0, 0);
     };
     // SAFETY: this CPU's value of a per-CPU array; nothing else runs on this CPU meanwhile.
     let stack = unsafe { &mut *scratch };
@@ -819,28 +851,56 @@ fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> u64 {
     if h == 0 {
         h = 1;
     }
-    let last = LAST_STACK.get_ptr_mut(0);
-    // SAFETY: this CPU's slot of a per-CPU array.
-    if last.is_some_and(|last| unsafe { *last } == h) {
-        return h;
+    // SAFETY: this CPU's slots of a per-CPU array.
+    if unsafe { *last } == h {
+        // SAFETY: as above.
+        let site = unsafe { *last_site } as u32;
+        if SITE_STACKS.get(site) == Some(&h) {
+            return (h, site);
+        }
     }
     // A lookup first: a known stack (the usual case) costs no bucket lock.
-    // SAFETY: only whether the key is present is used.
-    let stored = unsafe { STACKS.get(&h) }.is_some()
-        || match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
-            // EEXIST: seen before.
-            Ok(()) | Err(-17) => true,
-            Err(_) => false,
-        };
-    if !stored {
+    // SAFETY: a plain read of a map value.
+    let site = match unsafe { STACKS.get(&h) } {
+        Some(known) => known.site,
+        None => store_stack(h, stack),
+    };
+    if site == 0 {
         count(counter::STACKS_FULL);
+        return (0, 0);
+    }
+    // SAFETY: as above.
+    unsafe {
+        *last = h;
+        *last_site = u64::from(site);
+    }
+    (h, site)
+}
+
+/// Stores a new stack under id `h` with the next site index, which it returns (0: not
+/// stored, the tables are full).
+#[inline(always)]
+fn store_stack(h: u64, stack: &mut Stack) -> u32 {
+    let Some(next) = SITE_COUNT.get_ptr_mut(0) else {
+        return 0;
+    };
+    let site = add(next, 1);
+    if site > u64::from(MAX_SITE.load()) {
         return 0;
     }
-    if let Some(last) = last {
-        // SAFETY: as above.
-        unsafe { *last = h };
+    let Some(site_stack) = SITE_STACKS.get_ptr_mut(site as u32) else {
+        return 0;
+    };
+    // SAFETY: a value of an array map.
+    unsafe { *site_stack = h };
+    stack.site = site as u32;
+    match STACKS.insert(&h, stack, BPF_NOEXIST as u64) {
+        Ok(()) => site as u32,
+        // EEXIST: another CPU stored it meanwhile, with its own index.
+        // SAFETY: a plain read of a map value.
+        Err(-17) => unsafe { STACKS.get(&h) }.map_or(0, |s| s.site),
+        Err(_) => 0,
     }
-    h
 }
 
 /// `a × b`, saturated (the allocator fails such a request). Done in 32-bit halves: LLVM turns

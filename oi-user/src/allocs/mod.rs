@@ -42,7 +42,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use oi_common::allocs::MAX_BUCKETS;
+use oi_common::allocs::{MAX_BUCKETS, MAX_THREAD_SLOTS};
 
 use crate::{
     calls::{Scope, files_of, select::File},
@@ -63,7 +63,7 @@ use report::{Classes, Context, Report};
 
 /// The default lifetime bounds: a log scale from 1 ms to 1 min.
 const DEFAULT_BUCKETS_S: [f64; 6] = [0.001, 0.01, 0.1, 1.0, 10.0, 60.0];
-/// How often dead threads' open calls are removed and processes' mappings re-read.
+/// How often processes' mappings are re-read.
 const SWEEP: Duration = Duration::from_secs(1);
 
 pub fn run(args: &AllocsArgs) -> Result<()> {
@@ -436,7 +436,10 @@ fn summary(report: &Report, args: &AllocsArgs) {
     );
     warn(
         c.threads_full,
-        "allocator call(s) not tracked: too many threads inside allocators at once",
+        &format!(
+            "allocator call(s) not tracked: their thread's slot held another thread's call \
+             (pid_max is above the thread table's {MAX_THREAD_SLOTS} slots)"
+        ),
     );
     warn(
         report.unwind.processes_untracked,
@@ -591,7 +594,6 @@ impl Profiler for Run<'_> {
             return None;
         }
         self.last_sweep = Instant::now();
-        self.program.sweep_threads();
         let now: HashSet<i32> = match &self.scope.cgroup {
             Some(cgroup) => cgroup.processes().into_iter().collect(),
             None => self.scope.processes.iter().copied().collect(),

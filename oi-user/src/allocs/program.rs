@@ -5,21 +5,22 @@
 //! maps hold.
 //!
 //! What the maps mean is `oi_common::allocs`. Never writes a map the program relies on while
-//! probes fire, except the removal of a thread's open call once the thread is gone.
+//! probes fire (a thread that exits leaves its slot in `THREADS`, which reads as empty to the
+//! next thread of that slot).
 
 use std::path::Path;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use oi_common::allocs::{
-    Block, MAPPED_HOLD_NS, MAX_BUCKETS, Mapped, Open, R_STATE_OFFSET, SiteStats, Stack, cookie,
-    counter, mapped,
+    Block, MAPPED_HOLD_NS, MAX_BUCKETS, MAX_THREAD_SLOTS, Mapped, R_STATE_OFFSET, SiteStats, Stack,
+    cookie, counter, mapped,
 };
 
 use super::hooks::Site;
@@ -85,10 +86,9 @@ pub struct Program {
     ebpf: Ebpf,
     mechanism: Mechanism,
     multi: Option<MultiProgram>,
-    sites: PerCpuHashMap<MapData, u64, SiteStats>,
+    sites: PerCpuArray<MapData, SiteStats>,
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
-    threads: HashMap<MapData, u64, Open>,
     counters: PerCpuArray<MapData, u64>,
     mapped: Array<MapData, u64>,
     mapped_events: Option<RingBuf<MapData>>,
@@ -175,6 +175,10 @@ impl Program {
         let bounds = settings.bucket_ns.len().min(MAX_BUCKETS) as u32;
         let log_level: u8 = if settings.verbose { 0xff } else { 0 };
         let hold_ns = mapped_hold_ns();
+        let thread_slots = thread_slots();
+        let thread_mask = thread_slots - 1;
+        let shared_slots = u32::from(u64::from(thread_slots) < pid_max());
+        let max_site = settings.max_stacks.max(1);
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
         loader
@@ -187,10 +191,16 @@ impl Program {
             .override_global("BUCKET_NS", &bucket_ns, true)
             .override_global("BOUNDS", &bounds, true)
             .override_global("HOLD_NS", &hold_ns, true)
+            .override_global("THREAD_MASK", &thread_mask, true)
+            .override_global("SHARED_SLOTS", &shared_slots, true)
+            .override_global("MAX_SITE", &max_site, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
+            .map_max_entries("THREADS", thread_slots)
             .map_max_entries("LIVE", settings.max_live.max(1))
             .map_max_entries("STACKS", settings.max_stacks.max(1))
-            .map_max_entries("SITES", settings.max_stacks.max(1));
+            // Index 0 and one per stack.
+            .map_max_entries("SITES", settings.max_stacks.max(1) + 1)
+            .map_max_entries("SITE_STACKS", settings.max_stacks.max(1) + 1);
         // The unwinder's row array is declared with one entry (every object carries it).
         crate::unwind::size_maps(&mut loader);
         let Loaded {
@@ -225,10 +235,9 @@ impl Program {
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
         };
         Ok(Self {
-            sites: PerCpuHashMap::try_from(take("SITES")?).map_err(map_err("SITES"))?,
+            sites: PerCpuArray::try_from(take("SITES")?).map_err(map_err("SITES"))?,
             stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
             live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
-            threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
             counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
             mapped: Array::try_from(take("MAPPED")?).map_err(map_err("MAPPED"))?,
             mapped_events: Some(
@@ -390,11 +399,22 @@ impl Program {
                 .map(|per_cpu| per_cpu.iter().sum())
                 .unwrap_or(0);
         }
+        // Each stored stack's site, and index 0 (id 0: allocations without a stored stack); a
+        // site with nothing counted (its allocation failed) is left out.
+        let site_of = |index: u32| {
+            self.sites
+                .get(&index, 0)
+                .ok()
+                .map(|per_cpu| sum_cpus(per_cpu.iter()))
+                .filter(|stats| *stats != SiteStats::default())
+        };
         snapshot.sites = self
-            .sites
+            .stacks
             .iter()
             .flatten()
-            .map(|(id, per_cpu)| (id, sum_cpus(per_cpu.iter())))
+            .map(|(id, stack)| (id, stack.site))
+            .chain([(0, 0)])
+            .filter_map(|(id, index)| site_of(index).map(|stats| (id, stats)))
             .collect();
         snapshot.live = self.live.iter().flatten().collect();
         snapshot
@@ -404,22 +424,23 @@ impl Program {
     pub fn stack(&self, id: u64) -> Option<Stack> {
         self.stacks.get(&id, 0).ok()
     }
+}
 
-    /// Forgets the open calls of threads that no longer exist.
-    pub fn sweep_threads(&mut self) {
-        let gone: Vec<u64> = self
-            .threads
-            .keys()
-            .flatten()
-            .filter(|pid_tgid| {
-                let (tgid, tid) = (pid_tgid >> 32, pid_tgid & 0xffff_ffff);
-                !Path::new(&format!("/proc/{tgid}/task/{tid}")).exists()
-            })
-            .collect();
-        for key in gone {
-            let _ = self.threads.remove(&key);
-        }
-    }
+/// How many thread slots the program gets: one per thread id (`pid_max`, rounded up to a power
+/// of two) up to `MAX_THREAD_SLOTS`; beyond that, thread ids share slots modulo their count
+/// (`SHARED_SLOTS`: a call that finds its slot held by another thread's call is counted as
+/// `THREADS_FULL`).
+fn thread_slots() -> u32 {
+    let max = pid_max().clamp(2, u64::from(MAX_THREAD_SLOTS)) as u32;
+    max.next_power_of_two().min(MAX_THREAD_SLOTS)
+}
+
+/// The kernel's `pid_max` (thread ids are below it); the largest it can be when unreadable.
+fn pid_max() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 22)
 }
 
 #[cfg(test)]
