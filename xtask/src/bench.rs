@@ -60,6 +60,7 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
         bail!("unknown figure `{bad}` (known: {})", FIGURES.join(", "));
     }
     let wanted = |f: &str| only.is_empty() || only.iter().any(|o| o == f);
+    let _stats_off = BpfStatsOff::new();
     let started = RunStamp::now(root);
     // The fixtures' helpers run the same binary (`$OI_TRACE_BIN`, else this one).
     let bin = oi_e2e::oi_trace_bin();
@@ -104,6 +105,37 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
         command.push_str(o);
     }
     write_markdown(root, &command, &started, &RunStamp::now(root), &figures)
+}
+
+/// `kernel.bpf_stats_enabled` off for the run, as it was again after: while it is on, every
+/// eBPF program run also reads the clock twice, which the bench would charge to oi-trace's
+/// programs and not to the bare probes they are compared with.
+struct BpfStatsOff(bool);
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStatsOff {
+    fn new() -> Self {
+        let on = std::fs::read_to_string(BPF_STATS).is_ok_and(|s| s.trim() != "0");
+        if on {
+            match std::fs::write(BPF_STATS, "0") {
+                Ok(()) => eprintln!("bench: kernel.bpf_stats_enabled off for the run"),
+                Err(e) => eprintln!(
+                    "bench: kernel.bpf_stats_enabled is on and stays on ({e}): eBPF figures \
+                     include its clock reads"
+                ),
+            }
+        }
+        Self(on)
+    }
+}
+
+impl Drop for BpfStatsOff {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = std::fs::write(BPF_STATS, "1");
+        }
+    }
 }
 
 /// When a run started or ended, on what, under what load.
