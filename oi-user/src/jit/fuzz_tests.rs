@@ -23,7 +23,7 @@ use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use super::in_process::LocalWalker;
-use super::tests::Mapped;
+use super::tests::{Mapped, plan_node};
 use super::*;
 use crate::containers::deque::DequeLayout;
 use crate::containers::hashtable::HashLayout;
@@ -770,26 +770,16 @@ fn oil_walks_in_the_child_hand_over_and_fault_as_oil_sees_them() {
     assert_eq!(run_child(Walker::Oil(&optimistic), b).0, Outcome::Fault);
 }
 
-/// Found by the fuzz (seed 4, plan 652; fixed in `codegen/body.rs`): an optional (8 bytes, flag at 0, value at 0) whose
-/// value (a 16-byte leaf) is larger than itself, walked as the fallback of a 24-byte
-/// polymorphic root (its words `[1, 0, 0]`: engaged, no vtable matches). Engaged, the
-/// decoder charges it `8 − 16` (saturating: 0) + 16 = 16 bytes; OIL's walkers without a
-/// stream take the shortcut of an optional of a plain value ("engaged or not, the same
-/// size", `codegen/body.rs`) and charge 8. No real type has a value larger than its
-/// optional, but the walkers of one plan must agree.
+/// Found by the fuzz (seed 4, plan 652; fixed in `codegen/body.rs`): an optional (8 bytes,
+/// flag at 0, value at 0) whose value (a 16-byte leaf) is larger than itself, walked as the
+/// fallback of a 24-byte polymorphic root (its words `[1, 0, 0]`: engaged, no vtable
+/// matches). Engaged, the decoder charges it `8 − 16` (saturating: 0) + 16 = 16 bytes;
+/// OIL's walkers without a stream took the shortcut of an optional of a plain value
+/// ("engaged or not, the same size") and charged 8. No real type has a value larger than
+/// its optional, but the walkers of one plan must agree.
 #[test]
 fn oil_walkers_charge_an_optional_larger_than_itself_as_the_decoder_does() {
-    let node = |name: &str, static_size: u64, op: Op| Node {
-        name: name.into(),
-        type_names: vec![name.into()],
-        static_size,
-        is_primitive: false,
-        op,
-        dynamic: false,
-        readable: String::new(),
-        value: None,
-        opaque_union: false,
-    };
+    let node = |name: &str, size: u64, op: Op| plan_node(name, name, size, op);
     let optional = OptionalLayout {
         value_off: 0,
         engaged_off: 0,

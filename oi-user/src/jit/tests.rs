@@ -380,8 +380,8 @@ fn optimistic_total(plan: &Plan, roots: &[NodeId], addrs: &[u64]) -> (u64, u64) 
     (s, frame.total)
 }
 
-/// A plan node of type `ty` named `name` (the unit plans of the optimistic walker).
-fn plan_node(name: &str, ty: &str, size: u64, op: crate::plan::Op) -> crate::plan::Node {
+/// A plan node of type `ty` named `name` (the unit plans here and in the fuzz's tests).
+pub(super) fn plan_node(name: &str, ty: &str, size: u64, op: crate::plan::Op) -> crate::plan::Node {
     crate::plan::Node {
         name: name.into(),
         type_names: vec![ty.into()],
@@ -1696,18 +1696,8 @@ fn jit_tree_prefetch_never_faults_before_the_interpreter_stops() {
 #[test]
 fn jit_discriminated_union_agrees_with_the_interpreter() {
     use crate::containers::string::StringLayout;
-    use crate::plan::{Node, Op};
-    let node = |name: &str, size: u64, op: Op| Node {
-        name: name.into(),
-        type_names: vec![name.into()],
-        static_size: size,
-        is_primitive: matches!(op, Op::Leaf),
-        op,
-        dynamic: false,
-        readable: String::new(),
-        value: None,
-        opaque_union: false,
-    };
+    use crate::plan::Op;
+    let node = |name: &str, size: u64, op: Op| plan_node(name, name, size, op);
     let string = StringLayout {
         ptr_off: 0,
         len_off: 8,
