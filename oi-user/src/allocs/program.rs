@@ -175,9 +175,10 @@ impl Program {
         let bounds = settings.bucket_ns.len().min(MAX_BUCKETS) as u32;
         let log_level: u8 = if settings.verbose { 0xff } else { 0 };
         let hold_ns = mapped_hold_ns();
-        let thread_slots = thread_slots();
+        let pid_max = pid_max();
+        let thread_slots = thread_slots(pid_max);
         let thread_mask = thread_slots - 1;
-        let shared_slots = u32::from(u64::from(thread_slots) < pid_max());
+        let shared_slots = u32::from(u64::from(thread_slots) < pid_max);
         let max_site = settings.max_stacks.max(1);
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
@@ -430,8 +431,8 @@ impl Program {
 /// of two) up to `MAX_THREAD_SLOTS`; beyond that, thread ids share slots modulo their count
 /// (`SHARED_SLOTS`: a call that finds its slot held by another thread's call is counted as
 /// `THREADS_FULL`).
-fn thread_slots() -> u32 {
-    let max = pid_max().clamp(2, u64::from(MAX_THREAD_SLOTS)) as u32;
+fn thread_slots(pid_max: u64) -> u32 {
+    let max = pid_max.clamp(2, u64::from(MAX_THREAD_SLOTS)) as u32;
     max.next_power_of_two().min(MAX_THREAD_SLOTS)
 }
 
