@@ -1753,7 +1753,7 @@ fn jit_discriminated_union_agrees_with_the_interpreter() {
 /// the sweeps and `OI_COST_NATIVE=0` the C++ walk, for counting the walker's instructions
 /// under `valgrind --tool=cachegrind --branch-sim=yes` as the difference of two runs.
 #[test]
-#[ignore]
+#[ignore = "cost probe, asserts nothing: run by hand (see above)"]
 fn string_loop_cost() {
     let env = |k: &str, d: usize| {
         std::env::var(k)

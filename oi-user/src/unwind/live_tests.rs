@@ -437,7 +437,7 @@ fn processes_that_do_not_fit_are_counted() {
 /// (`user_stack`). Not a test: `cargo test --release -p oi-user unwind_cost -- --ignored
 /// --nocapture` prints the figures (the bench row of `cargo xtask bench --only unwind`).
 #[test]
-#[ignore]
+#[ignore = "cost probe, asserts nothing: `cargo xtask bench --only unwind` runs it"]
 fn unwind_cost() {
     let exe = build(&["-O2", "-fomit-frame-pointer"]);
     let bench = exe.with_file_name("unwind_chain_bench");
