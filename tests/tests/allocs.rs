@@ -788,3 +788,138 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) 
     );
     drop(cgroup);
 }
+
+/// `kernel.pid_max` raised for one journey, put back when dropped (the journey's failure
+/// included). Only [`threads_sharing_a_slot_collide_and_are_counted_exactly`] changes it; the
+/// other allocs journeys pass under either value (with more thread ids than slots they run
+/// with shared slots), so they need not wait for it.
+struct RaisedPidMax(String);
+
+const PID_MAX: &str = "/proc/sys/kernel/pid_max";
+
+impl RaisedPidMax {
+    fn to(value: u64) -> Self {
+        let old = std::fs::read_to_string(PID_MAX).expect("read pid_max");
+        std::fs::write(PID_MAX, value.to_string()).expect("raise pid_max");
+        Self(old.trim().to_string())
+    }
+}
+
+impl Drop for RaisedPidMax {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(PID_MAX, &self.0) {
+            eprintln!("could not put pid_max back to {}: {e}", self.0);
+        }
+    }
+}
+
+/// Two live threads whose ids differ by exactly the thread table's size (`pid_max` raised
+/// above it, so the loader sets `SHARED_SLOTS`), inside allocator calls at once: A's call
+/// keeps the slot; B's `new` (its `operator new` and the `malloc` inside) finds the slot held
+/// and is counted as not tracked, never overwriting A's call. So A's blocks are counted in
+/// full, B's collided blocks not at all (their frees are unknown frees), the warning says why,
+/// and what both threads allocate afterwards, one at a time, is counted exactly. -O0 and -O2
+/// without frame pointers.
+#[test]
+fn threads_sharing_a_slot_collide_and_are_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    collide_journeys(&[]);
+}
+
+/// As [`threads_sharing_a_slot_collide_and_are_counted_exactly`], but thread A's last
+/// allocator call before B's turn is a free. A free has no return probe, so A's slot stays
+/// held by a pending free, and B's next `new` is counted as not tracked although A is in no
+/// allocator call. Fails on this design (one call of B's lost: `after_b` 99 of 100, 8 calls not
+/// tracked, 4 unknown frees); kept as the reproducer of that gap.
+#[test]
+#[ignore = "known gap (issue 10): another thread's pending free blocks a shared slot"]
+fn a_pending_free_does_not_block_a_shared_slot() {
+    if !privileged() {
+        return;
+    }
+    collide_journeys(&["free-last"]);
+}
+
+/// The `allocs_collide` journey at -O0 and -O2 without frame pointers, the fixture given
+/// `extra` after the slot count.
+fn collide_journeys(extra: &[&str]) {
+    let slots = u64::from(oi_common::allocs::MAX_THREAD_SLOTS);
+    // Room for thread B's id, A's plus the slot count, whatever A's id is now.
+    let _pid_max = RaisedPidMax::to(4 * slots);
+    for (variant, flags) in [
+        ("allocs_collide_o0", &["-O0"][..]),
+        ("allocs_collide_o2", &["-O2", "-fomit-frame-pointer"][..]),
+    ] {
+        let binary = FixtureBuild::new("allocs_collide")
+            .variant(variant, flags)
+            .build();
+        let slot_count = slots.to_string();
+        let mut args = vec![slot_count.as_str()];
+        args.extend_from_slice(extra);
+        let mut fixture = Fixture::start(&binary, &args);
+        let tids: Vec<u64> = fixture.stdout.seen()[0]
+            .strip_prefix("tids ")
+            .expect("the fixture's thread ids")
+            .split(' ')
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(tids[1] - tids[0], slots, "{tids:?}: the same slot");
+        let pid = fixture.pid.to_string();
+        let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "--format", "json"]);
+        fixture.signal(SIGUSR1);
+        fixture.stdout.expect("done", 120 * SECOND);
+        tracer.signal(SIGINT);
+        let out = tracer.finish(60 * SECOND);
+        assert!(out.status.success(), "oi-trace failed: {out:#?}");
+        fixture.assert_running();
+        let mut printed = read_printed(&fixture);
+        let collisions: u64 = fixture
+            .stdout
+            .seen()
+            .iter()
+            .find_map(|l| l.strip_prefix("collisions "))
+            .expect("collisions")
+            .parse()
+            .unwrap();
+        assert!(fixture.finish().success());
+        let report = json(out.stdout.trim());
+
+        let collided = printed.sites.remove("shop::collided_call").unwrap();
+        assert_eq!(collided[0], collisions);
+        let sites = by_innermost(&report);
+        assert!(
+            !sites.contains_key("shop::collided_call"),
+            "B's calls were made while A's held the slot: {report:#}"
+        );
+        for (name, want) in &printed.sites {
+            assert_eq!(
+                sites.get(name).map(|s| &s[..5]),
+                Some(&want[..]),
+                "{name}: [allocs, frees, bytes, live_allocs, live_bytes] in {report:#}"
+            );
+        }
+        // Per collided `new`: operator new's entry and the malloc inside it.
+        let counters = &report["counters"];
+        assert_eq!(counters["threads_full"], 2 * collisions, "{counters}");
+        assert_eq!(counters["abandoned"], 0, "{counters}");
+        // B's collided blocks, freed once the slot was free again: never seen allocated.
+        let totals = &report["totals"];
+        assert_eq!(totals["unknown_frees"], collisions, "{totals}");
+        let sum = |k: usize| printed.sites.values().map(|n| n[k]).sum::<u64>();
+        assert_eq!(totals["allocs"], sum(0), "{totals}");
+        assert_eq!(totals["frees"], sum(1), "{totals}");
+        assert_eq!(totals["bytes"], sum(2), "{totals}");
+        assert_eq!(totals["live_allocs"], sum(3), "{totals}");
+        assert_eq!(totals["live_bytes"], sum(4), "{totals}");
+        assert!(
+            out.stderr.iter().any(|l| l.contains(&format!(
+                "{} allocator call(s) not tracked: their thread's slot held another thread's call",
+                2 * collisions
+            ))),
+            "the warning: {:#?}",
+            out.stderr
+        );
+    }
+}
