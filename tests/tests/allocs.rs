@@ -114,16 +114,23 @@ fn journey_raw(binary: &Path, extra: &[&str]) -> (Printed, String) {
         BUCKET,
     ];
     args.extend_from_slice(extra);
-    let tracer = OiTrace::attached(&args);
+    let (printed, out) = traced_run(&mut fixture, &args);
+    assert!(fixture.finish().success());
+    (printed, out.stdout)
+}
+
+/// Attaches oi-trace with `args` to the waiting `fixture`, lets the fixture work, stops
+/// oi-trace with Ctrl-C, and returns what both said; oi-trace must have succeeded and left
+/// the fixture running, untraced.
+fn traced_run(fixture: &mut Fixture, args: &[&str]) -> (Printed, oi_e2e::Finished) {
+    let tracer = OiTrace::attached(args);
     fixture.signal(SIGUSR1);
     fixture.stdout.expect("done", 120 * SECOND);
     tracer.signal(SIGINT);
     let out = tracer.finish(60 * SECOND);
     assert!(out.status.success(), "oi-trace failed: {out:#?}");
     fixture.assert_running();
-    let printed = read_printed(&fixture);
-    assert!(fixture.finish().success());
-    (printed, out.stdout)
+    (read_printed(fixture), out)
 }
 
 /// Sites summed by their innermost frame: [allocs, frees, bytes, live_allocs, live_bytes,
@@ -867,14 +874,8 @@ fn collide_journeys(extra: &[&str]) {
             .collect();
         assert_eq!(tids[1] - tids[0], slots, "{tids:?}: the same slot");
         let pid = fixture.pid.to_string();
-        let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "--format", "json"]);
-        fixture.signal(SIGUSR1);
-        fixture.stdout.expect("done", 120 * SECOND);
-        tracer.signal(SIGINT);
-        let out = tracer.finish(60 * SECOND);
-        assert!(out.status.success(), "oi-trace failed: {out:#?}");
-        fixture.assert_running();
-        let mut printed = read_printed(&fixture);
+        let (mut printed, out) =
+            traced_run(&mut fixture, &["allocs", "--pid", &pid, "--format", "json"]);
         let collisions: u64 = fixture
             .stdout
             .seen()
