@@ -822,7 +822,8 @@ impl Drop for RaisedPidMax {
 
 /// Two live threads whose ids differ by exactly the thread table's size (`pid_max` raised
 /// above it, so the loader sets `SHARED_SLOTS`), inside allocator calls at once: A's call
-/// keeps the slot; B's `new` (its `operator new` and the `malloc` inside) finds the slot held
+/// (the fixture's own aligned `operator new`, a bump arena) keeps the slot; B's `new`
+/// (libstdc++'s `operator new` and the `malloc` inside) finds the slot held
 /// and is counted as not tracked, never overwriting A's call. So A's blocks are counted in
 /// full, B's collided blocks not at all (their frees are unknown frees), the warning says why,
 /// and what both threads allocate afterwards, one at a time, is counted exactly. -O0 and -O2
@@ -847,6 +848,21 @@ fn a_pending_free_does_not_block_a_shared_slot() {
         return;
     }
     collide_journeys(&["free-last"]);
+}
+
+/// As [`threads_sharing_a_slot_collide_and_are_counted_exactly`], but in each round B first
+/// deletes a block it allocated earlier (tracked) while A is held inside its allocator call.
+/// The free must not take the slot that A's open call holds. Fails on this design: a free's
+/// entry takes the slot whoever holds it, so A's held allocations are lost (and their frees
+/// are unknown). Only the sites are checked: what the counters should then say depends on
+/// how the gap is closed.
+#[test]
+#[ignore = "known gap (issue 10): a free takes a shared slot that holds another thread's open call"]
+fn a_free_does_not_take_a_shared_slot_held_by_an_open_call() {
+    if !privileged() {
+        return;
+    }
+    collide_journeys(&["free-while-held"]);
 }
 
 /// The `allocs_collide` journey at -O0 and -O2 without frame pointers, the fixture given
@@ -890,16 +906,19 @@ fn collide_journeys(extra: &[&str]) {
         let collided = printed.sites.remove("shop::collided_call").unwrap();
         assert_eq!(collided[0], collisions);
         let sites = by_innermost(&report);
-        assert!(
-            !sites.contains_key("shop::collided_call"),
-            "B's calls were made while A's held the slot: {report:#}"
-        );
         for (name, want) in &printed.sites {
             assert_eq!(
                 sites.get(name).map(|s| &s[..5]),
                 Some(&want[..]),
                 "{name}: [allocs, frees, bytes, live_allocs, live_bytes] in {report:#}"
             );
+        }
+        assert!(
+            !sites.contains_key("shop::collided_call"),
+            "B's calls were made while A's held the slot: {report:#}"
+        );
+        if extra == ["free-while-held"] {
+            continue;
         }
         // Per collided `new`: operator new's entry and the malloc inside it.
         let counters = &report["counters"];
