@@ -5,7 +5,9 @@
 //! report must hold exactly those numbers, per innermost frame, at -O0 and at -O2 without frame
 //! pointers, with glibc's usable sizes as the fixture's own `malloc_usable_size` gives them.
 //! Every run leaves the fixture running, untraced, and able to finish. The `allocs_dlopen`
-//! fixture loads a plugin with its own `operator new` after oi-trace has attached.
+//! fixture loads a plugin with its own `operator new` after oi-trace has attached. The
+//! `allocs_collide` fixture places two threads' ids exactly one thread-table size apart
+//! (with `pid_max` raised for the journey) and has them inside allocator calls at once.
 
 use std::{
     collections::BTreeMap,
