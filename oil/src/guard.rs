@@ -78,6 +78,7 @@ use corosensei::stack::{Stack, StackPointer};
 use corosensei::trap::CoroutineTrapHandler;
 use corosensei::{CoroutineResult, ScopedCoroutine};
 use oi_trace::jit::WalkFrame;
+use oi_trace::jit::frame_chain::frame_chain;
 use oi_trace::jit::in_process::LocalWalker;
 
 /// What [`run_walker`] returns when the walk faulted (no walker status has this value).
@@ -731,10 +732,6 @@ extern "C" fn handler(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
     unsafe { chain(sig, info, ctx) }
 }
 
-/// Most frames [`recover`] follows up from a faulting walker frame to the trampoline's: a
-/// walk nests at most `MAX_DEPTH` levels, each a frame or less (tail calls replace theirs).
-const MAX_CHAIN: usize = 1 << 16;
-
 /// Makes the interrupted walk of this thread return [`STATUS_FAULT`] if the fault is its own
 /// (the instruction in walker code, and, for a direct walk, a chain of walker frames up to
 /// the trampoline; for a walk on a stack of its own, the stack pointer on that stack); false
@@ -804,32 +801,14 @@ fn recover(t: &PerThread, info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool 
 
 /// The stack pointer the trampoline's call left, if the walker frame at `rbp` (the
 /// interrupted frame pointer of walker code, `rsp` its stack pointer) was entered by it: the
-/// frame chain (walker code keeps frame pointers: `[fp]` the caller's, `[fp + 8]` the return
-/// address) is followed up through walker frames only, to the entry's frame, whose return
-/// address is `oil_walk_direct_return`. Each link must lie above the last on this stack.
-/// Needs no record of the walk: the steady state stores nothing for the handler.
+/// frame chain is followed up through walker frames only ([`frame_chain`]), to the entry's
+/// frame, whose return address is `oil_walk_direct_return`. Needs no record of the walk:
+/// the steady state stores nothing for the handler.
 fn direct_walk_frame(rsp: usize, rbp: usize) -> Option<usize> {
     let back = oil_walk_direct_return as *const () as usize;
-    let mut fp = rbp;
-    let mut floor = rsp;
-    for _ in 0..MAX_CHAIN {
-        if fp < floor || !fp.is_multiple_of(8) {
-            return None;
-        }
-        // SAFETY: `fp` is the frame pointer of walker code on this thread's stack (the fault
-        // is in walker code, which keeps rbp as its frame pointer, and every link followed
-        // was a walker frame's), at or above the interrupted stack pointer: live stack.
-        let (caller_fp, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
-        if ret == back {
-            return Some(fp + 16);
-        }
-        if !in_walker_code(ret) {
-            return None;
-        }
-        floor = fp + 16;
-        fp = caller_fp;
-    }
-    None
+    // SAFETY: called for a fault whose instruction is in walker code (`recover` checks it
+    // first), with that thread's interrupted registers: what `frame_chain` requires.
+    unsafe { frame_chain(rsp, rbp, in_walker_code, |ret| ret == back) }
 }
 
 /// Passes a signal that is not ours to the handler installed before ours, or lets the

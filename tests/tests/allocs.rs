@@ -5,7 +5,9 @@
 //! report must hold exactly those numbers, per innermost frame, at -O0 and at -O2 without frame
 //! pointers, with glibc's usable sizes as the fixture's own `malloc_usable_size` gives them.
 //! Every run leaves the fixture running, untraced, and able to finish. The `allocs_dlopen`
-//! fixture loads a plugin with its own `operator new` after oi-trace has attached.
+//! fixture loads a plugin with its own `operator new` after oi-trace has attached. The
+//! `allocs_collide` fixture places two threads' ids exactly one thread-table size apart
+//! (with `pid_max` raised for the journey) and has them inside allocator calls at once.
 
 use std::{
     collections::BTreeMap,
@@ -114,16 +116,23 @@ fn journey_raw(binary: &Path, extra: &[&str]) -> (Printed, String) {
         BUCKET,
     ];
     args.extend_from_slice(extra);
-    let tracer = OiTrace::attached(&args);
+    let (printed, out) = traced_run(&mut fixture, &args);
+    assert!(fixture.finish().success());
+    (printed, out.stdout)
+}
+
+/// Attaches oi-trace with `args` to the waiting `fixture`, lets the fixture work, stops
+/// oi-trace with Ctrl-C, and returns what both said; oi-trace must have succeeded and left
+/// the fixture running, untraced.
+fn traced_run(fixture: &mut Fixture, args: &[&str]) -> (Printed, oi_e2e::Finished) {
+    let tracer = OiTrace::attached(args);
     fixture.signal(SIGUSR1);
     fixture.stdout.expect("done", 120 * SECOND);
     tracer.signal(SIGINT);
     let out = tracer.finish(60 * SECOND);
     assert!(out.status.success(), "oi-trace failed: {out:#?}");
     fixture.assert_running();
-    let printed = read_printed(&fixture);
-    assert!(fixture.finish().success());
-    (printed, out.stdout)
+    (read_printed(fixture), out)
 }
 
 /// Sites summed by their innermost frame: [allocs, frees, bytes, live_allocs, live_bytes,
@@ -787,4 +796,152 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) 
         report["counters"]
     );
     drop(cgroup);
+}
+
+/// `kernel.pid_max` raised for one journey, put back when dropped (the journey's failure
+/// included). Only [`threads_sharing_a_slot_collide_and_are_counted_exactly`] changes it; the
+/// other allocs journeys pass under either value (with more thread ids than slots they run
+/// with shared slots), so they need not wait for it.
+struct RaisedPidMax(String);
+
+const PID_MAX: &str = "/proc/sys/kernel/pid_max";
+
+impl RaisedPidMax {
+    fn to(value: u64) -> Self {
+        let old = std::fs::read_to_string(PID_MAX).expect("read pid_max");
+        std::fs::write(PID_MAX, value.to_string()).expect("raise pid_max");
+        Self(old.trim().to_string())
+    }
+}
+
+impl Drop for RaisedPidMax {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(PID_MAX, &self.0) {
+            eprintln!("could not put pid_max back to {}: {e}", self.0);
+        }
+    }
+}
+
+/// Two live threads whose ids differ by exactly the thread table's size (`pid_max` raised
+/// above it, so the loader sets `SHARED_SLOTS`), inside allocator calls at once: A's call
+/// (the fixture's own aligned `operator new`, a bump arena) keeps the slot; B's `new`
+/// (libstdc++'s `operator new` and the `malloc` inside) finds the slot held
+/// and is counted as not tracked, never overwriting A's call. So A's blocks are counted in
+/// full, B's collided blocks not at all (their frees are unknown frees), the warning says why,
+/// and what both threads allocate afterwards, one at a time, is counted exactly. -O0 and -O2
+/// without frame pointers.
+#[test]
+fn threads_sharing_a_slot_collide_and_are_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    collide_journeys(&[]);
+}
+
+/// As [`threads_sharing_a_slot_collide_and_are_counted_exactly`], but thread A's last
+/// allocator call before B's turn is a free. A free has no return probe, so A's slot stays
+/// held by a pending free, and B's next `new` is counted as not tracked although A is in no
+/// allocator call. Fails on this design (one call of B's lost: `after_b` 99 of 100, 8 calls not
+/// tracked, 4 unknown frees); kept as the reproducer of that gap.
+#[test]
+#[ignore = "known gap (issue 10): another thread's pending free blocks a shared slot"]
+fn a_pending_free_does_not_block_a_shared_slot() {
+    if !privileged() {
+        return;
+    }
+    collide_journeys(&["free-last"]);
+}
+
+/// As [`threads_sharing_a_slot_collide_and_are_counted_exactly`], but in each round B first
+/// deletes a block it allocated earlier (tracked) while A is held inside its allocator call.
+/// The free must not take the slot that A's open call holds. Fails on this design: a free's
+/// entry takes the slot whoever holds it, so A's held allocations are lost (and their frees
+/// are unknown). Only the sites are checked: what the counters should then say depends on
+/// how the gap is closed.
+#[test]
+#[ignore = "known gap (issue 10): a free takes a shared slot that holds another thread's open call"]
+fn a_free_does_not_take_a_shared_slot_held_by_an_open_call() {
+    if !privileged() {
+        return;
+    }
+    collide_journeys(&["free-while-held"]);
+}
+
+/// The `allocs_collide` journey at -O0 and -O2 without frame pointers, the fixture given
+/// `extra` after the slot count.
+fn collide_journeys(extra: &[&str]) {
+    let slots = u64::from(oi_common::allocs::MAX_THREAD_SLOTS);
+    // Room for thread B's id, A's plus the slot count, whatever A's id is now.
+    let _pid_max = RaisedPidMax::to(4 * slots);
+    for (variant, flags) in [
+        ("allocs_collide_o0", &["-O0"][..]),
+        ("allocs_collide_o2", &["-O2", "-fomit-frame-pointer"][..]),
+    ] {
+        let binary = FixtureBuild::new("allocs_collide")
+            .variant(variant, flags)
+            .build();
+        let slot_count = slots.to_string();
+        let mut args = vec![slot_count.as_str()];
+        args.extend_from_slice(extra);
+        let mut fixture = Fixture::start(&binary, &args);
+        let tids: Vec<u64> = fixture.stdout.seen()[0]
+            .strip_prefix("tids ")
+            .expect("the fixture's thread ids")
+            .split(' ')
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(tids[1] - tids[0], slots, "{tids:?}: the same slot");
+        let pid = fixture.pid.to_string();
+        let (mut printed, out) =
+            traced_run(&mut fixture, &["allocs", "--pid", &pid, "--format", "json"]);
+        let collisions: u64 = fixture
+            .stdout
+            .seen()
+            .iter()
+            .find_map(|l| l.strip_prefix("collisions "))
+            .expect("collisions")
+            .parse()
+            .unwrap();
+        assert!(fixture.finish().success());
+        let report = json(out.stdout.trim());
+
+        let collided = printed.sites.remove("shop::collided_call").unwrap();
+        assert_eq!(collided[0], collisions);
+        let sites = by_innermost(&report);
+        for (name, want) in &printed.sites {
+            assert_eq!(
+                sites.get(name).map(|s| &s[..5]),
+                Some(&want[..]),
+                "{name}: [allocs, frees, bytes, live_allocs, live_bytes] in {report:#}"
+            );
+        }
+        assert!(
+            !sites.contains_key("shop::collided_call"),
+            "B's calls were made while A's held the slot: {report:#}"
+        );
+        if extra == ["free-while-held"] {
+            continue;
+        }
+        // Per collided `new`: operator new's entry and the malloc inside it.
+        let counters = &report["counters"];
+        assert_eq!(counters["threads_full"], 2 * collisions, "{counters}");
+        assert_eq!(counters["abandoned"], 0, "{counters}");
+        // B's collided blocks, freed once the slot was free again: never seen allocated.
+        let totals = &report["totals"];
+        assert_eq!(totals["unknown_frees"], collisions, "{totals}");
+        let sum = |k: usize| printed.sites.values().map(|n| n[k]).sum::<u64>();
+        assert_eq!(totals["allocs"], sum(0), "{totals}");
+        assert_eq!(totals["frees"], sum(1), "{totals}");
+        assert_eq!(totals["bytes"], sum(2), "{totals}");
+        assert_eq!(totals["live_allocs"], sum(3), "{totals}");
+        assert_eq!(totals["live_bytes"], sum(4), "{totals}");
+        assert!(
+            out.stderr.iter().any(|l| l.contains(&format!(
+                "{} allocator call(s) not tracked: their thread's slot held another thread's call",
+                2 * collisions
+            ))),
+            "the warning: {:#?}",
+            out.stderr
+        );
+    }
 }

@@ -15,13 +15,15 @@
 //! exact walker's total; where the exact walker finds the object corrupt or faults, it must
 //! hand over. Its faults are caught in the child by a handler that checks what `oil::guard`
 //! needs to recover one: the instruction in walker code and a chain of walker frames up to
-//! the entry's caller. Some memory fills hold wild words (near 2^64, at 2^47 and above), so
-//! that differences wrap around and addresses leave the canonical range.
+//! the entry's caller, followed by the handler's own `jit::frame_chain`. Some memory fills
+//! hold wild words (near 2^64, at 2^47 and above), so that differences wrap around and
+//! addresses leave the canonical range.
 
 use std::ffi::c_void;
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
+use super::frame_chain::frame_chain;
 use super::in_process::LocalWalker;
 use super::tests::{Mapped, plan_node};
 use super::*;
@@ -390,41 +392,25 @@ static CODE_END: AtomicUsize = AtomicUsize::new(0);
 /// The pipe the child's fault handler writes its header to.
 static CHILD_PIPE: AtomicI32 = AtomicI32::new(-1);
 
-/// Most walker frames the fault handler follows (`oil::guard`'s `MAX_CHAIN`).
-const MAX_CHAIN: usize = 1 << 16;
-
 /// The child's SIGSEGV/SIGBUS handler for an OIL walker: writes `[CAUGHT, rip, fault
 /// address, recoverable, 0]` and exits. Recoverable is what `oil::guard::recover` needs to
 /// return from a direct walk: the instruction in walker code and, from the interrupted
-/// frame pointer up, walker frames (each above the last) to the first return address
-/// outside walker code, the entry's caller (the trampoline, or `oil.h` for a leaf entry).
+/// frame pointer up, walker frames to the first return address outside walker code, the
+/// entry's caller (the trampoline, or `oil.h` for a leaf entry), followed by the same
+/// [`frame_chain`] as the handler's.
 extern "C" fn on_child_fault(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let code = CODE_START.load(Ordering::Relaxed)..CODE_END.load(Ordering::Relaxed);
     // SAFETY: SA_SIGINFO: `ctx` is the interrupted ucontext_t and `info` the kernel's
-    // siginfo. The frame words read are checked to lie on this thread's stack (between the
-    // interrupted stack pointer and the 256 MiB above it that the fuzz thread owns); a
-    // broken chain that still faults here kills the child, which counts as a crash.
+    // siginfo. The chain is followed only when the instruction is in walker code, as
+    // `frame_chain` requires; a broken chain that still faults here kills the child, which
+    // counts as a crash (as it would kill a program in OIL's handler).
     unsafe {
         let gregs = &(*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs;
         let rip = gregs[libc::REG_RIP as usize] as usize;
         let rsp = gregs[libc::REG_RSP as usize] as usize;
-        let top = rsp.saturating_add(256 << 20);
-        let mut ok = code.contains(&rip);
-        let (mut fp, mut floor) = (gregs[libc::REG_RBP as usize] as usize, rsp);
-        let mut links = 0;
-        while ok {
-            if fp < floor || fp >= top - 16 || !fp.is_multiple_of(8) || links == MAX_CHAIN {
-                ok = false;
-                break;
-            }
-            let ret = *((fp + 8) as *const usize);
-            if !code.contains(&ret) {
-                break;
-            }
-            floor = fp + 16;
-            fp = *(fp as *const usize);
-            links += 1;
-        }
+        let rbp = gregs[libc::REG_RBP as usize] as usize;
+        let in_code = |a: usize| code.contains(&a);
+        let ok = in_code(rip) && frame_chain(rsp, rbp, in_code, |a| !in_code(a)).is_some();
         let hdr = [CAUGHT, rip as u64, (*info).si_addr() as u64, ok as u64, 0];
         libc::write(
             CHILD_PIPE.load(Ordering::Relaxed),

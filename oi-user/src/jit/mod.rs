@@ -55,6 +55,7 @@
 
 pub mod cache;
 mod codegen;
+pub mod frame_chain;
 pub mod in_process;
 mod link;
 
