@@ -89,8 +89,8 @@ pub struct InTarget {
 
 /// When the parts of a sample's pause ended (CLOCK_MONOTONIC ns, 0 when not reached), so that
 /// `oi-trace -v` can say where a pause went besides the walk: the thread held (after the
-/// trigger's stop reached the tracer), its walks done, and the thread running again. The copy
-/// of a large output comes after `resumed` and is no part of the pause.
+/// trigger's stop reached the tracer), its walks done, and the thread let run (read just before
+/// PTRACE_CONT). The copy of a large output comes after `resumed` and is no part of the pause.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Phases {
     pub held_ns: u64,

@@ -767,10 +767,14 @@ impl Session {
                     ms(p.walked_ns, p.resumed_ns)
                 )
             });
+            // The hit's moment on CLOCK_MONOTONIC lets a target that times its own calls
+            // (the bench's fixture) line a call up with its sample, part by part.
             eprintln!(
-                "oi-trace: sample {} of pid {tgid}: walk in the target {in_target}, pause {:.3} ms{parts}",
+                "oi-trace: sample {} of pid {tgid}: walk in the target {in_target}, pause {:.3} ms, \
+                 hit at {:.6} s{parts}",
                 ev.hit,
-                pause_us as f64 / 1e3
+                pause_us as f64 / 1e3,
+                ev.time_ns as f64 / 1e9
             );
         }
         self.samples += 1;

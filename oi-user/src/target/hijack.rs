@@ -597,17 +597,22 @@ impl Held {
 
     /// Gives the thread back: registers and FPU state as they were, running, our SIGSTOP
     /// suppressed, held signals delivered again in their order. Returns when (CLOCK_MONOTONIC
-    /// ns) the thread was let run, before our yield to it.
+    /// ns) the thread was let run: just before PTRACE_CONT, since the thread, woken on this
+    /// CPU, often preempts us inside that call and runs on before a clock read after it.
     pub fn end(mut self) -> Result<u64, RemoteError> {
         // From the stub's getpid entry too: with orig_rax = -1 the kernel skips the call.
         self.clear_slack();
         self.put_back()?;
-        self.not_busy();
-        ptrace::cont(Pid::from_raw(self.tid), None).map_err(|e| ptrace_error(self.tid, e))?;
         let resumed = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
             .map_or(0, |t| {
                 t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
             });
+        let cont = ptrace::cont(Pid::from_raw(self.tid), None);
+        // The busy word is cleared once the thread runs: its registers are back, so it is
+        // outside the region either way, and one memory write less holds it up. (Killed
+        // before this, we leave the word set, as a kill just before it always could.)
+        self.not_busy();
+        cont.map_err(|e| ptrace_error(self.tid, e))?;
         self.held.redeliver(self.tgid, self.tid);
         // The thread may be queued on this CPU: let it go first.
         let _ = nix::sched::sched_yield();
