@@ -194,6 +194,15 @@ pub struct Block {
     pub weight: u64,
 }
 
+/// One slot of the live table's array half (indexed by a hash of the address): `addr` 0 is
+/// free, an odd `addr` (block addresses are even) is being written by the allocating CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSlot {
+    pub addr: u64,
+    pub block: Block,
+}
+
 /// One allocating stack (map value keyed by its id, a hash of the process and the frames).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -303,6 +312,8 @@ mod pod {
     unsafe impl aya::Pod for super::Open {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Block {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::LiveSlot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Stack {}
     // SAFETY: as above.

@@ -34,12 +34,16 @@
 //! process's mapped objects (a dlopen) to user space and holds the thread, bounded, until user
 //! space has hooked the new files, so that their first allocations are counted.
 //!
-//! Blocks live in a bounded hash map (address → size, usable size, time, stack, thread): a free
-//! finds its block there, adds its lifetime to its site's histogram and removes it; a free of a
-//! block the map does not hold is an unknown free; a block that does not fit is dropped and
-//! counted. Never writes user memory, never stops a thread; every table is bounded and what does
+//! Blocks live in a bounded table (address → size, usable size, time, stack, thread) of two
+//! halves: an array of slots indexed by a hash of the address, each claimed and released by
+//! compare-and-exchange on its address (no lock, no hash update: a malloc + free pair touches
+//! one slot), and a hash map for the blocks whose slot was taken. A free finds its block in
+//! either, adds its lifetime to its site's histogram and removes it; a free of a block the
+//! table does not hold is an unknown free; a block that does not fit is dropped and counted. Never writes user memory, never stops a thread; every table is bounded and what does
 //! not fit is counted.
 #![no_std]
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 #![no_main]
 
 use aya_ebpf::{
@@ -59,8 +63,8 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, info, warn};
 use oi_common::{
     allocs::{
-        Block, MAX_BUCKETS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE, cookie,
-        counter, function, mapped,
+        Block, LiveSlot, MAX_BUCKETS, Mapped, Open, RT_CONSISTENT, SiteStats, Stack, WEIGHT_ONE,
+        cookie, counter, function, mapped,
     },
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
@@ -102,6 +106,9 @@ static THREAD_MASK: Global<u32> = Global::new(0);
 /// call is then a dead thread's, and is taken over.
 #[unsafe(no_mangle)]
 static SHARED_SLOTS: Global<u32> = Global::new(0);
+/// The size of `LIVE_SLOTS` − 1.
+#[unsafe(no_mangle)]
+static LIVE_MASK: Global<u32> = Global::new(0);
 /// The last site index `SITES` holds (`--max-stacks`).
 #[unsafe(no_mangle)]
 static MAX_SITE: Global<u32> = Global::new(0);
@@ -115,9 +122,23 @@ static MAX_SITE: Global<u32> = Global::new(0);
 #[map]
 static THREADS: Array<Open> = Array::with_max_entries(1, 0);
 
-/// Block address → the live block. Sized by the loader (`--max-live`).
+/// Block address → the live block, for blocks whose `LIVE_SLOTS` slot was taken. Sized by
+/// the loader (`--max-live` minus the slots).
 #[map]
 static LIVE: HashMap<u64, Block> = HashMap::with_max_entries(1, 0);
+
+/// The live table's array half: a hash of the block address → a slot holding at most one
+/// live block ([`LiveSlot`]), claimed and released by compare-and-exchange on its address.
+/// A block takes its slot when it is free, else goes to `LIVE`: a malloc + free pair then
+/// costs no hash update and no delete (their bucket locks and free list were most of the
+/// programs' map time). Sized by the loader, a power of two; `LIVE_MASK` is its size − 1.
+#[map]
+static LIVE_SLOTS: Array<LiveSlot> = Array::with_max_entries(1, 0);
+
+/// Slot 0: blocks in `LIVE`. While 0 (the usual case), an allocation needs no lookup there
+/// to find a stale block of its address (a missed free) before taking its slot.
+#[map]
+static LIVE_IN_HASH: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Stack id → the stack. Sized by the loader.
 #[map]
@@ -396,6 +417,25 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             );
         }
     }
+    if function::is_free(function) {
+        free_block(rdi, clock());
+        // No stack walk on this path: the slot found above is still the thread's. A pending
+        // free is read only for `sp`, `function` and `arg` (every other path returns at
+        // `is_free`), so only those and the owner are written: a whole `Open` has runs of
+        // zero fields that LLVM writes with a byte-wise `memset` call, 5 instructions a byte.
+        if let Some(slot) = slot {
+            // SAFETY: as above.
+            unsafe {
+                (*slot).sp = sp;
+                (*slot).owner = pid_tgid;
+                (*slot).function = function as u32;
+                (*slot).arg = rdi;
+            }
+            return;
+        }
+        count(counter::THREADS_FULL);
+        return;
+    }
     let mut open = Open {
         sp,
         function: function as u32,
@@ -404,39 +444,28 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         ..Open::default()
     };
     open.owner = pid_tgid;
-    if function::is_free(function) {
-        free_block(rdi, clock());
-        open.arg = rdi;
-        // No stack walk on this path: the slot found above is still the thread's.
-        if let Some(slot) = slot {
-            // SAFETY: as above.
-            unsafe { *slot = open };
-            return;
-        }
+    (open.size, open.arg) = match function {
+        function::CALLOC => (times(rdi, rsi), 0),
+        function::REALLOC => (rsi, rdi),
+        function::REALLOCARRAY => (times(rsi, rdx), rdi),
+        function::MEMALIGN => (rsi, 0),
+        function::POSIX_MEMALIGN => (rdx, rdi),
+        _ => (rdi, 0),
+    };
+    open.align = match cookie::align_source(cookie) {
+        cookie::ALIGN_RDI => rdi,
+        cookie::ALIGN_RSI => rsi,
+        cookie::ALIGN_PAGE => JEMALLOC_PAGE,
+        cookie::ALIGN_FLAGS_RSI => jemalloc_flags_align(rsi),
+        cookie::ALIGN_FLAGS_RDX => jemalloc_flags_align(rdx),
+        _ => 0,
+    };
+    open.weight = sample_weight(open.size);
+    if open.weight != 0 {
+        open.sampled = 1;
+        (open.stack, open.site) = capture_stack(ctx, pid_tgid);
     } else {
-        (open.size, open.arg) = match function {
-            function::CALLOC => (times(rdi, rsi), 0),
-            function::REALLOC => (rsi, rdi),
-            function::REALLOCARRAY => (times(rsi, rdx), rdi),
-            function::MEMALIGN => (rsi, 0),
-            function::POSIX_MEMALIGN => (rdx, rdi),
-            _ => (rdi, 0),
-        };
-        open.align = match cookie::align_source(cookie) {
-            cookie::ALIGN_RDI => rdi,
-            cookie::ALIGN_RSI => rsi,
-            cookie::ALIGN_PAGE => JEMALLOC_PAGE,
-            cookie::ALIGN_FLAGS_RSI => jemalloc_flags_align(rsi),
-            cookie::ALIGN_FLAGS_RDX => jemalloc_flags_align(rdx),
-            _ => 0,
-        };
-        open.weight = sample_weight(open.size);
-        if open.weight != 0 {
-            open.sampled = 1;
-            (open.stack, open.site) = capture_stack(ctx, pid_tgid);
-        } else {
-            count(counter::SKIPPED);
-        }
+        count(counter::SKIPPED);
     }
     // An allocation's slot is looked up again rather than kept from above: a pointer held
     // across the stack walk multiplies the states the verifier explores beyond its limit.
@@ -667,10 +696,29 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         site: o.site,
         weight: o.weight,
     };
+    if let Some(slot) = live_slot(block)
+        && !in_live_hash(block)
+    {
+        // SAFETY: a value of an array map, claimed atomically (see `LIVE_SLOTS`).
+        let held = unsafe { cmpxchg(&raw mut (*slot).addr, 0, block | 1) };
+        if held == 0 {
+            // SAFETY: as above; the slot is this CPU's until its address is written.
+            unsafe {
+                (*slot).block = b;
+                core::ptr::write_volatile(&raw mut (*slot).addr, block);
+            }
+            return;
+        }
+        if held == block {
+            // Its free was missed: count the old block freed now; the new one goes to `LIVE`.
+            count(counter::REUSED);
+            free_block(block, now);
+        }
+    }
     // One update when the address is new (the usual case), instead of a lookup and then an
     // update.
     match LIVE.insert(&block, &b, BPF_NOEXIST as u64) {
-        Ok(()) => {}
+        Ok(()) => live_in_hash(1),
         // EEXIST: its free was missed; count the old block freed now.
         Err(-17) => {
             count(counter::REUSED);
@@ -679,8 +727,9 @@ fn allocated(o: &Open, result: u64, tid: u32) {
                 "block {:x} allocated again before its free was seen", block
             );
             free_block(block, now);
-            if LIVE.insert(&block, &b, 0).is_err() {
-                count(counter::DROPPED);
+            match LIVE.insert(&block, &b, 0) {
+                Ok(()) => live_in_hash(1),
+                Err(_) => count(counter::DROPPED),
             }
         }
         Err(_) => {
@@ -773,8 +822,7 @@ fn free_block(ptr: u64, now: u64) {
     if ptr == 0 {
         return;
     }
-    // SAFETY: a plain read of a map value, copied at once.
-    let Some(b) = (unsafe { LIVE.get(&ptr) }).copied() else {
+    let Some(b) = take_live(ptr) else {
         count(counter::UNKNOWN_FREES);
         debug!(
             &(),
@@ -782,7 +830,6 @@ fn free_block(ptr: u64, now: u64) {
         );
         return;
     };
-    let _ = LIVE.remove(&ptr);
     let Some(s) = SITES.get_ptr_mut(b.site) else {
         return;
     };
@@ -797,6 +844,72 @@ fn free_block(ptr: u64, now: u64) {
         if bucket <= MAX_BUCKETS {
             *(&raw mut (*s).lifetimes).cast::<u64>().add(bucket) += 1;
         }
+    }
+}
+
+/// Removes the live block at `ptr` from its slot or from `LIVE` and returns it.
+#[inline(always)]
+fn take_live(ptr: u64) -> Option<Block> {
+    if let Some(slot) = live_slot(ptr) {
+        // SAFETY: a value of an array map, released atomically (see `LIVE_SLOTS`); the block
+        // is copied before the slot is released.
+        unsafe {
+            if (*slot).addr == ptr {
+                let b = (*slot).block;
+                if cmpxchg(&raw mut (*slot).addr, ptr, 0) == ptr {
+                    return Some(b);
+                }
+            }
+        }
+    }
+    // SAFETY: a plain read of a map value, copied at once.
+    let b = (unsafe { LIVE.get(&ptr) }).copied()?;
+    if LIVE.remove(&ptr).is_ok() {
+        live_in_hash(u64::MAX);
+    }
+    Some(b)
+}
+
+/// The slot of block address `addr` in `LIVE_SLOTS`.
+#[inline(always)]
+fn live_slot(addr: u64) -> Option<*mut LiveSlot> {
+    let index = ((addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 & LIVE_MASK.load();
+    LIVE_SLOTS.get_ptr_mut(index)
+}
+
+/// Whether `LIVE` may hold a block at `addr` (only looked up when it holds any).
+#[inline(always)]
+fn in_live_hash(addr: u64) -> bool {
+    match LIVE_IN_HASH.get(0) {
+        Some(0) => false,
+        // SAFETY: a plain read of a map value.
+        _ => unsafe { LIVE.get(&addr) }.is_some(),
+    }
+}
+
+/// Adds `n` (wrapping: `u64::MAX` is −1) to the count of blocks in `LIVE`.
+#[inline(always)]
+fn live_in_hash(n: u64) {
+    if let Some(c) = LIVE_IN_HASH.get_ptr_mut(0) {
+        add(c, n);
+    }
+}
+
+/// Atomically replaces `*p` by `new` when it is `old`; returns what `*p` held (`old`: done).
+///
+/// # Safety
+/// `p` points into a map value, 8-byte aligned, accessed concurrently only atomically or by
+/// the protocol of `LIVE_SLOTS`.
+#[inline(always)]
+unsafe fn cmpxchg(p: *mut u64, old: u64, new: u64) -> u64 {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        core::intrinsics::atomic_cxchg::<
+            u64,
+            { core::intrinsics::AtomicOrdering::SeqCst },
+            { core::intrinsics::AtomicOrdering::SeqCst },
+        >(p, old, new)
+        .0
     }
 }
 

@@ -19,8 +19,8 @@ use aya::{
     },
 };
 use oi_common::allocs::{
-    Block, MAPPED_HOLD_NS, MAX_BUCKETS, MAX_THREAD_SLOTS, Mapped, R_STATE_OFFSET, SiteStats, Stack,
-    cookie, counter, mapped,
+    Block, LiveSlot, MAPPED_HOLD_NS, MAX_BUCKETS, MAX_THREAD_SLOTS, Mapped, R_STATE_OFFSET,
+    SiteStats, Stack, cookie, counter, mapped,
 };
 
 use super::hooks::Site;
@@ -89,6 +89,8 @@ pub struct Program {
     sites: PerCpuArray<MapData, SiteStats>,
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
+    /// The live table's array half (see [`LiveSlot`]).
+    live_slots: Array<MapData, LiveSlot>,
     counters: PerCpuArray<MapData, u64>,
     mapped: Array<MapData, u64>,
     mapped_events: Option<RingBuf<MapData>>,
@@ -180,6 +182,8 @@ impl Program {
         let thread_mask = thread_slots - 1;
         let shared_slots = u32::from(u64::from(thread_slots) < pid_max);
         let max_site = settings.max_stacks.max(1);
+        let live_slots = live_slots(settings.max_live);
+        let live_mask = live_slots - 1;
         let mut loader = EbpfLoader::new();
         // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
         loader
@@ -197,7 +201,9 @@ impl Program {
             .override_global("MAX_SITE", &max_site, true)
             .override_global("AYA_LOG_LEVEL", &log_level, true)
             .map_max_entries("THREADS", thread_slots)
-            .map_max_entries("LIVE", settings.max_live.max(1))
+            .override_global("LIVE_MASK", &live_mask, true)
+            .map_max_entries("LIVE_SLOTS", live_slots)
+            .map_max_entries("LIVE", (settings.max_live - live_slots).max(1))
             .map_max_entries("STACKS", settings.max_stacks.max(1))
             // Index 0 and one per stack.
             .map_max_entries("SITES", settings.max_stacks.max(1) + 1)
@@ -239,6 +245,7 @@ impl Program {
             sites: PerCpuArray::try_from(take("SITES")?).map_err(map_err("SITES"))?,
             stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
             live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
+            live_slots: Array::try_from(take("LIVE_SLOTS")?).map_err(map_err("LIVE_SLOTS"))?,
             counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
             mapped: Array::try_from(take("MAPPED")?).map_err(map_err("MAPPED"))?,
             mapped_events: Some(
@@ -417,7 +424,14 @@ impl Program {
             .chain([(0, 0)])
             .filter_map(|(id, index)| site_of(index).map(|stats| (id, stats)))
             .collect();
-        snapshot.live = self.live.iter().flatten().collect();
+        // A slot's address is 0 when free and odd while its CPU writes it.
+        let in_slots = self
+            .live_slots
+            .iter()
+            .flatten()
+            .filter(|slot| slot.addr != 0 && slot.addr & 1 == 0)
+            .map(|slot| (slot.addr, slot.block));
+        snapshot.live = self.live.iter().flatten().chain(in_slots).collect();
         snapshot
     }
 
@@ -444,9 +458,34 @@ fn pid_max() -> u64 {
         .unwrap_or(1 << 22)
 }
 
+/// The slots of the live table's array half (`LIVE_SLOTS`): the largest power of two at
+/// most half of `--max-live` (at least 1); `LIVE` holds the rest.
+fn live_slots(max_live: u32) -> u32 {
+    let half = (max_live / 2).max(1);
+    1 << (31 - half.leading_zeros())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The array half takes at most half of `--max-live`, a power of two, so that the two
+    /// halves together never hold more than `--max-live` blocks.
+    #[test]
+    fn live_slots_are_a_power_of_two_within_half_of_max_live() {
+        for (max_live, slots) in [
+            (2, 1),
+            (3, 1),
+            (4, 2),
+            (1000, 256),
+            (1024, 512),
+            (262_144, 131_072),
+        ] {
+            assert_eq!(live_slots(max_live), slots, "--max-live {max_live}");
+            assert!(slots + (max_live - slots).max(1) <= max_live);
+        }
+        assert_eq!(live_slots(1), 1);
+    }
 
     /// The verifier accepts the program with every option on.
     #[test]
