@@ -799,10 +799,14 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) 
 }
 
 /// `kernel.pid_max` raised for one journey, put back when dropped (the journey's failure
-/// included). Only [`threads_sharing_a_slot_collide_and_are_counted_exactly`] changes it; the
-/// other allocs journeys pass under either value (with more thread ids than slots they run
-/// with shared slots), so they need not wait for it.
+/// included). Only the slot-collision journeys change it, one at a time ([`PID_MAX_LOCK`]);
+/// the other allocs journeys pass under either value (with more thread ids than slots they
+/// run with shared slots), so they need not wait for it.
 struct RaisedPidMax(String);
+
+/// Held by a slot-collision journey for its whole run: run at once, one would put `pid_max`
+/// back under another, or save the other's raised value as the one to restore.
+static PID_MAX_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const PID_MAX: &str = "/proc/sys/kernel/pid_max";
 
@@ -840,11 +844,10 @@ fn threads_sharing_a_slot_collide_and_are_counted_exactly() {
 
 /// As [`threads_sharing_a_slot_collide_and_are_counted_exactly`], but thread A's last
 /// allocator call before B's turn is a free. A free has no return probe, so A's slot stays
-/// held by a pending free, and B's next `new` is counted as not tracked although A is in no
-/// allocator call. Fails on this design (one call of B's lost: `after_b` 99 of 100, 8 calls not
-/// tracked, 4 unknown frees); kept as the reproducer of that gap.
+/// held by a pending free (A's or, once A has exited, a dead thread's). B's next `new` takes
+/// it: a pending free only recognises a free nested in that free, and blocking on it lost one
+/// call of B's (`after_b` 99 of 100) before `may_take` in the eBPF program let it go.
 #[test]
-#[ignore = "known gap (issue 10): another thread's pending free blocks a shared slot"]
 fn a_pending_free_does_not_block_a_shared_slot() {
     if !privileged() {
         return;
@@ -854,12 +857,10 @@ fn a_pending_free_does_not_block_a_shared_slot() {
 
 /// As [`threads_sharing_a_slot_collide_and_are_counted_exactly`], but in each round B first
 /// deletes a block it allocated earlier (tracked) while A is held inside its allocator call.
-/// The free must not take the slot that A's open call holds. Fails on this design: a free's
-/// entry takes the slot whoever holds it, so A's held allocations are lost (and their frees
-/// are unknown). Only the sites are checked: what the counters should then say depends on
-/// how the gap is closed.
+/// The free must not take the slot that A's open call holds (it did, and A's held
+/// allocations were lost): the block is still freed, and the delete's hooked entries are
+/// counted as not tracked, its nested frees as unknown frees.
 #[test]
-#[ignore = "known gap (issue 10): a free takes a shared slot that holds another thread's open call"]
 fn a_free_does_not_take_a_shared_slot_held_by_an_open_call() {
     if !privileged() {
         return;
@@ -870,6 +871,8 @@ fn a_free_does_not_take_a_shared_slot_held_by_an_open_call() {
 /// The `allocs_collide` journey at -O0 and -O2 without frame pointers, the fixture given
 /// `extra` after the slot count.
 fn collide_journeys(extra: &[&str]) {
+    // A journey that failed while holding the lock poisons it; the value was put back.
+    let _one_at_a_time = PID_MAX_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let slots = u64::from(oi_common::allocs::MAX_THREAD_SLOTS);
     // Room for thread B's id, A's plus the slot count, whatever A's id is now.
     let _pid_max = RaisedPidMax::to(4 * slots);
@@ -919,16 +922,27 @@ fn collide_journeys(extra: &[&str]) {
             !sites.contains_key("shop::collided_call"),
             "B's calls were made while A's held the slot: {report:#}"
         );
-        if extra == ["free-while-held"] {
-            continue;
-        }
-        // Per collided `new`: operator new's entry and the malloc inside it.
         let counters = &report["counters"];
-        assert_eq!(counters["threads_full"], 2 * collisions, "{counters}");
-        assert_eq!(counters["abandoned"], 0, "{counters}");
-        // B's collided blocks, freed once the slot was free again: never seen allocated.
         let totals = &report["totals"];
-        assert_eq!(totals["unknown_frees"], collisions, "{totals}");
+        let not_tracked = counters["threads_full"].as_u64().unwrap();
+        let unknown = totals["unknown_frees"].as_u64().unwrap();
+        // Per collided `new`: operator new's entry and the malloc inside it, not tracked;
+        // B's collided blocks, freed once the slot was free again, never seen allocated.
+        let (mut want_not_tracked, mut want_unknown) = (2 * collisions, collisions);
+        if extra == ["free-while-held"] {
+            // Each of B's deletes while A is held frees its block at its first hooked entry
+            // (the free is counted), and every hooked entry of the delete (operator delete,
+            // and whatever it calls down to free: libstdc++'s business) is not tracked; the
+            // nested ones, with no pending free to recognise them by, find the block gone
+            // and count as unknown frees.
+            let per_delete = (not_tracked - want_not_tracked) / collisions;
+            assert!(per_delete >= 1, "{counters}");
+            want_not_tracked += per_delete * collisions;
+            want_unknown += (per_delete - 1) * collisions;
+        }
+        assert_eq!(not_tracked, want_not_tracked, "{counters}");
+        assert_eq!(unknown, want_unknown, "{totals}");
+        assert_eq!(counters["abandoned"], 0, "{counters}");
         let sum = |k: usize| printed.sites.values().map(|n| n[k]).sum::<u64>();
         assert_eq!(totals["allocs"], sum(0), "{totals}");
         assert_eq!(totals["frees"], sum(1), "{totals}");
@@ -937,8 +951,8 @@ fn collide_journeys(extra: &[&str]) {
         assert_eq!(totals["live_bytes"], sum(4), "{totals}");
         assert!(
             out.stderr.iter().any(|l| l.contains(&format!(
-                "{} allocator call(s) not tracked: their thread's slot held another thread's call",
-                2 * collisions
+                "{not_tracked} allocator call(s) not tracked: their thread's slot held another \
+                 thread's call"
             ))),
             "the warning: {:#?}",
             out.stderr

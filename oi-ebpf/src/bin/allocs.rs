@@ -101,8 +101,8 @@ static HOLD_NS: Global<u64> = Global::new(0);
 static THREAD_MASK: Global<u32> = Global::new(0);
 /// 1 when thread ids outnumber `THREADS`' slots (`pid_max` above it), so that two live
 /// threads may share a slot: a thread then never takes a slot that holds another thread's
-/// open call (the call would be lost uncounted), and its own call is counted as
-/// `THREADS_FULL` instead. 0 when every thread id has its own slot: another owner's open
+/// open allocation (the call would be lost uncounted), and its own call is counted as
+/// `THREADS_FULL` instead (see [`may_take`]). 0 when every thread id has its own slot: another owner's open
 /// call is then a dead thread's, and is taken over.
 #[unsafe(no_mangle)]
 static SHARED_SLOTS: Global<u32> = Global::new(0);
@@ -419,11 +419,12 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     }
     if function::is_free(function) {
         free_block(rdi, clock());
-        // No stack walk on this path: the slot found above is still the thread's. A pending
-        // free is read only for `sp`, `function` and `arg` (every other path returns at
-        // `is_free`), so only those and the owner are written: a whole `Open` has runs of
-        // zero fields that LLVM writes with a byte-wise `memset` call, 5 instructions a byte.
-        if let Some(slot) = slot {
+        // No stack walk on this path: the slot found above is still where the thread's call
+        // goes. A pending free is read only for `sp`, `function` and `arg` (every other path
+        // returns at `is_free`), so only those and the owner are written: a whole `Open` has
+        // runs of zero fields that LLVM writes with a byte-wise `memset` call, 5 instructions
+        // a byte.
+        if let Some(slot) = slot.filter(|slot| may_take(*slot, pid_tgid)) {
             // SAFETY: as above.
             unsafe {
                 (*slot).sp = sp;
@@ -469,10 +470,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
     }
     // An allocation's slot is looked up again rather than kept from above: a pointer held
     // across the stack walk multiplies the states the verifier explores beyond its limit.
-    let slot = thread_slot(pid_tgid).filter(|slot| {
-        // SAFETY: as above; another thread's slot is only read.
-        SHARED_SLOTS.load() == 0 || unsafe { (**slot).sp == 0 || (**slot).owner == pid_tgid }
-    });
+    let slot = thread_slot(pid_tgid).filter(|slot| may_take(*slot, pid_tgid));
     if let Some(slot) = slot {
         // SAFETY: as above.
         unsafe { *slot = open };
@@ -483,6 +481,26 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             "thread table full: a call of pid_tgid {} not tracked", pid_tgid
         );
     }
+}
+
+/// Whether the calling thread may write its call into `slot`, its thread slot. Always when
+/// every thread id has its own slot: another owner's call is then a dead thread's. With
+/// `SHARED_SLOTS`, unless the slot holds another thread's open allocation (that call would be
+/// lost uncounted; the caller counts its own as `THREADS_FULL` instead). Another thread's
+/// pending free is taken: it only serves to recognise a free nested in that free (`operator
+/// delete` → `free`), it stays after the free returns (frees have no return probe) and would
+/// otherwise block the slot until that thread's next allocator call, or for ever once it
+/// exits. Taken in the instant between that thread's outer and inner free, its inner free
+/// counts as an unknown free.
+#[inline(always)]
+fn may_take(slot: *mut Open, pid_tgid: u64) -> bool {
+    // SAFETY: a value of `THREADS`; another thread's slot is only read here.
+    SHARED_SLOTS.load() == 0
+        || unsafe {
+            (*slot).sp == 0
+                || (*slot).owner == pid_tgid
+                || function::is_free((*slot).function as u64)
+        }
 }
 
 /// Whether this allocation of `size` bytes is taken, as its weight (0: not taken): `--every`
