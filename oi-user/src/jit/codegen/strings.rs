@@ -176,7 +176,6 @@ impl Gen<'_, '_> {
         let short_k = self.b.create_block();
         let lit_k = self.b.create_block();
         let mark_k = self.b.create_block();
-        let put_k = self.b.create_block();
         let long_k = self.b.create_block();
         let long_mark = self.b.create_block();
         let long_words = self.b.create_block();
@@ -215,7 +214,32 @@ impl Gen<'_, '_> {
             &[pk, qk, sumk, maxk, gk, rk].map(BlockArg::Value),
         );
         self.b.switch_to_block(body_k);
-        let (all, g, caps) = self.load_group(l, pk, stride);
+        // Each string's two bytes are stored at the cursor as soon as it is loaded, and a
+        // word of 128 or more leaves for the long path at once: both are side effects, so
+        // Cranelift computes the string's values there and they die, where a pure value is
+        // computed where it is first used (all twelve words of a group live at its end did
+        // not fit in registers). In a run the stores rewrite the same eight bytes after the
+        // cursor, a line in the cache; a group written is already in place.
+        let mut caps = Vec::with_capacity(K as usize);
+        let mut pairs = Vec::with_capacity(K as usize);
+        for i in 0..K {
+            let (len, cap) = self.load_string(l, pk, i * stride);
+            caps.push(cap);
+            if !self.reg.stream {
+                continue;
+            }
+            let hi = self.b.ins().ishl_imm_s(cap, 8);
+            let pair = self.b.ins().bor(len, hi);
+            self.b.ins().istore16(trusted(), pair, qk, 2 * i as i32);
+            pairs.push(pair);
+            let either = self.b.ins().bor(len, cap);
+            let small = self.icmp_imm(IntCC::UnsignedLessThan, either, 0x80);
+            let next_string = self.b.create_block();
+            self.b
+                .ins()
+                .brif(small, next_string, &[], long_k, &[BlockArg::Value(pk)]);
+            self.b.switch_to_block(next_string);
+        }
         let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
         let pn = self.b.ins().iadd_imm_s(pk, group_step);
         if !self.reg.stream {
@@ -224,13 +248,22 @@ impl Gen<'_, '_> {
                 .ins()
                 .jump(head_k, &args7([pn, qk, sumkb, maxkb, bk, gk, rk]));
         } else {
-            let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
-            self.b
-                .ins()
-                .brif(small, short_k, &[], long_k, &[BlockArg::Value(pk)]);
+            self.b.ins().jump(short_k, &[]);
         }
-        // Short: the same group again is counted, another is written.
+        // Short: the same group again is counted, another is written (its bytes are in
+        // place unless a run's end goes first).
         self.b.switch_to_block(short_k);
+        let mut g = None;
+        for (i, &pair) in pairs.iter().enumerate() {
+            g = Some(match g {
+                Some(g) => {
+                    let up = self.b.ins().ishl_imm_s(pair, 16 * i as i64);
+                    self.b.ins().bor(g, up)
+                }
+                None => pair,
+            });
+        }
+        let g = g.unwrap_or(gk);
         let same = self.b.ins().icmp(IntCC::Equal, g, gk);
         let r1 = self.b.ins().iadd_imm_s(rk, 1);
         self.b.ins().brif(
@@ -241,18 +274,20 @@ impl Gen<'_, '_> {
             &[],
         );
         self.b.switch_to_block(lit_k);
-        self.b
-            .ins()
-            .brif(rk, mark_k, &[], put_k, &[BlockArg::Value(qk)]);
+        let q8 = self.b.ins().iadd_imm_s(qk, 2 * K as i64);
+        self.b.ins().brif(
+            rk,
+            mark_k,
+            &[],
+            head_k,
+            &args7([pn, q8, sumkb, maxkb, bk, g, zero]),
+        );
         self.b.switch_to_block(mark_k);
         let qm = self.run_end_unchecked(rk, qk);
-        self.b.ins().jump(put_k, &[BlockArg::Value(qm)]);
-        self.b.switch_to_block(put_k);
-        let qs = self.b.append_block_param(put_k, I64);
         if self.reg.stream {
-            self.b.ins().store(trusted(), g, qs, 0);
+            self.b.ins().store(trusted(), g, qm, 0);
         }
-        let q8 = self.b.ins().iadd_imm_s(qs, 2 * K as i64);
+        let q8 = self.b.ins().iadd_imm_s(qm, 2 * K as i64);
         self.b
             .ins()
             .jump(head_k, &args7([pn, q8, sumkb, maxkb, bk, g, zero]));
@@ -270,16 +305,21 @@ impl Gen<'_, '_> {
         self.b.ins().jump(long_words, &[BlockArg::Value(qm)]);
         self.b.switch_to_block(long_words);
         let mut at = self.b.append_block_param(long_words, I64);
+        let mut long_caps = Vec::with_capacity(K as usize);
         for i in 0..K {
             let (len, cap) = self.load_string(l, pl, i * stride);
+            long_caps.push(cap);
             at = self.varint_unchecked(len, at);
             at = self.varint_unchecked(cap, at);
         }
+        // The group's capacities as the path read them (it may leave before the fast
+        // path's last string).
+        let (sum_l, max_l) = self.sum_max(sumk, maxk, &long_caps);
         let pn = self.b.ins().iadd_imm_s(pl, group_step);
         let bound = self.group_bound(pn, at, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args7([pn, at, sumkb, maxkb, bound, none, zero]));
+            .jump(head_k, &args7([pn, at, sum_l, max_l, bound, none, zero]));
 
         // Out of the groups' bound: groups left (the bound counted cursor room, and a run
         // does not move the cursor), or the room short, or the last group done.
