@@ -114,19 +114,19 @@ impl Gen<'_, '_> {
 
     /// The hot loop of `vector<string>` (the interpreter's fast path too), writing the
     /// stream's runs of repeated groups (`plan::stream::StringRuns`). While the output has
-    /// room for a group at its longest (eight ten-byte words after a run's end), stores need
-    /// no check. [`STRING_GROUP`] strings an iteration: one compare (against a bound of
-    /// groups that have room), then per string its loads, and for the group the OR of its
-    /// eight words and their low bytes packed into one word `G`. When every word is below
-    /// 128 and `G` equals the last group written, nothing is written and the cursor stays:
-    /// the group counts in a register, and the run's marker and count are written where it
-    /// ends. Else the run's end, then `G` as one 8-byte store (or, with a word of two bytes
-    /// or more, the group word by word). A vector of alike strings thus rewrites nothing
-    /// and reads only its elements; varied strings store a word a group where they stored
-    /// eight bytes one by one. When the room runs short, the groups go on with checked
-    /// stores (the same bytes: the stream does not depend on the buffer's size); the
-    /// strings after the last group go one at a time. With sizes, the heap capacities are
-    /// summed in registers and added once.
+    /// room for a group at its longest (a run's end, then eight ten-byte words), stores
+    /// need no check. [`STRING_GROUP`] strings an iteration: one compare (against a bound
+    /// of groups that have room), then per string its loads, its two bytes stored at the
+    /// cursor, and a branch to the long path if a word is 128 or more; then the group's
+    /// eight bytes packed into one word `G`. When `G` equals the last group written, the
+    /// cursor stays (the next group's stores rewrite the same eight bytes, a line in the
+    /// cache) and the group counts in a register; the run's marker and count are written
+    /// where it ends. Else the cursor moves past the bytes already in place (after a run's
+    /// end, `G` is stored again past the marker). A vector of alike strings thus fills no
+    /// stream line at all. When the room runs short, the groups go on with checked stores
+    /// (the same bytes: the stream does not depend on the buffer's size); the strings after
+    /// the last group go one at a time. With sizes, the heap capacities are summed in
+    /// registers and added once.
     pub(super) fn string_array(
         &mut self,
         l: &StringLayout,
