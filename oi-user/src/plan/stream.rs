@@ -382,6 +382,58 @@ mod tests {
         }
     }
 
+    /// Strings written with runs read back one by one; a forged run (of no group, or of
+    /// more groups than the strings left) is an error, not a long loop.
+    #[test]
+    fn string_runs_round_trip_and_bad_runs_are_errors() {
+        let a = [(32, 32), (32, 32), (32, 32), (32, 32)];
+        let b = [(1, 0), (2, 0), (3, 0), (200, 0)];
+        let mut strings: Vec<(u64, u64)> = Vec::new();
+        for group in [a, a, a, b, b, a, a] {
+            strings.extend(group);
+        }
+        strings.extend([(5, 0), (6, 0)]);
+        let mut out = Vec::new();
+        let mut w = StringRuns::default();
+        for &(l, c) in &strings {
+            w.push(&mut out, l, c);
+        }
+        w.finish(&mut out);
+        // a, run of 2, b (long: twice), a, run of 1, the last two strings.
+        let mut want = encode(&[32; 8]);
+        want.extend(RUN_MARKER);
+        want.push(2);
+        for _ in 0..2 {
+            want.extend(encode(&[1, 0, 2, 0, 3, 0, 200, 0]));
+        }
+        want.extend(encode(&[32; 8]));
+        want.extend(RUN_MARKER);
+        want.push(1);
+        want.extend(encode(&[5, 0, 6, 0]));
+        assert_eq!(out, want);
+        let n = strings.len() as u64;
+        let (mut r, mut pos, mut back) = (StringRunReader::default(), 0, Vec::new());
+        for _ in 0..n {
+            r.run(&out, &mut pos, n).expect("run");
+            back.push(r.next(&out, &mut pos).expect("string"));
+        }
+        assert_eq!((back, pos), (strings, out.len()));
+        // After one group: runs of 0 groups, and of more than the 4 strings left.
+        for (count, run) in [(8, 0u8), (8, 2), (7, 1)] {
+            let mut s = encode(&[1; 8]);
+            s.extend(RUN_MARKER);
+            s.push(run);
+            let (mut r, mut pos) = (StringRunReader::default(), 0);
+            for _ in 0..4 {
+                r.next(&s, &mut pos).expect("first group");
+            }
+            assert_eq!(
+                r.run(&s, &mut pos, count),
+                Err(RunError::BadRun(u64::from(run)))
+            );
+        }
+    }
+
     #[test]
     fn round_trips_and_lengths() {
         let words = [
