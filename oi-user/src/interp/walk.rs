@@ -468,6 +468,18 @@ impl Walker<'_> {
             .filter(|t| *t <= MAX_ARRAY_BYTES)
             .ok_or_else(|| corrupt(addr, format!("implausible element count {count}")))?;
         let per_chunk = (CHUNK_BYTES / stride.max(1)).max(1);
+        // Strings whose three words lie in the element go with runs of repeated groups
+        // (`stream::StringRuns`), as the JIT's loop writes them; others one by one.
+        let mut runs = match &self.plan.nodes[elem].op {
+            Op::String(l)
+                if [l.ptr_off, l.len_off, l.cap_off]
+                    .iter()
+                    .all(|off| off.checked_add(8).is_some_and(|e| e <= stride)) =>
+            {
+                Some(stream::StringRuns::default())
+            }
+            _ => None,
+        };
         let mut i = 0;
         while i < count {
             let n = per_chunk.min(count - i);
@@ -479,8 +491,13 @@ impl Walker<'_> {
                 for (j, e) in bytes.chunks_exact(stride as usize).enumerate() {
                     let at = base + j as u64 * stride;
                     let (len, cap) = l.words(at, e).ok_or_else(|| corrupt(at, "string"))?;
-                    stream::push(&mut self.out, len);
-                    stream::push(&mut self.out, cap);
+                    match &mut runs {
+                        Some(r) => r.push(&mut self.out, len, cap),
+                        None => {
+                            stream::push(&mut self.out, len);
+                            stream::push(&mut self.out, cap);
+                        }
+                    }
                 }
                 i += n;
                 continue;
@@ -490,6 +507,9 @@ impl Walker<'_> {
                 self.walk(elem, base + j * stride, e)?;
             }
             i += n;
+        }
+        if let Some(r) = &mut runs {
+            r.finish(&mut self.out);
         }
         Ok(())
     }

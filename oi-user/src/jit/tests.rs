@@ -623,6 +623,69 @@ fn jit_strings_sso_and_heap() {
     assert_eq!(s[0][1..], [0, 0], "no elements, no capacity");
 }
 
+/// The stream's runs of repeated string groups (`plan::stream::StringRuns`): runs, a run
+/// ended by a different group and by a long group, a long group repeated (never a run), and
+/// a run at the vector's end, with and without strings after the last group. The JIT's bytes
+/// are the interpreter's (also when the output's room runs short inside a run), and they
+/// decode to the fixture's own lengths and capacities, string by string.
+#[test]
+fn jit_string_runs_decode_to_the_fixture_strings() {
+    use crate::plan::stream as words;
+    // SAFETY: the fixture's `string_words_at(vector, i, out[2])`.
+    let words_at: extern "C" fn(u64, i32, *mut u64) =
+        unsafe { std::mem::transmute(sym("string_words_at")) };
+    let m = measurer("probe_strings", &["arg0"], &[]);
+    let kinds = 33;
+    // Runs per vector, from the kinds "aaaaaaaaaa bbbbb l bbbbb llc aaaaaaaaa": 'a' ×10
+    // one run; 'b' ×5 one (after an 'a' group, written); a long group ends it, and 'b' ×5
+    // after it is one more; 'l' 'l' 'c' none; 'a' ×9 one, at the vector's end or (three
+    // rounds of kinds) going on into the next round's 'a' ×10.
+    for (n, want_runs) in [
+        (4 * kinds, 4),
+        (4 * kinds + 3, 4),
+        (40, 1),
+        (41, 1),
+        (38, 1),
+        (64, 2),
+        (4 * 3 * kinds + 2, 10),
+    ] {
+        let v = make_n("run_strings", n);
+        same("probe_strings", &["arg0"], &[], &[v]);
+        let (_, want) = interp(&m, &[v]).expect("interp");
+        let s = &want[0];
+        // The vector's address, length and capacity, then its strings.
+        let mut pos = 0;
+        let head: Vec<u64> = (0..3).map(|_| words::read(s, &mut pos).unwrap()).collect();
+        assert_eq!((head[0], head[1]), (v, n as u64), "n = {n}");
+        let mut reader = words::StringRunReader::default();
+        let mut runs = 0;
+        for i in 0..n {
+            runs += u64::from(reader.run(s, &mut pos, n as u64).expect("run") > 0);
+            let got = reader.next(s, &mut pos).expect("string");
+            let mut lc = [0u64; 2];
+            words_at(v, i, lc.as_mut_ptr());
+            assert_eq!(got, (lc[0], lc[1]), "n = {n}, string {i}");
+        }
+        assert_eq!(pos, s.len(), "n = {n}: nothing after the strings");
+        assert_eq!(runs, want_runs, "n = {n}: runs");
+        assert!(
+            s.len() < 2 * n as usize,
+            "n = {n}: runs make the stream shorter"
+        );
+        // Every buffer size from the stream's own to 200 bytes more: the unchecked groups
+        // hand over to checked ones at every place, in and out of runs.
+        let code = Mapped::new(&compile(m.plan(), &[0]).expect("compile"));
+        let need = 8 + s.len();
+        for len in need..need + 200 {
+            let mut r = Run::new(&[v], len);
+            assert_eq!(r.go(&code, len), STATUS_DONE, "n = {n}, out_len {len}");
+            assert_eq!(r.streams(1), want, "n = {n}, out_len {len}");
+        }
+    }
+    // Small buffers: STATUS_FULL with the size the stream needs.
+    full_sweep("probe_strings", &[], make_n("run_strings", 4 * kinds + 3));
+}
+
 /// The fixture's `SmallVec`, described as a user would (README "Describing containers"),
 /// with expressions that exercise the operators the JIT compiles.
 pub(crate) const SMALLVEC_TOML: &str = r#"

@@ -11,12 +11,172 @@
 //! an owned pointer of a `vector<unique_ptr<T>>` or a protobuf `RepeatedPtrField` takes one
 //! or two bytes instead of seven (issue 18), and null stays one byte.
 //!
+//! The strings of a vector (`vector<string>`, whose string layout has its pointer, length
+//! and capacity inside the element) go in groups of [`STRING_GROUP`] from the first
+//! ([`StringRuns`]): a group whose eight words are all below 128 and equal to the group
+//! written just before it is not written; such groups are counted, and where their run ends
+//! (a different group, the last group) the stream has [`RUN_MARKER`] and the count as a word.
+//! The marker is the two bytes of 0 written overlong, which no word of the stream is, and it
+//! stands only where a group would start, after the vector's first group. The strings after
+//! the last whole group are written one by one. A vector of a million alike strings thus
+//! takes a dozen bytes, and the JIT's loop rewrites one 8-byte word in place instead of
+//! filling fresh stream lines (issue 16); strings of varied lengths take the same two bytes
+//! a string as before.
+//!
 //! The interpreter writes with [`push`], the JIT emits the same bytes (`jit::codegen`), the
 //! decoder reads with [`read`]. Never panics on any input: a word cut short or longer than
 //! ten bytes is an error.
 
 /// Most bytes one word takes.
 pub const MAX_WORD_BYTES: usize = 10;
+
+/// Strings of a vector in a group (see the module's paragraph on runs).
+pub const STRING_GROUP: usize = 4;
+
+/// Where a run of repeated string groups ends: the word 0 in two bytes, never a word's
+/// encoding (a canonical word's last byte is 0 only when it is the only byte).
+pub const RUN_MARKER: [u8; 2] = [0x80, 0x00];
+
+/// A group's eight words (length, capacity per string) as one little-endian word of their
+/// low bytes: the group's bytes in the stream when every word is below 128.
+pub fn pack_group(group: &[(u64, u64); STRING_GROUP]) -> u64 {
+    group.iter().enumerate().fold(0, |g, (i, &(len, cap))| {
+        g | (len & 0xff) << (16 * i) | (cap & 0xff) << (16 * i + 8)
+    })
+}
+
+/// Writes a vector's strings with runs of repeated groups (the module's paragraph): the
+/// interpreter's encoder, which the JIT's loop matches byte for byte.
+#[derive(Debug, Default)]
+pub struct StringRuns {
+    group: [(u64, u64); STRING_GROUP],
+    filled: usize,
+    /// The last group written, when all its words were below 128.
+    last: Option<u64>,
+    /// Groups equal to `last` seen since it was written.
+    run: u64,
+}
+
+impl StringRuns {
+    /// The next string's (length, heap capacity or 0).
+    pub fn push(&mut self, out: &mut Vec<u8>, len: u64, cap: u64) {
+        self.group[self.filled] = (len, cap);
+        self.filled += 1;
+        if self.filled < STRING_GROUP {
+            return;
+        }
+        self.filled = 0;
+        let short = self.group.iter().all(|&(l, c)| (l | c) < 0x80);
+        let g = pack_group(&self.group);
+        if short && self.last == Some(g) {
+            self.run += 1;
+            return;
+        }
+        self.end_run(out);
+        for &(l, c) in &self.group {
+            push(out, l);
+            push(out, c);
+        }
+        self.last = short.then_some(g);
+    }
+
+    /// After the last string: the open run, then the strings after the last whole group.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        self.end_run(out);
+        for &(l, c) in &self.group[..self.filled] {
+            push(out, l);
+            push(out, c);
+        }
+        self.filled = 0;
+    }
+
+    fn end_run(&mut self, out: &mut Vec<u8>) {
+        if self.run > 0 {
+            out.extend_from_slice(&RUN_MARKER);
+            push(out, self.run);
+            self.run = 0;
+        }
+    }
+}
+
+/// Reads a vector's strings as [`StringRuns`] wrote them, one (length, capacity) at a time.
+#[derive(Debug, Default)]
+pub struct StringRunReader {
+    group: [(u64, u64); STRING_GROUP],
+    /// Strings read so far.
+    at: u64,
+    /// Strings left to repeat from `group`.
+    repeat: u64,
+}
+
+/// What went wrong reading a vector's strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunError {
+    Word(ReadError),
+    /// A run of 0 groups, or of more than the vector has left.
+    BadRun(u64),
+}
+
+impl From<ReadError> for RunError {
+    fn from(e: ReadError) -> Self {
+        RunError::Word(e)
+    }
+}
+
+impl StringRunReader {
+    /// A run marker at `*pos`, if the next string starts a group after the first: the
+    /// number of groups it repeats (moved past), bounded by the `count − at` strings left.
+    /// The caller then takes [`StringRunReader::repeat`]'s strings.
+    pub fn run(&mut self, s: &[u8], pos: &mut usize, count: u64) -> Result<u64, RunError> {
+        let boundary =
+            self.at >= STRING_GROUP as u64 && self.at.is_multiple_of(STRING_GROUP as u64);
+        if self.repeat > 0 || !boundary || s.get(*pos..*pos + 2) != Some(&RUN_MARKER[..]) {
+            return Ok(0);
+        }
+        let mut p = *pos + 2;
+        let groups = read(s, &mut p)?;
+        let left = count.saturating_sub(self.at) / STRING_GROUP as u64;
+        if groups == 0 || groups > left {
+            return Err(RunError::BadRun(groups));
+        }
+        *pos = p;
+        self.repeat = groups * STRING_GROUP as u64;
+        Ok(groups)
+    }
+
+    /// The last group read (what a run repeats).
+    pub fn group(&self) -> &[(u64, u64); STRING_GROUP] {
+        &self.group
+    }
+
+    /// Skips the strings of a run that the caller accounted for at once.
+    pub fn skip_run(&mut self) {
+        self.at += self.repeat;
+        self.repeat = 0;
+    }
+
+    /// The next string: from the repeated group, or its two words at `*pos` (after
+    /// [`StringRunReader::run`]).
+    #[inline]
+    pub fn next(&mut self, s: &[u8], pos: &mut usize) -> Result<(u64, u64), ReadError> {
+        let slot = (self.at % STRING_GROUP as u64) as usize;
+        self.at += 1;
+        if self.repeat > 0 {
+            self.repeat -= 1;
+            return Ok(self.group[slot]);
+        }
+        // Short strings (length and capacity below 128): two bytes.
+        let lc = match s.get(*pos..*pos + 2) {
+            Some(&[a, b]) if (a | b) < 0x80 => {
+                *pos += 2;
+                (u64::from(a), u64::from(b))
+            }
+            _ => (read(s, pos)?, read(s, pos)?),
+        };
+        self.group[slot] = lc;
+        Ok(lc)
+    }
+}
 
 /// Appends `w` to `out`.
 #[inline]
@@ -219,6 +379,58 @@ mod tests {
                 let p = PointerDelta { last }.decode(w);
                 assert_eq!(PointerDelta { last }.encode(p), w, "{last:#x} {w:#x}");
             }
+        }
+    }
+
+    /// Strings written with runs read back one by one; a forged run (of no group, or of
+    /// more groups than the strings left) is an error, not a long loop.
+    #[test]
+    fn string_runs_round_trip_and_bad_runs_are_errors() {
+        let a = [(32, 32), (32, 32), (32, 32), (32, 32)];
+        let b = [(1, 0), (2, 0), (3, 0), (200, 0)];
+        let mut strings: Vec<(u64, u64)> = Vec::new();
+        for group in [a, a, a, b, b, a, a] {
+            strings.extend(group);
+        }
+        strings.extend([(5, 0), (6, 0)]);
+        let mut out = Vec::new();
+        let mut w = StringRuns::default();
+        for &(l, c) in &strings {
+            w.push(&mut out, l, c);
+        }
+        w.finish(&mut out);
+        // a, run of 2, b (long: twice), a, run of 1, the last two strings.
+        let mut want = encode(&[32; 8]);
+        want.extend(RUN_MARKER);
+        want.push(2);
+        for _ in 0..2 {
+            want.extend(encode(&[1, 0, 2, 0, 3, 0, 200, 0]));
+        }
+        want.extend(encode(&[32; 8]));
+        want.extend(RUN_MARKER);
+        want.push(1);
+        want.extend(encode(&[5, 0, 6, 0]));
+        assert_eq!(out, want);
+        let n = strings.len() as u64;
+        let (mut r, mut pos, mut back) = (StringRunReader::default(), 0, Vec::new());
+        for _ in 0..n {
+            r.run(&out, &mut pos, n).expect("run");
+            back.push(r.next(&out, &mut pos).expect("string"));
+        }
+        assert_eq!((back, pos), (strings, out.len()));
+        // After one group: runs of 0 groups, and of more than the 4 strings left.
+        for (count, run) in [(8, 0u8), (8, 2), (7, 1)] {
+            let mut s = encode(&[1; 8]);
+            s.extend(RUN_MARKER);
+            s.push(run);
+            let (mut r, mut pos) = (StringRunReader::default(), 0);
+            for _ in 0..4 {
+                r.next(&s, &mut pos).expect("first group");
+            }
+            assert_eq!(
+                r.run(&s, &mut pos, count),
+                Err(RunError::BadRun(u64::from(run)))
+            );
         }
     }
 

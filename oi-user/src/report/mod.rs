@@ -115,6 +115,25 @@ pub trait Sink {
     }
 }
 
+/// The decoder's bound on a string's capacity word (the walkers' too).
+fn check_string_capacity(cap: u64) -> Result<(), ReportError> {
+    if cap > MAX_BYTES {
+        return Err(ReportError::Corrupt(format!(
+            "implausible string capacity {cap}"
+        )));
+    }
+    Ok(())
+}
+
+fn run_error(e: words::RunError) -> ReportError {
+    match e {
+        words::RunError::Word(e) => stream_error(e),
+        words::RunError::BadRun(n) => {
+            ReportError::Corrupt(format!("implausible run of {n} string groups"))
+        }
+    }
+}
+
 fn stream_error(e: words::ReadError) -> ReportError {
     match e {
         words::ReadError::Truncated => ReportError::Truncated,
@@ -167,6 +186,7 @@ pub fn size_root<'a>(
         unions: 0,
         union_memo: Vec::new(),
         pointers: words::PointerDelta::default(),
+        vector_string: None,
     };
     measure.node(root, None)?;
     let sizes = std::mem::take(&mut measure.sizes);
@@ -198,6 +218,7 @@ impl Sized<'_> {
             unions: 0,
             union_memo: Vec::new(),
             pointers: words::PointerDelta::default(),
+            vector_string: None,
         };
         print.node(self.root, None)?;
         Ok(())
@@ -221,6 +242,7 @@ pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, Repor
         unions: 0,
         union_memo: Vec::new(),
         pointers: words::PointerDelta::default(),
+        vector_string: None,
     };
     d.node(root, None)
 }
@@ -346,6 +368,8 @@ struct Decoder<'a, 's> {
     union_memo: Vec<Option<u64>>,
     /// The last pointer of a pointer node, against which the next one was written.
     pointers: words::PointerDelta,
+    /// The words of the next string of a vector of strings, read by `print_children`.
+    vector_string: Option<(u64, u64)>,
 }
 
 impl<'a> Decoder<'a, '_> {
@@ -584,7 +608,11 @@ impl<'a> Decoder<'a, '_> {
                 (e, Children::Two(key.1, value.1))
             }
             Op::String(l) => {
-                let (len, cap) = (self.word()?, self.bounded(MAX_BYTES, "string capacity")?);
+                // An element of a vector of strings was read by `print_children`.
+                let (len, cap) = match self.vector_string.take() {
+                    Some(lc) => lc,
+                    None => (self.word()?, self.bounded(MAX_BYTES, "string capacity")?),
+                };
                 let (e, l, c) = l.account(len, cap);
                 lc = Some((l, c));
                 (e, Children::None)
@@ -768,33 +796,27 @@ impl<'a> Decoder<'a, '_> {
                             "nested deeper than {MAX_DEPTH} levels"
                         )));
                     }
-                    // Each string is at least two bytes: a count the stream cannot hold is
-                    // cut short before the loop runs it.
-                    let left = (self.stream.len() - self.pos.min(self.stream.len())) as u64;
-                    if count.saturating_mul(2) > left {
-                        return Err(ReportError::Truncated);
-                    }
                     let (s, mut pos) = (self.stream, self.pos);
+                    let mut reader = words::StringRunReader::default();
                     let mut t = 0u64;
-                    for _ in 0..*count {
-                        // Short strings (length and capacity below 128): two bytes.
-                        let (len, cap) = match s.get(pos..pos + 2) {
-                            Some(&[a, b]) if (a | b) < 0x80 => {
-                                pos += 2;
-                                (u64::from(a), u64::from(b))
-                            }
-                            _ => {
-                                let len = words::read(s, &mut pos).map_err(stream_error)?;
-                                let cap = words::read(s, &mut pos).map_err(stream_error)?;
-                                (len, cap)
-                            }
-                        };
-                        if cap > MAX_BYTES {
-                            return Err(ReportError::Corrupt(format!(
-                                "implausible string capacity {cap}"
-                            )));
+                    let mut i = 0;
+                    while i < *count {
+                        // A run of repeated groups is sized at once: its group's size times
+                        // the run.
+                        let groups = reader.run(s, &mut pos, *count).map_err(run_error)?;
+                        if groups > 0 {
+                            let group = reader.group().iter().fold(0u64, |g, &(len, cap)| {
+                                g.saturating_add(l.account(len, cap).0)
+                            });
+                            t = t.saturating_add(group.saturating_mul(groups));
+                            reader.skip_run();
+                            i += groups * words::STRING_GROUP as u64;
+                            continue;
                         }
+                        let (len, cap) = reader.next(s, &mut pos).map_err(stream_error)?;
+                        check_string_capacity(cap)?;
                         t = t.saturating_add(l.account(len, cap).0);
+                        i += 1;
                     }
                     self.pos = pos;
                     t
@@ -821,6 +843,26 @@ impl<'a> Decoder<'a, '_> {
             Children::Two(a, b) => {
                 self.node(*a, None)?;
                 self.node(*b, None)?;
+            }
+            Children::Repeat(id, count)
+                if self.plan.nodes[*id].dynamic
+                    && matches!(self.plan.nodes[*id].op, Op::String(_)) =>
+            {
+                // Strings with runs of repeated groups (`stream::StringRuns`): each is read
+                // here and handed to `node` (its header takes it), a repeated one from the
+                // run's group.
+                let mut reader = words::StringRunReader::default();
+                for _ in 0..*count {
+                    reader
+                        .run(self.stream, &mut self.pos, *count)
+                        .map_err(run_error)?;
+                    let (len, cap) = reader
+                        .next(self.stream, &mut self.pos)
+                        .map_err(stream_error)?;
+                    check_string_capacity(cap)?;
+                    self.vector_string = Some((len, cap));
+                    self.node(*id, None)?;
+                }
             }
             Children::Repeat(id, count) => {
                 let alike = !self.plan.nodes[*id].dynamic;

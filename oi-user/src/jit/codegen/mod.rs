@@ -60,7 +60,7 @@ use crate::describe::compile::{Chains, DescribedArray, Swiss};
 use crate::describe::expr::{BinOp, Expr, UnOp};
 use crate::interp::heap::MAX_HEAPS;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DESCRIBED_HEAP, MAX_ELEMENTS, VISITED_CAPACITY};
-use crate::plan::stream::MAX_WORD_BYTES;
+use crate::plan::stream::{MAX_WORD_BYTES, RUN_MARKER};
 use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
 
 mod body;
@@ -82,8 +82,9 @@ use visited::{gen_block, gen_visit};
 
 /// Largest single read the interpreter agrees to make (its `MAX_ARRAY_BYTES`).
 const MAX_READ: u64 = 1 << 30;
-/// Strings an iteration of `vector<string>`'s unchecked loop (2 or 4).
-const STRING_GROUP: u64 = 4;
+/// Strings an iteration of `vector<string>`'s loops: a group of the stream's runs (its
+/// eight short words are one 64-bit word).
+const STRING_GROUP: u64 = crate::plan::stream::STRING_GROUP as u64;
 /// Most node walks inlined into one function before children become calls (code size).
 const INLINE_BUDGET: u32 = 48;
 /// Most red-black (1 KiB) and b-tree (640 B) descent stacks in one function's frame.

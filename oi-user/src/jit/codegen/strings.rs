@@ -1,7 +1,16 @@
 //! `std::string` and arrays of strings: the SSO check, and `vector<string>`'s unrolled loop
-//! that writes each string's length and capacity as one two-byte store while both are small.
+//! that writes a group of four strings as one 8-byte word while their words are small, and
+//! counts a group equal to the last one in a register instead of writing it (the stream's
+//! runs, `plan::stream::StringRuns`).
 
 use super::*;
+
+/// Most bytes a run's end takes: its marker and a ten-byte count.
+const RUN_END_BYTES: u64 = RUN_MARKER.len() as u64 + MAX_WORD_BYTES as u64;
+/// Room the unchecked group loop needs before a group: a run's end, then eight ten-byte words.
+const GROUP_ROOM: u64 = RUN_END_BYTES + 2 * STRING_GROUP * MAX_WORD_BYTES as u64;
+/// Most bytes a short group moves the cursor: a run's end and its 8-byte word.
+const GROUP_STEP: u64 = RUN_END_BYTES + 2 * STRING_GROUP;
 
 impl Gen<'_, '_> {
     /// `StringLayout::words`: `len, heap_capacity`.
@@ -103,14 +112,21 @@ impl Gen<'_, '_> {
         (sum, max)
     }
 
-    /// The hot loop of `vector<string>` (the interpreter's fast path too): while the output
-    /// has room for the elements at their longest (two ten-byte words each), stores need no
-    /// check. [`STRING_GROUP`] strings an iteration: two compares (elements left, room left),
-    /// then per string its loads and a two-byte store of (length, capacity) as if both were
-    /// below 128, and one compare for the group that they were (else the group is written
-    /// again word by word, over those bytes); then one string an iteration for the last.
-    /// With sizes, the heap capacities are summed in registers and added once. The last
-    /// elements, once the room is short, are emitted checked.
+    /// The hot loop of `vector<string>` (the interpreter's fast path too), writing the
+    /// stream's runs of repeated groups (`plan::stream::StringRuns`). While the output has
+    /// room for a group at its longest (a run's end, then eight ten-byte words), stores
+    /// need no check. [`STRING_GROUP`] strings an iteration: one compare (against a bound
+    /// of groups that have room), then per string its loads, its two bytes stored at the
+    /// cursor, and a branch to the long path if a word is 128 or more; then the group's
+    /// eight bytes packed into one word `G`. When `G` equals the last group written, the
+    /// cursor stays (the next group's stores rewrite the same eight bytes, a line in the
+    /// cache) and the group counts in a register; the run's marker and count are written
+    /// where it ends. Else the cursor moves past the bytes already in place (after a run's
+    /// end, `G` is stored again past the marker). A vector of alike strings thus fills no
+    /// stream line at all. When the room runs short, the groups go on with checked stores
+    /// (the same bytes: the stream does not depend on the buffer's size); the strings after
+    /// the last group go one at a time. With sizes, the heap capacities are summed in
+    /// registers and added once.
     pub(super) fn string_array(
         &mut self,
         l: &StringLayout,
@@ -119,6 +135,7 @@ impl Gen<'_, '_> {
         stride: u64,
     ) -> G {
         const K: u64 = STRING_GROUP;
+        let group_step = (K * stride) as i64;
         let bytes = self.b.ins().imul_imm_s(n, stride as i64);
         let stop = self.b.ins().iadd(start, bytes);
         // A group starts below `stop - (K-1)·stride`. Saturated at 0: the empty vector that
@@ -129,15 +146,15 @@ impl Gen<'_, '_> {
         let floor = self.b.ins().umax(stop, tail_v);
         let last_group = self.b.ins().iadd_imm_s(floor, -(tail as i64));
         let w = 2 * MAX_WORD_BYTES as i64;
-        // Room limits for one and for a group of elements; an `end` below a group's longest
-        // (no real buffer) has none.
+        // Room limits for one string and for a group; an `end` below a group's longest (no
+        // real buffer) has none.
         let end = self.end;
         let zero = self.c(0);
         let (lim1, limk) = if self.reg.stream {
-            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, K * w as u64);
+            let big = self.icmp_imm(IntCC::UnsignedGreaterThanOrEqual, end, GROUP_ROOM);
             let l1 = self.b.ins().iadd_imm_s(end, -w);
             let lim1 = self.b.ins().select(big, l1, zero);
-            let lk = self.b.ins().iadd_imm_s(end, -(K as i64) * w);
+            let lk = self.b.ins().iadd_imm_s(end, -(GROUP_ROOM as i64));
             let limk = self.b.ins().select(big, lk, zero);
             (lim1, limk)
         } else {
@@ -145,15 +162,29 @@ impl Gen<'_, '_> {
             let all = self.c(u64::MAX);
             (all, all)
         };
+        // The last group written, when it was not short: no short group's word (its bytes
+        // are below 0x80).
+        let none = self.c(u64::MAX);
         let cur = self.b.use_var(self.cur);
         let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
-        let args5 = |vs: [Value; 5]| vs.map(BlockArg::Value);
+        let args7 = |vs: [Value; 7]| vs.map(BlockArg::Value);
 
-        // (element, cursor, sum of heap capacities, largest capacity[, last group's bound])
+        // Groups: (element, cursor, sum of heap capacities, largest capacity, bound, last
+        // group written, groups in the run).
         let head_k = self.b.create_block();
         let body_k = self.b.create_block();
-        let store_k = self.b.create_block();
+        let short_k = self.b.create_block();
+        let lit_k = self.b.create_block();
+        let mark_k = self.b.create_block();
         let long_k = self.b.create_block();
+        let long_mark = self.b.create_block();
+        let long_words = self.b.create_block();
+        let out_k = self.b.create_block();
+        let rebound = self.b.create_block();
+        let finish = self.b.create_block();
+        let finish_mark = self.b.create_block();
+        let checked = self.b.create_block();
+        // One at a time: (element, cursor, sum, largest).
         let head = self.b.create_block();
         let check = self.b.create_block();
         let body = self.b.create_block();
@@ -163,77 +194,166 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let spill = self.b.create_block();
         let join = self.b.create_block();
-        let [pk, qk, sumk, maxk, bk] = [(); 5].map(|()| self.b.append_block_param(head_k, I64));
+        let [pk, qk, sumk, maxk, bk, gk, rk] =
+            [(); 7].map(|()| self.b.append_block_param(head_k, I64));
+        let [po, qo, sumo, maxo, go, ro] = [(); 6].map(|()| self.b.append_block_param(out_k, I64));
         let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
         let qn = self.b.append_block_param(next, I64);
         let bound = self.group_bound(start, cur, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args5([start, cur, zero, zero, bound]));
+            .jump(head_k, &args7([start, cur, zero, zero, bound, none, zero]));
 
-        // Groups: one compare, against the bound of groups that have room at two bytes a
-        // string (what a fast group writes); a long group computes the bound again.
         self.b.switch_to_block(head_k);
         let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, bk);
-        self.b
-            .ins()
-            .brif(group, body_k, &[], head, &args([pk, qk, sumk, maxk]));
+        self.b.ins().brif(
+            group,
+            body_k,
+            &[],
+            out_k,
+            &[pk, qk, sumk, maxk, gk, rk].map(BlockArg::Value),
+        );
         self.b.switch_to_block(body_k);
-        // Each string's two bytes are stored as soon as it is loaded, before anyone knows
-        // that they are right (the room is there for the group at its longest): its values
-        // die at once instead of living until a store after the branch (cranelift computes
-        // a pure value where it is first used; eight of them and the loop's do not fit in
-        // registers). If a word turns out to need two bytes or more, the long path writes
-        // the group again from the same cursor, over them. Fewer, wider stores (one 16-bit
-        // store a string, one 8-byte word a group) were measured no faster: what the stores
-        // cost is the fresh stream lines they fill, not their number (README, Performance).
-        let mut all = None;
+        // Each string's two bytes are stored at the cursor as soon as it is loaded, and a
+        // word of 128 or more leaves for the long path at once: both are side effects, so
+        // Cranelift computes the string's values there and they die, where a pure value is
+        // computed where it is first used (all twelve words of a group live at its end did
+        // not fit in registers). In a run the stores rewrite the same eight bytes after the
+        // cursor, a line in the cache; a group written is already in place.
         let mut caps = Vec::with_capacity(K as usize);
+        let mut pairs = Vec::with_capacity(K as usize);
         for i in 0..K {
             let (len, cap) = self.load_string(l, pk, i * stride);
             caps.push(cap);
-            if self.reg.stream {
-                self.b.ins().istore8(trusted(), len, qk, 2 * i as i32);
-                self.b.ins().istore8(trusted(), cap, qk, 2 * i as i32 + 1);
+            if !self.reg.stream {
+                continue;
             }
+            let hi = self.b.ins().ishl_imm_s(cap, 8);
+            let pair = self.b.ins().bor(len, hi);
+            self.b.ins().istore16(trusted(), pair, qk, 2 * i as i32);
+            pairs.push(pair);
             let either = self.b.ins().bor(len, cap);
-            all = Some(match all {
-                Some(a) => self.b.ins().bor(a, either),
-                None => either,
+            let small = self.icmp_imm(IntCC::UnsignedLessThan, either, 0x80);
+            let next_string = self.b.create_block();
+            self.b
+                .ins()
+                .brif(small, next_string, &[], long_k, &[BlockArg::Value(pk)]);
+            self.b.switch_to_block(next_string);
+        }
+        let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
+        let pn = self.b.ins().iadd_imm_s(pk, group_step);
+        if !self.reg.stream {
+            // Nothing to write: the group is its capacities.
+            self.b
+                .ins()
+                .jump(head_k, &args7([pn, qk, sumkb, maxkb, bk, gk, rk]));
+        } else {
+            self.b.ins().jump(short_k, &[]);
+        }
+        // Short: the same group again is counted, another is written (its bytes are in
+        // place unless a run's end goes first).
+        self.b.switch_to_block(short_k);
+        let mut g = None;
+        for (i, &pair) in pairs.iter().enumerate() {
+            g = Some(match g {
+                Some(g) => {
+                    let up = self.b.ins().ishl_imm_s(pair, 16 * i as i64);
+                    self.b.ins().bor(g, up)
+                }
+                None => pair,
             });
         }
-        let all = all.expect("K > 0");
-        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
-        let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
+        let g = g.unwrap_or(gk);
+        let same = self.b.ins().icmp(IntCC::Equal, g, gk);
+        let r1 = self.b.ins().iadd_imm_s(rk, 1);
+        self.b.ins().brif(
+            same,
+            head_k,
+            &args7([pn, qk, sumkb, maxkb, bk, gk, r1]),
+            lit_k,
+            &[],
+        );
+        self.b.switch_to_block(lit_k);
+        let q8 = self.b.ins().iadd_imm_s(qk, 2 * K as i64);
+        self.b.ins().brif(
+            rk,
+            mark_k,
+            &[],
+            head_k,
+            &args7([pn, q8, sumkb, maxkb, bk, g, zero]),
+        );
+        self.b.switch_to_block(mark_k);
+        let qm = self.run_end_unchecked(rk, qk);
+        if self.reg.stream {
+            self.b.ins().store(trusted(), g, qm, 0);
+        }
+        let q8 = self.b.ins().iadd_imm_s(qm, 2 * K as i64);
         self.b
             .ins()
-            .brif(small, store_k, &[], long_k, &[BlockArg::Value(pk)]);
-        self.b.switch_to_block(store_k);
-        let fast = if self.reg.stream {
-            self.b.ins().iadd_imm_s(qk, 2 * K as i64)
-        } else {
-            qk
-        };
-        let pn = self.b.ins().iadd_imm_s(pk, (K * stride) as i64);
-        self.b
-            .ins()
-            .jump(head_k, &args5([pn, fast, sumkb, maxkb, bk]));
-        // A word of two bytes or more (rare): the strings loaded again, word by word, from
-        // a pointer that is a block parameter, so that none of the fast path's values (the
-        // objects' addresses) is shared with this path and kept alive across the branch.
+            .jump(head_k, &args7([pn, q8, sumkb, maxkb, bk, g, zero]));
+        // A word of two bytes or more (rare): the run's end, then the strings loaded again,
+        // word by word, from a pointer that is a block parameter, so that none of the fast
+        // path's values (the objects' addresses) is shared with this path and kept alive
+        // across the branch.
         self.b.switch_to_block(long_k);
         let pl = self.b.append_block_param(long_k, I64);
-        let mut at = qk;
+        self.b
+            .ins()
+            .brif(rk, long_mark, &[], long_words, &[BlockArg::Value(qk)]);
+        self.b.switch_to_block(long_mark);
+        let qm = self.run_end_unchecked(rk, qk);
+        self.b.ins().jump(long_words, &[BlockArg::Value(qm)]);
+        self.b.switch_to_block(long_words);
+        let mut at = self.b.append_block_param(long_words, I64);
+        let mut long_caps = Vec::with_capacity(K as usize);
         for i in 0..K {
             let (len, cap) = self.load_string(l, pl, i * stride);
+            long_caps.push(cap);
             at = self.varint_unchecked(len, at);
             at = self.varint_unchecked(cap, at);
         }
-        let pn = self.b.ins().iadd_imm_s(pl, (K * stride) as i64);
+        // The group's capacities as the path read them (it may leave before the fast
+        // path's last string).
+        let (sum_l, max_l) = self.sum_max(sumk, maxk, &long_caps);
+        let pn = self.b.ins().iadd_imm_s(pl, group_step);
         let bound = self.group_bound(pn, at, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args5([pn, at, sumkb, maxkb, bound]));
+            .jump(head_k, &args7([pn, at, sum_l, max_l, bound, none, zero]));
+
+        // Out of the groups' bound: groups left (the bound counted cursor room, and a run
+        // does not move the cursor), or the room short, or the last group done.
+        self.b.switch_to_block(out_k);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, po, last_group);
+        self.b.ins().brif(more, rebound, &[], finish, &[]);
+        self.b.switch_to_block(rebound);
+        let nb = self.group_bound(po, qo, limk, last_group, stride);
+        let room = self.b.ins().icmp(IntCC::UnsignedGreaterThan, nb, po);
+        self.b.ins().brif(
+            room,
+            head_k,
+            &args7([po, qo, sumo, maxo, nb, go, ro]),
+            checked,
+            &[],
+        );
+        self.b.switch_to_block(finish);
+        self.b
+            .ins()
+            .brif(ro, finish_mark, &[], head, &args([po, qo, sumo, maxo]));
+        self.b.switch_to_block(finish_mark);
+        let qm = self.run_end_unchecked(ro, qo);
+        self.b.ins().jump(head, &args([po, qm, sumo, maxo]));
+
+        // The room ran short inside the groups: the rest with checked stores.
+        self.b.switch_to_block(checked);
+        self.b.def_var(self.cur, qo);
+        if self.reg.sizes {
+            let walked = self.b.ins().isub(po, start);
+            let walked = self.div(walked, stride);
+            self.tally_strings(l, walked, sumo, maxo, start);
+        }
+        self.checked_groups(l, po, stop, last_group, go, ro, stride)?;
+        self.b.ins().jump(join, &[]);
 
         // One at a time.
         self.b.switch_to_block(head);
@@ -272,7 +392,7 @@ impl Gen<'_, '_> {
         self.tally_strings(l, n, sum, max, start);
         self.b.ins().jump(join, &[]);
 
-        // The room ran short at element `p`: the rest, checked.
+        // The room ran short at element `p` (after the groups): the rest, checked.
         self.b.switch_to_block(spill);
         self.b.def_var(self.cur, q);
         if self.reg.sizes {
@@ -280,6 +400,153 @@ impl Gen<'_, '_> {
             let walked = self.div(walked, stride);
             self.tally_strings(l, walked, sum, max, start);
         }
+        self.checked_strings(l, p, stop, stride)?;
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(join);
+        Ok(())
+    }
+
+    /// The [`STRING_GROUP`] strings from `p`: the OR of their words (below 128 iff all
+    /// are), the word `G` of their low bytes (`plan::stream::pack_group`), their heap
+    /// capacities.
+    fn load_group(
+        &mut self,
+        l: &StringLayout,
+        p: Value,
+        stride: u64,
+    ) -> (Value, Value, Vec<Value>) {
+        let mut all = None;
+        let mut g = None;
+        let mut caps = Vec::with_capacity(STRING_GROUP as usize);
+        for i in 0..STRING_GROUP {
+            let (len, cap) = self.load_string(l, p, i * stride);
+            caps.push(cap);
+            let either = self.b.ins().bor(len, cap);
+            all = Some(match all {
+                Some(a) => self.b.ins().bor(a, either),
+                None => either,
+            });
+            if self.reg.stream {
+                let hi = self.b.ins().ishl_imm_s(cap, 8);
+                let pair = self.b.ins().bor(len, hi);
+                g = Some(match g {
+                    Some(g) => {
+                        let up = self.b.ins().ishl_imm_s(pair, 16 * i as i64);
+                        self.b.ins().bor(g, up)
+                    }
+                    None => pair,
+                });
+            }
+        }
+        let all = all.expect("a group has strings");
+        let g = g.unwrap_or(all);
+        (all, g, caps)
+    }
+
+    /// A run's end at `q`, known to have room: the marker, then the groups it repeats.
+    fn run_end_unchecked(&mut self, run: Value, q: Value) -> Value {
+        if !self.reg.stream {
+            return q;
+        }
+        let marker = self.c(u64::from(u16::from_le_bytes(RUN_MARKER)));
+        self.b.ins().istore16(trusted(), marker, q, 0);
+        let q2 = self.b.ins().iadd_imm_s(q, RUN_MARKER.len() as i64);
+        self.varint_unchecked(run, q2)
+    }
+
+    /// A run's end at the cursor, each byte stored where it fits (`Gen::varint`).
+    fn run_end_checked(&mut self, run: Value) {
+        if !self.reg.stream {
+            return;
+        }
+        for byte in RUN_MARKER {
+            let cur = self.b.use_var(self.cur);
+            let fits = self.b.ins().icmp(IntCC::UnsignedLessThan, cur, self.end);
+            let store = self.b.create_block();
+            let join = self.b.create_block();
+            self.b.ins().brif(fits, store, &[], join, &[]);
+            self.b.switch_to_block(store);
+            let v = self.c(u64::from(byte));
+            self.b.ins().istore8(trusted(), v, cur, 0);
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+            let next = self.b.ins().iadd_imm_s(cur, 1);
+            self.b.def_var(self.cur, next);
+        }
+        self.varint(run);
+    }
+
+    /// The groups from `p` on with checked stores, continuing the run state of the
+    /// unchecked loop (the last group written `last`, `run` groups since), then the strings
+    /// after the last group: the bytes the unchecked loop would have written, so that a
+    /// walk that ran out of room reports the size the next walk writes.
+    #[allow(clippy::too_many_arguments)]
+    fn checked_groups(
+        &mut self,
+        l: &StringLayout,
+        p: Value,
+        stop: Value,
+        last_group: Value,
+        last: Value,
+        run: Value,
+        stride: u64,
+    ) -> G {
+        let head = self.b.create_block();
+        let body = self.b.create_block();
+        let lit = self.b.create_block();
+        let mark = self.b.create_block();
+        let words = self.b.create_block();
+        let out = self.b.create_block();
+        let out_mark = self.b.create_block();
+        let rest = self.b.create_block();
+        let [x, gc, rc, s2, m2] = [(); 5].map(|()| self.b.append_block_param(head, I64));
+        let zero = self.c(0);
+        let none = self.c(u64::MAX);
+        let a5 = |vs: [Value; 5]| vs.map(BlockArg::Value);
+        self.b.ins().jump(head, &a5([p, last, run, zero, zero]));
+        self.b.switch_to_block(head);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, x, last_group);
+        self.b.ins().brif(more, body, &[], out, &[]);
+        self.b.switch_to_block(body);
+        let (all, g, caps) = self.load_group(l, x, stride);
+        let (s2b, m2b) = self.sum_max(s2, m2, &caps);
+        let xn = self.b.ins().iadd_imm_s(x, (STRING_GROUP * stride) as i64);
+        let small = self.icmp_imm(IntCC::UnsignedLessThan, all, 0x80);
+        let same = self.b.ins().icmp(IntCC::Equal, g, gc);
+        let repeat = self.b.ins().band(small, same);
+        let r1 = self.b.ins().iadd_imm_s(rc, 1);
+        self.b
+            .ins()
+            .brif(repeat, head, &a5([xn, gc, r1, s2b, m2b]), lit, &[]);
+        self.b.switch_to_block(lit);
+        self.b.ins().brif(rc, mark, &[], words, &[]);
+        self.b.switch_to_block(mark);
+        self.run_end_checked(rc);
+        self.b.ins().jump(words, &[]);
+        self.b.switch_to_block(words);
+        for i in 0..STRING_GROUP {
+            let (len, cap) = self.load_string(l, x, i * stride);
+            self.varint(len);
+            self.varint(cap);
+        }
+        let last = self.b.ins().select(small, g, none);
+        self.b.ins().jump(head, &a5([xn, last, zero, s2b, m2b]));
+        self.b.switch_to_block(out);
+        self.b.ins().brif(rc, out_mark, &[], rest, &[]);
+        self.b.switch_to_block(out_mark);
+        self.run_end_checked(rc);
+        self.b.ins().jump(rest, &[]);
+        self.b.switch_to_block(rest);
+        if self.reg.sizes {
+            let walked = self.b.ins().isub(x, p);
+            let walked = self.div(walked, stride);
+            self.tally_strings(l, walked, s2, m2, p);
+        }
+        self.checked_strings(l, x, stop, stride)
+    }
+
+    /// The strings from `p` to `stop`, one at a time with checked stores.
+    fn checked_strings(&mut self, l: &StringLayout, p: Value, stop: Value, stride: u64) -> G {
         let left = self.b.ins().isub(stop, p);
         let left = self.div(left, stride);
         let layout = *l;
@@ -287,15 +554,14 @@ impl Gen<'_, '_> {
             let off = g.b.ins().imul_imm_s(i, stride as i64);
             let at = g.b.ins().iadd(p, off);
             g.string(&layout, at, stride)
-        })?;
-        self.b.ins().jump(join, &[]);
-        self.b.switch_to_block(join);
-        Ok(())
+        })
     }
 
     /// Where the groups from `p` (cursor `q`) must stop: at `last_group`, or earlier where
-    /// a group written at two bytes a string would start past `limk` (the last cursor with
-    /// room for a group at its longest). Without a stream there is always room.
+    /// a group would start past `limk` (the last cursor with room for a group at its
+    /// longest after a run's end). A short group moves the cursor at most [`GROUP_STEP`]
+    /// bytes (a run's end and its word); a long group computes the bound again. Without a
+    /// stream there is always room.
     fn group_bound(
         &mut self,
         p: Value,
@@ -308,10 +574,11 @@ impl Gen<'_, '_> {
             return last_group;
         }
         let k = STRING_GROUP;
-        // Groups at q, q + 2K, … up to limk: (limk − q) / 2K + 1 of them, none when q > limk.
+        // Groups at q, q + step, … up to limk: (limk − q) / step + 1 of them, none when
+        // q > limk.
         let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, limk);
         let left = self.b.ins().isub(limk, q);
-        let groups = self.div(left, 2 * k);
+        let groups = self.div(left, GROUP_STEP);
         let groups = self.b.ins().iadd_imm_s(groups, 1);
         let span = self.b.ins().imul_imm_s(groups, (k * stride) as i64);
         let reach = self.b.ins().iadd(p, span);

@@ -388,6 +388,34 @@ void* make_varied_strings(int n) {
     return v;
 }
 
+// Groups of four strings by kind, for the stream's runs of repeated groups: 'a' four
+// alike heap strings of 32 characters, 'b' four inline strings of 1 to 4 characters, 'l' a
+// 'b' group whose third string has 200 characters (words of two bytes: a long group), 'c'
+// an 'a' group whose second string has 33. The kinds repeat after the last.
+void* make_run_strings(int n) {
+    static const char kinds[] = "aaaaaaaaaabbbbblbbbbbllcaaaaaaaaa";
+    auto* v = new Strings();
+    v->reserve(n);
+    for (int i = 0; i < n; i++) {
+        char k = kinds[(i / 4) % (sizeof kinds - 1)];
+        int j = i % 4;
+        size_t len = k == 'a' ? 32 : k == 'c' ? (j == 1 ? 33 : 32) : k == 'l' && j == 2 ? 200 : j + 1;
+        v->push_back(std::string(len, char('a' + j)));
+    }
+    return v;
+}
+
+// String i of a vector of strings as the stream has it: its length, and its capacity
+// when on the heap (at least 1), else 0.
+void string_words_at(const void* p, int i, uint64_t* out) {
+    auto& s = (*static_cast<const Strings*>(p))[i];
+    const char* d = s.data();
+    const char* o = reinterpret_cast<const char*>(&s);
+    bool inside = d >= o && d < o + sizeof s;
+    out[0] = s.size();
+    out[1] = inside ? 0 : std::max<uint64_t>(s.capacity(), 1);
+}
+
 // A hand-written walk of a vector of strings (the bench fixture's): the baseline of
 // tests.rs's `string_loop_cost`.
 size_t native_walk_strings(const void* p) {
