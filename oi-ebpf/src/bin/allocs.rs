@@ -39,11 +39,10 @@
 //! compare-and-exchange on its address (no lock, no hash update: a malloc + free pair touches
 //! one slot), and a hash map for the blocks whose slot was taken. A free finds its block in
 //! either, adds its lifetime to its site's histogram and removes it; a free of a block the
-//! table does not hold is an unknown free; a block that does not fit is dropped and counted. Never writes user memory, never stops a thread; every table is bounded and what does
-//! not fit is counted.
+//! table does not hold is an unknown free; a block that does not fit is dropped and counted.
+//! Never writes user memory, never stops a thread; every table is bounded and what does not
+//! fit is counted.
 #![no_std]
-#![allow(internal_features)]
-#![feature(core_intrinsics)]
 #![no_main]
 
 use aya_ebpf::{
@@ -102,8 +101,8 @@ static THREAD_MASK: Global<u32> = Global::new(0);
 /// 1 when thread ids outnumber `THREADS`' slots (`pid_max` above it), so that two live
 /// threads may share a slot: a thread then never takes a slot that holds another thread's
 /// open allocation (the call would be lost uncounted), and its own call is counted as
-/// `THREADS_FULL` instead (see [`may_take`]). 0 when every thread id has its own slot: another owner's open
-/// call is then a dead thread's, and is taken over.
+/// `THREADS_FULL` instead (see [`may_take`]). 0 when every thread id has its own slot:
+/// another owner's open call is then a dead thread's, and is taken over.
 #[unsafe(no_mangle)]
 static SHARED_SLOTS: Global<u32> = Global::new(0);
 /// The size of `LIVE_SLOTS` − 1.
@@ -718,7 +717,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         && !in_live_hash(block)
     {
         // SAFETY: a value of an array map, claimed atomically (see `LIVE_SLOTS`).
-        let held = unsafe { cmpxchg(&raw mut (*slot).addr, 0, block | 1) };
+        let held = unsafe { oi_ebpf::cmpxchg(&raw mut (*slot).addr, 0, block | 1) };
         if held == 0 {
             // SAFETY: as above; the slot is this CPU's until its address is written.
             unsafe {
@@ -874,7 +873,7 @@ fn take_live(ptr: u64) -> Option<Block> {
         unsafe {
             if (*slot).addr == ptr {
                 let b = (*slot).block;
-                if cmpxchg(&raw mut (*slot).addr, ptr, 0) == ptr {
+                if oi_ebpf::cmpxchg(&raw mut (*slot).addr, ptr, 0) == ptr {
                     return Some(b);
                 }
             }
@@ -910,24 +909,6 @@ fn in_live_hash(addr: u64) -> bool {
 fn live_in_hash(n: u64) {
     if let Some(c) = LIVE_IN_HASH.get_ptr_mut(0) {
         add(c, n);
-    }
-}
-
-/// Atomically replaces `*p` by `new` when it is `old`; returns what `*p` held (`old`: done).
-///
-/// # Safety
-/// `p` points into a map value, 8-byte aligned, accessed concurrently only atomically or by
-/// the protocol of `LIVE_SLOTS`.
-#[inline(always)]
-unsafe fn cmpxchg(p: *mut u64, old: u64, new: u64) -> u64 {
-    // SAFETY: as the caller guarantees.
-    unsafe {
-        core::intrinsics::atomic_cxchg::<
-            u64,
-            { core::intrinsics::AtomicOrdering::SeqCst },
-            { core::intrinsics::AtomicOrdering::SeqCst },
-        >(p, old, new)
-        .0
     }
 }
 
