@@ -241,6 +241,12 @@ fn value_of(line: &str, key: &str) -> Option<f64> {
         .ok()
 }
 
+/// The number after `key` anywhere in `line` (`… walk in the target 1.234 ms …`).
+fn value_after(line: &str, key: &str) -> Option<f64> {
+    let (_, rest) = line.split_once(key)?;
+    value_of(rest.trim_start(), "")
+}
+
 /// Figure 1: The pause a sampled call feels, timed by the fixture itself, against the fixture's own
 /// walk of the same object (and, for containers, against its walk writing the same bytes per
 /// element that oi-trace's stream holds). With `--mode jit`, also the walk alone as the stub
@@ -376,20 +382,16 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
             if mode == "jit" {
                 // `oi-trace: sample H of pid P: walk in the target 1.234 ms, pause …` and
                 // `… decoded and printed in 98.7 ms of CPU`.
-                let after = |line: &str, key: &str| {
-                    line.split_once(key)
-                        .and_then(|(_, rest)| value_of(rest.trim_start(), ""))
-                };
                 let walked = median(
                     out.stderr
                         .iter()
-                        .filter_map(|l| after(l, "walk in the target"))
+                        .filter_map(|l| value_after(l, "walk in the target"))
                         .collect(),
                 );
                 let decoded = median(
                     out.stderr
                         .iter()
-                        .filter_map(|l| after(l, "decoded and printed in"))
+                        .filter_map(|l| value_after(l, "decoded and printed in"))
                         .collect(),
                 );
                 if walked.is_nan() || decoded.is_nan() {
@@ -506,12 +508,8 @@ struct SampledCall {
 
 impl SampledCall {
     fn of(line: &str, calls: &[(f64, f64)]) -> Option<Self> {
-        let after = |key: &str| {
-            line.split_once(key)
-                .and_then(|(_, rest)| value_of(rest.trim_start(), ""))
-        };
-        let hit = after("hit at")? * 1e9;
-        let ms = |key: &str| after(key).map(|v| v * 1e6);
+        let hit = value_after(line, "hit at")? * 1e9;
+        let ms = |key: &str| value_after(line, key).map(|v| v * 1e6);
         let (walk, held, walked, resumed) = (
             ms("walk in the target")?,
             ms("held after")?,
