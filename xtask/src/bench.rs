@@ -96,7 +96,10 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
         protobuf::run(quick, &mut figures)?;
     }
     report(root, &figures)?;
-    let mut command = String::from("cargo xtask bench");
+    let mut command = match std::env::var("OI_BENCH_PAUSE") {
+        Ok(k) if wanted("pause") => format!("OI_BENCH_PAUSE={k} cargo xtask bench"),
+        _ => String::from("cargo xtask bench"),
+    };
     if quick {
         command.push_str(" --quick");
     }
@@ -281,6 +284,9 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         ),
         ("nested", 0, "struct of 20 members, 3 levels", 1),
     ];
+    // `OI_BENCH_PAUSE=mapstr,umap`: only these objects (by hand, to repeat one of them).
+    let kinds = std::env::var("OI_BENCH_PAUSE").unwrap_or_default();
+    let wanted = |kind: &str| kinds.is_empty() || kinds.split(',').any(|k| k == kind);
     let samples = if quick { 3 } else { 7 };
     // Issue 16's goals for the walk alone, against the fixture's own walk.
     let walk_goal = |kind: &str| match kind {
@@ -288,7 +294,7 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         "mapstr" | "umap" => Some(1.3),
         _ => None,
     };
-    for (kind, n, label, every) in objects {
+    for (kind, n, label, every) in objects.into_iter().filter(|o| wanted(o.0)) {
         let mut fixture = Fixture::start(&target, &["pause", kind, &n.to_string()]);
         let native = value_of(
             &fixture.stdout.expect("native_ns", Duration::from_secs(120)),

@@ -1882,3 +1882,83 @@ fn string_loop_cost() {
         );
     }
 }
+
+/// The cost of the `map<int,string>` walk (issue 16), by hand: not a test.
+/// `cargo test --release -p oi-user map_walk_cost -- --ignored --nocapture` builds the pause
+/// bench's map (`OI_COST_N` nodes, 100,000; its first node at `OI_COST_OFFSET` mod 128, 48 as
+/// the bench pins it) and walks it with the target's walker and with the bench fixture's C++
+/// walk in turns, each after the caches were flushed by a 64 MiB sweep (`OI_COST_FLUSH=0`:
+/// warm), and prints the medians. `OI_COST_NATIVE=0` skips the C++ walk and `OI_COST_DUMP`
+/// writes the walker's code, as for `string_loop_cost`.
+#[test]
+#[ignore = "cost probe, asserts nothing: run by hand (see above)"]
+fn map_walk_cost() {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let reps = env("OI_COST_REPS", 21);
+    let flush = env("OI_COST_FLUSH", 1) != 0;
+    let native_too = env("OI_COST_NATIVE", 1) != 0;
+    let n = env("OI_COST_N", 100_000) as i32;
+    let offset = env("OI_COST_OFFSET", 48) as i32;
+    let shuffled = env("OI_COST_SHUFFLED", 0) as i32;
+    let m = measurer("probe_imap", &["arg0"], &[]);
+    type Make = extern "C" fn(i32, i32, i32) -> u64;
+    type Walk = extern "C" fn(u64) -> usize;
+    type Offset = extern "C" fn(u64) -> i64;
+    // SAFETY: the fixture's own functions, with these signatures, on a map it built.
+    let (make, native, at) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, Make>(sym("make_bench_map")),
+            std::mem::transmute::<*mut c_void, Walk>(sym("native_walk_bench_map")),
+            std::mem::transmute::<*mut c_void, Offset>(sym("bench_map_offset")),
+        )
+    };
+    let map = make(n, offset, shuffled);
+    let w = compile(m.plan(), &m.roots()).expect("compile");
+    if let Ok(path) = std::env::var("OI_COST_DUMP") {
+        std::fs::write(format!("{path}.map.bin"), &w.code).expect("dump");
+    }
+    let code = Mapped::new(&w);
+    let out_len = 24 * n as usize + 4096;
+    let mut r = Run::new(&[map], out_len);
+    let mut sweep = vec![0u8; 64 << 20];
+    let mut flush_caches = |round: usize| {
+        if flush {
+            for b in sweep.iter_mut().step_by(64) {
+                *b = b.wrapping_add(round as u8);
+            }
+        }
+    };
+    let (mut jit_ns, mut native_ns) = (Vec::new(), Vec::new());
+    let mut sink = 0usize;
+    for round in 0..reps {
+        flush_caches(round);
+        let t = std::time::Instant::now();
+        assert_eq!(r.go(&code, out_len), STATUS_DONE);
+        jit_ns.push(t.elapsed().as_nanos() as f64);
+        if native_too {
+            flush_caches(round);
+            let t = std::time::Instant::now();
+            sink = sink.wrapping_add(native(map));
+            native_ns.push(t.elapsed().as_nanos() as f64);
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let (j, nat) = (median(jit_ns), median(native_ns));
+    println!(
+        "map<int,string> of {n} at {} mod 128: walker {:.0} µs, native {:.0} µs, {:.2}×, \
+         stream {} bytes ({sink})",
+        at(map),
+        j / 1e3,
+        nat / 1e3,
+        j / nat,
+        r.frame.out_used
+    );
+}

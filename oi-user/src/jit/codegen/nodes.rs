@@ -2,17 +2,32 @@
 //! node chains of described hash maps are `chains`.
 //!
 //! A tree walk is a chain of dependent loads: each node's address comes from the node before.
-//! When the nodes lie one cache line in two (a map of 72-byte nodes with 48-byte strings
-//! between them, 128 bytes apart), the hardware prefetchers do not follow them and each node
-//! costs a trip to memory. So the in-order walk prefetches, as it pushes a node, the right
-//! child it will visit after the left subtree, and that child's left child when the child
-//! lies in the page of a word already read (a read there cannot fault, so the walk faults
-//! exactly where the interpreter does). Cranelift has no prefetch instruction: the blob's
-//! function [`FN_PREFETCH`] is the four bytes of [`PREFETCH_CODE`], called with
-//! `preserve_all`.
+//! When a walk reads one cache line in two (a map of 72-byte nodes with 48-byte strings
+//! between them, 128 bytes apart, whose left/right/value words share a line), the hardware
+//! prefetchers do not follow it and each node costs a trip to memory: the bench's map of
+//! 100,000 took 3.6–6.8 ms with no prefetch, against 1.4–1.6 ms for the C++ walk, which also
+//! reads the parent pointers in the other line. So the in-order walk prefetches twice:
+//! - as it pushes a node, the right child it will visit after the left subtree (the tree's
+//!   own shape: the only help when the nodes lie in no order);
+//! - as it visits a node, the node [`STRIDE_AHEAD`] visits on when the last two steps between
+//!   visited nodes were the same distance (a tree filled in key order has its nodes in key
+//!   order in memory, a constant stride): a software stride prefetcher, as the hardware's
+//!   but over the walk's visits, where the hardware sees the left/right loads' irregular
+//!   steps. Its line is the node's first, next to the one the walk reads, which the
+//!   hardware's adjacent-line prefetch then brings too.
+//!
+//! Cranelift has no prefetch instruction: the blob's function [`FN_PREFETCH`] is the four
+//! bytes of [`PREFETCH_CODE`], called with `preserve_all`. A prefetch never faults, so a
+//! corrupt pointer or a wrong guess costs time, never a different result.
 
 use super::*;
 use cranelift_codegen::ir::StackSlot;
+
+/// How many visits ahead the stride prefetch of an in-order walk reaches: 16 nodes of the
+/// bench's map are 2 KiB and about 250 ns of a cold walk, beyond a trip to memory (measured
+/// in `jit::tests::map_walk_cost`: 8 ahead took the walk to 0.89–0.92× the C++ walk, 16 and
+/// 32 to 0.72–0.80×).
+const STRIDE_AHEAD: i64 = 16;
 
 /// `prefetcht0 [rdi]; ret`: a hint that never faults and changes no register.
 pub(in crate::jit) const PREFETCH_CODE: [u8; 4] = [0x0f, 0x18, 0x0f, 0xc3];
@@ -43,29 +58,33 @@ impl Gen<'_, '_> {
         self.b.ins().call(f, &[p]);
     }
 
-    /// Prefetches what the in-order walk visits after the left subtree of `node` (whose
-    /// word at `LEFT` was just read): its right child and, when it lies in the same page
-    /// as that word, the right child's left child.
+    /// Prefetches what the in-order walk visits after the left subtree of `node`: its right
+    /// child. (Its left child too, when in the page of a word already read, was tried and
+    /// dropped: no faster in order or shuffled, eleven instructions a node.)
     fn prefetch_right(&mut self, node: Value, l: &rbtree::RbLayout) {
         if rbtree::RIGHT + 8 > l.node_size {
             return;
         }
         let right = self.ld(node, rbtree::RIGHT);
         self.prefetch(right);
-        // Both ends of the word in the page of `node + LEFT` (a null child never is).
-        let read = self.b.ins().iadd_imm_s(node, rbtree::LEFT as i64);
-        let word = self.b.ins().iadd_imm_s(right, rbtree::LEFT as i64);
-        let end = self.b.ins().iadd_imm_s(word, 7);
-        let a = self.b.ins().bxor(word, read);
-        let e = self.b.ins().bxor(end, read);
-        let apart = self.b.ins().bor(a, e);
-        let same_page = self.icmp_imm(IntCC::UnsignedLessThan, apart, 4096);
-        let next = self.b.create_block();
+    }
+
+    /// The stride prefetch of an in-order walk at `node` (module doc): `last` is the node
+    /// visited before it and `stride` the step before that; both move on.
+    fn prefetch_stride(&mut self, node: Value, last: Variable, stride: Variable) {
+        let before = self.b.use_var(last);
+        let step = self.b.ins().isub(node, before);
+        let was = self.b.use_var(stride);
+        self.b.def_var(stride, step);
+        self.b.def_var(last, node);
+        let steady = self.b.ins().icmp(IntCC::Equal, step, was);
         let fetch = self.b.create_block();
-        self.b.ins().brif(same_page, fetch, &[], next, &[]);
+        let next = self.b.create_block();
+        self.b.ins().brif(steady, fetch, &[], next, &[]);
         self.b.switch_to_block(fetch);
-        let grandchild = self.b.ins().load(I64, target(), word, 0);
-        self.prefetch(grandchild);
+        let ahead = self.b.ins().imul_imm_s(step, STRIDE_AHEAD);
+        let at = self.b.ins().iadd(node, ahead);
+        self.prefetch(at);
         self.b.ins().jump(next, &[]);
         self.b.switch_to_block(next);
     }
@@ -131,6 +150,10 @@ impl Gen<'_, '_> {
         let seen = self.b.declare_var(I64);
         let zero = self.c(0);
         self.b.def_var(seen, zero);
+        // The stride prefetch's last node and step: no step is steady before two visits.
+        let (last, stride) = (self.b.declare_var(I64), self.b.declare_var(I64));
+        self.b.def_var(last, zero);
+        self.b.def_var(stride, zero);
         self.rb_in_order(
             slot,
             root,
@@ -141,6 +164,7 @@ impl Gen<'_, '_> {
                 Ok(left)
             },
             |g, node| {
+                g.prefetch_stride(node, last, stride);
                 g.count_within(seen, len, ErrorCode::RbLarge, addr);
                 let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
                 g.child(elem, v, l.value_size, k)?;

@@ -4,6 +4,7 @@
 // plans (they are never called).
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <list>
 #include <map>
@@ -712,6 +713,51 @@ void* make_big_umap(int n) {
     m->reserve(n);
     for (int i = 0; i < n; i++) (*m)[std::to_string(i)] = str(i, i % 30);
     return m;
+}
+
+// The pause bench's map (`bench_target pause mapstr`): "value number i on the heap", its
+// first node at `offset` mod 128 (nodes and string buffers alternate 128 bytes apart; the
+// bench pins 48) when a few one-node probe maps can move it there; for tests.rs's
+// `map_walk_cost`.
+void* make_bench_map(int n, int offset, int shuffled) {
+    // Keys in order (nodes in key order in memory, as the bench's) or shuffled by a fixed
+    // seed (nodes in no order: no stride to follow).
+    std::vector<int> keys(n);
+    for (int i = 0; i < n; i++) keys[i] = i;
+    uint64_t x = 0x9e3779b97f4a7c15;
+    for (int i = n - 1; shuffled && i > 0; i--) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        std::swap(keys[i], keys[(x >> 33) % (i + 1)]);
+    }
+    auto fill = [&keys](IMap& m, int n) {
+        for (int i = 0; i < n; i++) m[keys[i]] = "value number " + std::to_string(keys[i]) + " on the heap";
+    };
+    auto at = [](const IMap& m) { return long(reinterpret_cast<uintptr_t>(&*m.begin()) - 32) % 128; };
+    static IMap probes[32];
+    for (int k = 0; k < 32; k++) {
+        fill(probes[k], 1);
+        if (at(probes[k]) == offset) {
+            probes[k].clear();
+            break;
+        }
+        (void)std::malloc(136);
+    }
+    auto* m = new IMap();
+    fill(*m, n);
+    return m;
+}
+
+long bench_map_offset(const void* p) {
+    auto& m = *static_cast<const IMap*>(p);
+    return long(reinterpret_cast<uintptr_t>(&*m.begin()) - 32) % 128;
+}
+
+// The bench fixture's own walk of that map.
+size_t native_walk_bench_map(const void* p) {
+    auto& m = *static_cast<const IMap*>(p);
+    size_t s = sizeof m;
+    for (auto& [k, v] : m) s += 48 + v.capacity();
+    return s;
 }
 
 uint64_t native_imap(void* p) {
