@@ -1051,6 +1051,24 @@ fn jit_maps_sets_and_captured_keys() {
     same("probe_uset", &["arg0"], &[], &[make("uset")]);
 }
 
+/// The bench's map with its nodes in key order in memory (the walk's stride prefetch steady)
+/// and shuffled (never steady): the same streams as the interpreter's and the in-process
+/// walker's, and, the keys and strings being the same, the same words node by node.
+#[test]
+fn jit_map_walk_in_memory_order_or_not() {
+    // SAFETY: the fixture's `make_bench_map(n, offset, shuffled)`.
+    let make: extern "C" fn(i32, i32, i32) -> u64 =
+        unsafe { std::mem::transmute::<*mut c_void, _>(sym("make_bench_map")) };
+    let n = 3000;
+    let [ordered, shuffled] =
+        [0, 1].map(|order| same("probe_imap", &["arg0"], &[], &[make(n, 48, order)]));
+    let nodes = |words: &[u64]| words[words.len() - 2 * n as usize..].to_vec();
+    assert_eq!(nodes(&ordered[0]), nodes(&shuffled[0]));
+    // Each node's string: "value number i on the heap", on the heap.
+    let first = nodes(&ordered[0]);
+    assert_eq!(first[0], "value number 0 on the heap".len() as u64);
+}
+
 #[test]
 fn jit_lists_and_deques() {
     same("probe_slist", &["arg0"], &[], &[make("slist")]);
