@@ -11,6 +11,8 @@ const RUN_END_BYTES: u64 = RUN_MARKER.len() as u64 + MAX_WORD_BYTES as u64;
 const GROUP_ROOM: u64 = RUN_END_BYTES + 2 * STRING_GROUP * MAX_WORD_BYTES as u64;
 /// Most bytes a short group moves the cursor: a run's end and its 8-byte word.
 const GROUP_STEP: u64 = RUN_END_BYTES + 2 * STRING_GROUP;
+/// The group loop's strings per branch to the long path (a divisor of [`STRING_GROUP`]).
+const CHECK_EVERY: u64 = 2;
 
 impl Gen<'_, '_> {
     /// `StringLayout::words`: `len, heap_capacity`.
@@ -234,12 +236,15 @@ impl Gen<'_, '_> {
         // stores `G` once.
         let mut caps = Vec::with_capacity(K as usize);
         let mut g = gk;
+        // The OR of the words of the strings since the last branch.
+        let mut pending: Option<Value> = None;
         for i in 0..K {
             let (len, cap) = self.load_string(l, pk, i * stride);
             caps.push(cap);
             if !self.reg.stream {
                 continue;
             }
+            let words = pending;
             let hi = self.b.ins().ishl_imm_s(cap, 16 * i as i64 + 8);
             g = if i == 0 {
                 self.b.ins().bor(len, hi)
@@ -248,17 +253,28 @@ impl Gen<'_, '_> {
                 let both = self.b.ins().bor(lo, hi);
                 self.b.ins().bor(g, both)
             };
-            let either = self.b.ins().bor(len, cap);
-            let small = self.icmp_imm(IntCC::UnsignedLessThan, either, 0x80);
-            let next_string = self.b.create_block();
+            let words = match words {
+                Some(w) => {
+                    let w = self.b.ins().bor(w, len);
+                    self.b.ins().bor(w, cap)
+                }
+                None => self.b.ins().bor(len, cap),
+            };
+            if (i + 1) % CHECK_EVERY != 0 {
+                pending = Some(words);
+                continue;
+            }
+            pending = None;
+            let small = self.icmp_imm(IntCC::UnsignedLessThan, words, 0x80);
+            let next_strings = self.b.create_block();
             self.b.ins().brif(
                 small,
-                next_string,
+                next_strings,
                 &[],
                 long_k,
                 &[BlockArg::Value(pk), BlockArg::Value(g)],
             );
-            self.b.switch_to_block(next_string);
+            self.b.switch_to_block(next_strings);
         }
         let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
         let pn = self.b.ins().iadd_imm_s(pk, group_step);
