@@ -170,12 +170,12 @@ impl Gen<'_, '_> {
         let none = self.c(u64::MAX);
         let cur = self.b.use_var(self.cur);
         let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
-        let args7 = |vs: [Value; 7]| vs.map(BlockArg::Value);
+        let args6 = |vs: [Value; 6]| vs.map(BlockArg::Value);
 
-        // Groups: (element, cursor, sum of heap capacities, largest capacity, bound, last
-        // group written, groups in the run). `head_k` checks the bound and enters `body_k`
-        // with the same values; a repeated group checks it at its end and goes straight
-        // back to `body_k`.
+        // Groups: (element, cursor, sum of heap capacities, largest capacity, bound, groups
+        // in the run; the last group written is in `last_slot`). `head_k` checks the bound
+        // and enters `body_k` with the same values; a repeated group checks it at its end
+        // and goes straight back to `body_k`.
         let head_k = self.b.create_block();
         let body_k = self.b.create_block();
         let short_k = self.b.create_block();
@@ -201,26 +201,31 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let spill = self.b.create_block();
         let join = self.b.create_block();
-        let [ph, qh, sumh, maxh, bh, gh, rh] =
-            [(); 7].map(|()| self.b.append_block_param(head_k, I64));
-        let [pk, qk, sumk, maxk, bk, gk, rk] =
-            [(); 7].map(|()| self.b.append_block_param(body_k, I64));
-        let [po, qo, sumo, maxo, go, ro] = [(); 6].map(|()| self.b.append_block_param(out_k, I64));
+        let [ph, qh, sumh, maxh, bh, rh] = [(); 6].map(|()| self.b.append_block_param(head_k, I64));
+        let [pk, qk, sumk, maxk, bk, rk] = [(); 6].map(|()| self.b.append_block_param(body_k, I64));
+        let [po, qo, sumo, maxo, ro] = [(); 5].map(|()| self.b.append_block_param(out_k, I64));
+        // The last group written lives in a stack slot, not in a loop value: the repeat path
+        // loads it for its compare, where as a seventh loop value it was spilled anyway and
+        // moved from and back to the stack every group.
+        let last_slot =
+            self.b
+                .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3));
+        self.b.ins().stack_store(I64, none, last_slot, 0);
         let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
         let qn = self.b.append_block_param(next, I64);
         let bound = self.group_bound(start, cur, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args7([start, cur, zero, zero, bound, none, zero]));
+            .jump(head_k, &args6([start, cur, zero, zero, bound, zero]));
 
         self.b.switch_to_block(head_k);
         let group = self.b.ins().icmp(IntCC::UnsignedLessThan, ph, bh);
         self.b.ins().brif(
             group,
             body_k,
-            &args7([ph, qh, sumh, maxh, bh, gh, rh]),
+            &args6([ph, qh, sumh, maxh, bh, rh]),
             out_k,
-            &[ph, qh, sumh, maxh, gh, rh].map(BlockArg::Value),
+            &[ph, qh, sumh, maxh, rh].map(BlockArg::Value),
         );
         self.b.switch_to_block(body_k);
         // Per string: its loads, its two bytes added into the group's word `G`, and a
@@ -235,7 +240,7 @@ impl Gen<'_, '_> {
         // Nothing is stored in the loop: a repeated group writes nothing, a group written
         // stores `G` once.
         let mut caps = Vec::with_capacity(K as usize);
-        let mut g = gk;
+        let mut g = none;
         // The OR of the words of the strings since the last branch.
         let mut pending: Option<Value> = None;
         for i in 0..K {
@@ -282,12 +287,13 @@ impl Gen<'_, '_> {
             // Nothing to write: the group is its capacities.
             self.b
                 .ins()
-                .jump(head_k, &args7([pn, qk, sumkb, maxkb, bk, gk, rk]));
+                .jump(head_k, &args6([pn, qk, sumkb, maxkb, bk, rk]));
         } else {
             self.b.ins().jump(short_k, &[]);
         }
         // Short: the same group again is counted, another is written (after a run's end).
         self.b.switch_to_block(short_k);
+        let gk = self.b.ins().stack_load(I64, I64, last_slot, 0);
         let same = self.b.ins().icmp(IntCC::Equal, g, gk);
         self.b.ins().brif(same, again_k, &[], lit_k, &[]);
         self.b.switch_to_block(again_k);
@@ -296,9 +302,9 @@ impl Gen<'_, '_> {
         self.b.ins().brif(
             more,
             body_k,
-            &args7([pn, qk, sumkb, maxkb, bk, gk, r1]),
+            &args6([pn, qk, sumkb, maxkb, bk, r1]),
             out_k,
-            &[pn, qk, sumkb, maxkb, gk, r1].map(BlockArg::Value),
+            &[pn, qk, sumkb, maxkb, r1].map(BlockArg::Value),
         );
         self.b.switch_to_block(lit_k);
         self.b
@@ -312,10 +318,11 @@ impl Gen<'_, '_> {
         if self.reg.stream {
             self.b.ins().store(trusted(), g, qw, 0);
         }
+        self.b.ins().stack_store(I64, g, last_slot, 0);
         let q8 = self.b.ins().iadd_imm_s(qw, 2 * K as i64);
         self.b
             .ins()
-            .jump(head_k, &args7([pn, q8, sumkb, maxkb, bk, g, zero]));
+            .jump(head_k, &args6([pn, q8, sumkb, maxkb, bk, zero]));
         // A word of two bytes or more (rare): the run's end, then the strings loaded again,
         // word by word, from a pointer that is a block parameter, so that none of the fast
         // path's values (the objects' addresses) is shared with this path and kept alive
@@ -344,9 +351,10 @@ impl Gen<'_, '_> {
         let (sum_l, max_l) = self.sum_max(sumk, maxk, &long_caps);
         let pn = self.b.ins().iadd_imm_s(pl, group_step);
         let bound = self.group_bound(pn, at, limk, last_group, stride);
+        self.b.ins().stack_store(I64, none, last_slot, 0);
         self.b
             .ins()
-            .jump(head_k, &args7([pn, at, sum_l, max_l, bound, none, zero]));
+            .jump(head_k, &args6([pn, at, sum_l, max_l, bound, zero]));
 
         // Out of the groups' bound: groups left (the bound counted cursor room, and a run
         // does not move the cursor), or the room short, or the last group done.
@@ -359,7 +367,7 @@ impl Gen<'_, '_> {
         self.b.ins().brif(
             room,
             head_k,
-            &args7([po, qo, sumo, maxo, nb, go, ro]),
+            &args6([po, qo, sumo, maxo, nb, ro]),
             checked,
             &[],
         );
@@ -379,6 +387,7 @@ impl Gen<'_, '_> {
             let walked = self.div(walked, stride);
             self.tally_strings(l, walked, sumo, maxo, start);
         }
+        let go = self.b.ins().stack_load(I64, I64, last_slot, 0);
         self.checked_groups(l, po, stop, last_group, go, ro, stride)?;
         self.b.ins().jump(join, &[]);
 
