@@ -11,7 +11,8 @@ const RUN_END_BYTES: u64 = RUN_MARKER.len() as u64 + MAX_WORD_BYTES as u64;
 const GROUP_ROOM: u64 = RUN_END_BYTES + 2 * STRING_GROUP * MAX_WORD_BYTES as u64;
 /// Most bytes a short group moves the cursor: a run's end and its 8-byte word.
 const GROUP_STEP: u64 = RUN_END_BYTES + 2 * STRING_GROUP;
-/// The group loop's strings per branch to the long path (a divisor of [`STRING_GROUP`]).
+/// The group loop's strings per branch to the long path (the group's last string always
+/// ends one).
 const CHECK_EVERY: u64 = 2;
 
 impl Gen<'_, '_> {
@@ -265,7 +266,7 @@ impl Gen<'_, '_> {
                 }
                 None => self.b.ins().bor(len, cap),
             };
-            if (i + 1) % CHECK_EVERY != 0 {
+            if (i + 1) % CHECK_EVERY != 0 && i + 1 < K {
                 pending = Some(words);
                 continue;
             }
