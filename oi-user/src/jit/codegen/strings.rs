@@ -11,6 +11,9 @@ const RUN_END_BYTES: u64 = RUN_MARKER.len() as u64 + MAX_WORD_BYTES as u64;
 const GROUP_ROOM: u64 = RUN_END_BYTES + 2 * STRING_GROUP * MAX_WORD_BYTES as u64;
 /// Most bytes a short group moves the cursor: a run's end and its 8-byte word.
 const GROUP_STEP: u64 = RUN_END_BYTES + 2 * STRING_GROUP;
+/// The group loop's strings per branch to the long path (the group's last string always
+/// ends one).
+const CHECK_EVERY: u64 = 2;
 
 impl Gen<'_, '_> {
     /// `StringLayout::words`: `len, heap_capacity`.
@@ -93,8 +96,11 @@ impl Gen<'_, '_> {
         let obj = self.add(p, off);
         let rel = self.b.ins().isub(ptr, obj);
         let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
+        // `umax(cap, 1)` as a select: its constant is then an operand in memory, where
+        // `umax` kept a register (or a stack slot) for the 1.
+        let none_yet = self.icmp_imm(IntCC::Equal, cap, 0);
         let one = self.c(1);
-        let cap = self.b.ins().umax(cap, one);
+        let cap = self.b.ins().select(none_yet, one, cap);
         let zero = self.c(0);
         let cap = self.b.ins().select(inline, zero, cap);
         (len, cap)
@@ -115,18 +121,16 @@ impl Gen<'_, '_> {
     /// The hot loop of `vector<string>` (the interpreter's fast path too), writing the
     /// stream's runs of repeated groups (`plan::stream::StringRuns`). While the output has
     /// room for a group at its longest (a run's end, then eight ten-byte words), stores
-    /// need no check. [`STRING_GROUP`] strings an iteration: one compare (against a bound
-    /// of groups that have room), then per string its loads, its two bytes stored at the
-    /// cursor, and a branch to the long path if a word is 128 or more; then the group's
-    /// eight bytes packed into one word `G`. When `G` equals the last group written, the
-    /// cursor stays (the next group's stores rewrite the same eight bytes, a line in the
-    /// cache) and the group counts in a register; the run's marker and count are written
-    /// where it ends. Else the cursor moves past the bytes already in place (after a run's
-    /// end, `G` is stored again past the marker). A vector of alike strings thus fills no
-    /// stream line at all. When the room runs short, the groups go on with checked stores
-    /// (the same bytes: the stream does not depend on the buffer's size); the strings after
-    /// the last group go one at a time. With sizes, the heap capacities are summed in
-    /// registers and added once.
+    /// need no check. [`STRING_GROUP`] strings an iteration: per string its loads, its two
+    /// bytes added into the group's word `G` in a register, and a branch to the long path if
+    /// a word is 128 or more; nothing is stored. When `G` equals the last group written, the
+    /// group counts in a register and the loop goes on after one compare against a bound of
+    /// groups that have room; the run's marker and count are written where it ends. Else `G`
+    /// is stored at the cursor (after a run's end) as one 8-byte word. A vector of alike
+    /// strings thus stores nothing at all. When the room runs short, the groups go on with
+    /// checked stores (the same bytes: the stream does not depend on the buffer's size);
+    /// the strings after the last group go one at a time. With sizes, the heap capacities
+    /// are summed in registers and added once.
     pub(super) fn string_array(
         &mut self,
         l: &StringLayout,
@@ -167,15 +171,19 @@ impl Gen<'_, '_> {
         let none = self.c(u64::MAX);
         let cur = self.b.use_var(self.cur);
         let args = |vs: [Value; 4]| vs.map(BlockArg::Value);
-        let args7 = |vs: [Value; 7]| vs.map(BlockArg::Value);
+        let args6 = |vs: [Value; 6]| vs.map(BlockArg::Value);
 
-        // Groups: (element, cursor, sum of heap capacities, largest capacity, bound, last
-        // group written, groups in the run).
+        // Groups: (element, cursor, sum of heap capacities, largest capacity, bound, groups
+        // in the run; the last group written is in `last_slot`). `head_k` checks the bound
+        // and enters `body_k` with the same values; a repeated group checks it at its end
+        // and goes straight back to `body_k`.
         let head_k = self.b.create_block();
         let body_k = self.b.create_block();
         let short_k = self.b.create_block();
+        let again_k = self.b.create_block();
         let lit_k = self.b.create_block();
         let mark_k = self.b.create_block();
+        let write_k = self.b.create_block();
         let long_k = self.b.create_block();
         let long_mark = self.b.create_block();
         let long_words = self.b.create_block();
@@ -194,51 +202,85 @@ impl Gen<'_, '_> {
         let done = self.b.create_block();
         let spill = self.b.create_block();
         let join = self.b.create_block();
-        let [pk, qk, sumk, maxk, bk, gk, rk] =
-            [(); 7].map(|()| self.b.append_block_param(head_k, I64));
-        let [po, qo, sumo, maxo, go, ro] = [(); 6].map(|()| self.b.append_block_param(out_k, I64));
+        let [ph, qh, sumh, maxh, bh, rh] = [(); 6].map(|()| self.b.append_block_param(head_k, I64));
+        let [pk, qk, sumk, maxk, bk, rk] = [(); 6].map(|()| self.b.append_block_param(body_k, I64));
+        let [po, qo, sumo, maxo, ro] = [(); 5].map(|()| self.b.append_block_param(out_k, I64));
+        // The last group written lives in a stack slot, not in a loop value: the repeat path
+        // loads it for its compare, where as a seventh loop value it was spilled anyway and
+        // moved from and back to the stack every group.
+        let last_slot =
+            self.b
+                .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3));
+        self.b.ins().stack_store(I64, none, last_slot, 0);
         let [p, q, sum, max] = [(); 4].map(|()| self.b.append_block_param(head, I64));
         let qn = self.b.append_block_param(next, I64);
         let bound = self.group_bound(start, cur, limk, last_group, stride);
         self.b
             .ins()
-            .jump(head_k, &args7([start, cur, zero, zero, bound, none, zero]));
+            .jump(head_k, &args6([start, cur, zero, zero, bound, zero]));
 
         self.b.switch_to_block(head_k);
-        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, pk, bk);
+        let group = self.b.ins().icmp(IntCC::UnsignedLessThan, ph, bh);
         self.b.ins().brif(
             group,
             body_k,
-            &[],
+            &args6([ph, qh, sumh, maxh, bh, rh]),
             out_k,
-            &[pk, qk, sumk, maxk, gk, rk].map(BlockArg::Value),
+            &[ph, qh, sumh, maxh, rh].map(BlockArg::Value),
         );
         self.b.switch_to_block(body_k);
-        // Each string's two bytes are stored at the cursor as soon as it is loaded, and a
-        // word of 128 or more leaves for the long path at once: both are side effects, so
-        // Cranelift computes the string's values there and they die, where a pure value is
-        // computed where it is first used (all twelve words of a group live at its end did
-        // not fit in registers). In a run the stores rewrite the same eight bytes after the
-        // cursor, a line in the cache; a group written is already in place.
+        // Per string: its loads, its two bytes added into the group's word `G`, and a
+        // branch to the long path if a word is 128 or more, which passes `G` so far as an
+        // argument that the long path ignores. That argument is what places each string's
+        // share of `G` right after its loads: a pure value is computed where it is first
+        // used, so `G` built at the group's end kept the twelve loaded words live there, and
+        // they did not fit in registers (the element pointer and constants went to the
+        // stack). A different value from each branch makes it a real block parameter that
+        // Cranelift keeps. (Storing the bytes at the cursor and reading `G` back as one word
+        // ran fewer instructions but stalled on the store forwarding: 1.3–1.55× native.)
+        // Nothing is stored in the loop: a repeated group writes nothing, a group written
+        // stores `G` once.
         let mut caps = Vec::with_capacity(K as usize);
-        let mut pairs = Vec::with_capacity(K as usize);
+        let mut g = none;
+        // The OR of the words of the strings since the last branch.
+        let mut pending: Option<Value> = None;
         for i in 0..K {
             let (len, cap) = self.load_string(l, pk, i * stride);
             caps.push(cap);
             if !self.reg.stream {
                 continue;
             }
-            let hi = self.b.ins().ishl_imm_s(cap, 8);
-            let pair = self.b.ins().bor(len, hi);
-            self.b.ins().istore16(trusted(), pair, qk, 2 * i as i32);
-            pairs.push(pair);
-            let either = self.b.ins().bor(len, cap);
-            let small = self.icmp_imm(IntCC::UnsignedLessThan, either, 0x80);
-            let next_string = self.b.create_block();
-            self.b
-                .ins()
-                .brif(small, next_string, &[], long_k, &[BlockArg::Value(pk)]);
-            self.b.switch_to_block(next_string);
+            let words = pending;
+            let hi = self.b.ins().ishl_imm_s(cap, 16 * i as i64 + 8);
+            g = if i == 0 {
+                self.b.ins().bor(len, hi)
+            } else {
+                let lo = self.b.ins().ishl_imm_s(len, 16 * i as i64);
+                let both = self.b.ins().bor(lo, hi);
+                self.b.ins().bor(g, both)
+            };
+            let words = match words {
+                Some(w) => {
+                    let w = self.b.ins().bor(w, len);
+                    self.b.ins().bor(w, cap)
+                }
+                None => self.b.ins().bor(len, cap),
+            };
+            if (i + 1) % CHECK_EVERY != 0 && i + 1 < K {
+                pending = Some(words);
+                continue;
+            }
+            pending = None;
+            let small = self.icmp_imm(IntCC::UnsignedLessThan, words, 0x80);
+            let next_strings = self.b.create_block();
+            self.b.ins().brif(
+                small,
+                next_strings,
+                &[],
+                long_k,
+                &[BlockArg::Value(pk), BlockArg::Value(g)],
+            );
+            self.b.switch_to_block(next_strings);
         }
         let (sumkb, maxkb) = self.sum_max(sumk, maxk, &caps);
         let pn = self.b.ins().iadd_imm_s(pk, group_step);
@@ -246,57 +288,50 @@ impl Gen<'_, '_> {
             // Nothing to write: the group is its capacities.
             self.b
                 .ins()
-                .jump(head_k, &args7([pn, qk, sumkb, maxkb, bk, gk, rk]));
+                .jump(head_k, &args6([pn, qk, sumkb, maxkb, bk, rk]));
         } else {
             self.b.ins().jump(short_k, &[]);
         }
-        // Short: the same group again is counted, another is written (its bytes are in
-        // place unless a run's end goes first).
+        // Short: the same group again is counted, another is written (after a run's end).
         self.b.switch_to_block(short_k);
-        let mut g = None;
-        for (i, &pair) in pairs.iter().enumerate() {
-            g = Some(match g {
-                Some(g) => {
-                    let up = self.b.ins().ishl_imm_s(pair, 16 * i as i64);
-                    self.b.ins().bor(g, up)
-                }
-                None => pair,
-            });
-        }
-        let g = g.unwrap_or(gk);
+        let gk = self.b.ins().stack_load(I64, I64, last_slot, 0);
         let same = self.b.ins().icmp(IntCC::Equal, g, gk);
+        self.b.ins().brif(same, again_k, &[], lit_k, &[]);
+        self.b.switch_to_block(again_k);
         let r1 = self.b.ins().iadd_imm_s(rk, 1);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, pn, bk);
         self.b.ins().brif(
-            same,
-            head_k,
-            &args7([pn, qk, sumkb, maxkb, bk, gk, r1]),
-            lit_k,
-            &[],
+            more,
+            body_k,
+            &args6([pn, qk, sumkb, maxkb, bk, r1]),
+            out_k,
+            &[pn, qk, sumkb, maxkb, r1].map(BlockArg::Value),
         );
         self.b.switch_to_block(lit_k);
-        let q8 = self.b.ins().iadd_imm_s(qk, 2 * K as i64);
-        self.b.ins().brif(
-            rk,
-            mark_k,
-            &[],
-            head_k,
-            &args7([pn, q8, sumkb, maxkb, bk, g, zero]),
-        );
-        self.b.switch_to_block(mark_k);
-        let qm = self.run_end_unchecked(rk, qk);
-        if self.reg.stream {
-            self.b.ins().store(trusted(), g, qm, 0);
-        }
-        let q8 = self.b.ins().iadd_imm_s(qm, 2 * K as i64);
         self.b
             .ins()
-            .jump(head_k, &args7([pn, q8, sumkb, maxkb, bk, g, zero]));
+            .brif(rk, mark_k, &[], write_k, &[BlockArg::Value(qk)]);
+        self.b.switch_to_block(mark_k);
+        let qm = self.run_end_unchecked(rk, qk);
+        self.b.ins().jump(write_k, &[BlockArg::Value(qm)]);
+        self.b.switch_to_block(write_k);
+        let qw = self.b.append_block_param(write_k, I64);
+        if self.reg.stream {
+            self.b.ins().store(trusted(), g, qw, 0);
+        }
+        self.b.ins().stack_store(I64, g, last_slot, 0);
+        let q8 = self.b.ins().iadd_imm_s(qw, 2 * K as i64);
+        self.b
+            .ins()
+            .jump(head_k, &args6([pn, q8, sumkb, maxkb, bk, zero]));
         // A word of two bytes or more (rare): the run's end, then the strings loaded again,
         // word by word, from a pointer that is a block parameter, so that none of the fast
         // path's values (the objects' addresses) is shared with this path and kept alive
         // across the branch.
         self.b.switch_to_block(long_k);
         let pl = self.b.append_block_param(long_k, I64);
+        // `G` so far (see the group loop): unused here.
+        let _ = self.b.append_block_param(long_k, I64);
         self.b
             .ins()
             .brif(rk, long_mark, &[], long_words, &[BlockArg::Value(qk)]);
@@ -317,9 +352,10 @@ impl Gen<'_, '_> {
         let (sum_l, max_l) = self.sum_max(sumk, maxk, &long_caps);
         let pn = self.b.ins().iadd_imm_s(pl, group_step);
         let bound = self.group_bound(pn, at, limk, last_group, stride);
+        self.b.ins().stack_store(I64, none, last_slot, 0);
         self.b
             .ins()
-            .jump(head_k, &args7([pn, at, sum_l, max_l, bound, none, zero]));
+            .jump(head_k, &args6([pn, at, sum_l, max_l, bound, zero]));
 
         // Out of the groups' bound: groups left (the bound counted cursor room, and a run
         // does not move the cursor), or the room short, or the last group done.
@@ -332,7 +368,7 @@ impl Gen<'_, '_> {
         self.b.ins().brif(
             room,
             head_k,
-            &args7([po, qo, sumo, maxo, nb, go, ro]),
+            &args6([po, qo, sumo, maxo, nb, ro]),
             checked,
             &[],
         );
@@ -352,6 +388,7 @@ impl Gen<'_, '_> {
             let walked = self.div(walked, stride);
             self.tally_strings(l, walked, sumo, maxo, start);
         }
+        let go = self.b.ins().stack_load(I64, I64, last_slot, 0);
         self.checked_groups(l, po, stop, last_group, go, ro, stride)?;
         self.b.ins().jump(join, &[]);
 
