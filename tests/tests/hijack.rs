@@ -151,25 +151,28 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
         let mut expected = [0u8; 8];
         remote::read_memory(pid, regs.rsp, &mut expected).expect("read stack");
         let fp_before = fpregs(pid);
+        // Expected to take from nothing to longer than it does: the tracer sleeps, then
+        // polls, or polls at once.
+        let expect = Duration::from_micros(100 * round);
         let end = held
             .call(
                 &seg,
                 seg.walkers[0],
                 &frame(&seg, regs.rsp),
                 Duration::from_secs(2),
+                expect,
             )
             .expect("call");
-        assert_eq!(
-            end,
-            CallEnd::Returned,
-            "round {round}, code at {:#x}",
-            seg.base
-        );
+        let CallEnd::Returned(back) = end else {
+            panic!("round {round}, code at {:#x}: {end:?}", seg.base);
+        };
         // The walker zeroed xmm0; the stub put the state back before the tracer saw it.
         assert_eq!(fpregs(pid), fp_before, "x87/SSE state restored by the stub");
         let mut out = [0u8; 8];
         remote::read_memory(pid, seg.output, &mut out).expect("output");
         assert_eq!(out, expected, "the walker read the target's memory");
+        assert_eq!(back.prefix[..8], expected, "read back with the walk's end");
+        assert!(back.ticks > 0, "the stub stamped the walk");
         held.end().expect("release");
     }
 
@@ -182,6 +185,7 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
             seg.walkers[0],
             &frame(&seg, 0x10),
             Duration::from_secs(2),
+            Duration::ZERO,
         )
         .expect("call");
     assert!(
@@ -200,9 +204,10 @@ fn walkers_run_inside_the_target_and_leave_no_trace() {
             seg.walkers[1],
             &frame(&seg, 0),
             Duration::from_millis(100),
+            Duration::from_millis(50),
         )
         .expect("call");
-    assert_eq!(end, CallEnd::TimedOut);
+    assert!(matches!(end, CallEnd::TimedOut), "{end:?}");
     // The tracer put back what the stub saved on entry.
     assert_eq!(
         fpregs(pid),

@@ -41,7 +41,10 @@ const RSS_TOLERANCE_KIB: u64 = 2048;
 /// A thread seen stopped ('t') in every poll over this long is stuck: a sample stops it for
 /// well under a millisecond, a slow walk is cut off after oi-trace's --walk-timeout (2 s).
 /// Measured between observations, not counted in polls: polls a starved xtask makes late
-/// come in bursts and would see one pause twice.
+/// come in bursts and would see one pause twice. And only while the thread's count of context
+/// switches stays the same: the workers' fixed cadence and the sampling of every 10th hit
+/// lock in phase with the 1 s polls, so the same thread is caught in a different sample of
+/// ~0.2 ms at poll after poll (a 4 s "stop" in one 10-minute run that was none).
 const STUCK_STOPPED: Duration = Duration::from_secs(3);
 /// A thread without a call for this many consecutive seconds is stuck. Not one: on a loaded
 /// machine the scheduler alone can keep a runnable thread waiting for a large part of a
@@ -444,8 +447,9 @@ struct Target {
     max_late_us: u64,
     late_seconds: u64,
     corrupt: Vec<String>,
-    /// Since when each thread has been seen stopped ('t' or 'T') in every poll.
-    stopped_since: HashMap<i32, Instant>,
+    /// Since when each thread has been seen stopped ('t' or 'T') in every poll, without a
+    /// context switch between the polls, and its count of context switches then.
+    stopped_since: HashMap<i32, (Instant, u64)>,
     stopped_seen: u64,
     longest_stopped: Duration,
     threads_seen: usize,
@@ -539,15 +543,27 @@ impl Target {
     /// Notes which threads are stopped now; returns false when the process is gone.
     fn poll_states(&mut self) -> bool {
         let states = thread_states(self.pid);
-        if states.is_empty() || states.iter().any(|&(tid, s)| tid == self.pid && s == 'Z') {
+        if states.is_empty() || states.iter().any(|t| t.tid == self.pid && t.state == 'Z') {
             return false;
         }
         self.threads_seen = self.threads_seen.max(states.len());
-        for (tid, state) in states {
+        for ThreadState {
+            tid,
+            state,
+            switches,
+        } in states
+        {
             if matches!(state, 't' | 'T') {
                 self.stopped_seen += 1;
-                let since = *self.stopped_since.entry(tid).or_insert_with(Instant::now);
-                self.longest_stopped = self.longest_stopped.max(since.elapsed());
+                let since = self
+                    .stopped_since
+                    .entry(tid)
+                    .or_insert((Instant::now(), switches));
+                // It ran (and stopped again) since the last poll: another stop.
+                if since.1 != switches {
+                    *since = (Instant::now(), switches);
+                }
+                self.longest_stopped = self.longest_stopped.max(since.0.elapsed());
             } else {
                 self.stopped_since.remove(&tid);
             }
@@ -556,16 +572,37 @@ impl Target {
     }
 }
 
-/// (tid, one-letter state) of every thread of `pid`.
-fn thread_states(pid: i32) -> Vec<(i32, char)> {
+/// One thread of the fixture as /proc shows it.
+struct ThreadState {
+    tid: i32,
+    /// The one-letter state of `stat`.
+    state: char,
+    /// Voluntary and involuntary context switches so far: unchanged between two looks only
+    /// if the thread did not run (or stop again) in between.
+    switches: u64,
+}
+
+/// Every thread of `pid`.
+fn thread_states(pid: i32) -> Vec<ThreadState> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
     tasks
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .filter_map(|tid: i32| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-            Some((tid, stat.rsplit_once(')')?.1.trim_start().chars().next()?))
+            let dir = format!("/proc/{pid}/task/{tid}");
+            let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
+            let status = std::fs::read_to_string(format!("{dir}/status")).ok()?;
+            let switches = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum();
+            Some(ThreadState {
+                tid,
+                state: stat.rsplit_once(')')?.1.trim_start().chars().next()?,
+                switches,
+            })
         })
         .collect()
 }
@@ -739,8 +776,8 @@ impl Soak {
         let pid = fixture.pid;
         let untraced = status_number(pid, "TracerPid:") == Some(0);
         let states = thread_states(pid);
-        let running =
-            states.len() == THREADS + 2 && states.iter().all(|(_, s)| matches!(s, 'R' | 'S' | 'D'));
+        let running = states.len() == THREADS + 2
+            && states.iter().all(|t| matches!(t.state, 'R' | 'S' | 'D'));
         let maps_now = maps_of(pid);
         let maps_same = lasting(&maps_now) == lasting(maps_before);
         if maps_now != maps_before {

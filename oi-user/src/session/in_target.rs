@@ -8,7 +8,11 @@
 //! run, as after any fault), so that one bad argument costs only its own result (`{}` in the
 //! report). Never leaves the thread anywhere but where it stopped, with its registers back.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use nix::errno::Errno;
 use oi_common::EntryRegs;
@@ -22,7 +26,7 @@ use crate::{
     measure::{Located, Measurer, RootStream},
     target::{
         bootstrap::Bootstrap,
-        hijack::{CallEnd, Held, Segments, TscClock},
+        hijack::{CallEnd, Held, ReadBack, Segments, TscClock},
         remote::{self, RemoteError},
     },
 };
@@ -60,6 +64,9 @@ struct Mapped {
     bootstrap: Bootstrap,
     /// Last generation tag used in the visited-set table.
     generation: u64,
+    /// How long each walker's last walk took, from its start to the tracer seeing its end:
+    /// when to look for the next one's end.
+    paces: HashMap<usize, Duration>,
 }
 
 pub struct InTarget {
@@ -148,13 +155,17 @@ fn run(
     timeout: Duration,
     ticks: &mut u64,
 ) -> Result<Walked, RunError> {
-    let tgid = held.tgid;
     loop {
         (frame.out, frame.out_len) = (mapped.seg.output, mapped.seg.output_len);
         frame.generation = mapped.generation;
         let entry = mapped.seg.walkers[walker];
-        match held.call(&mapped.seg, entry, frame, timeout)? {
-            CallEnd::Returned => {}
+        let expect = mapped.paces.get(&walker).copied().unwrap_or_default();
+        let started = Instant::now();
+        let back = match held.call(&mapped.seg, entry, frame, timeout, expect)? {
+            CallEnd::Returned(back) => {
+                mapped.paces.insert(walker, started.elapsed());
+                back
+            }
             CallEnd::Faulted { signal, addr, .. } => {
                 // The walk may have used a generation per root: skip past all of them.
                 mapped.generation += frame.nargs;
@@ -168,8 +179,12 @@ fn run(
                     "walk of {names} did not finish within {timeout:?} (--walk-timeout)"
                 )));
             }
-        }
-        let (done, prefix, walk_ticks) = mapped.seg.read_frame_and_prefix(tgid)?;
+        };
+        let ReadBack {
+            frame: done,
+            prefix,
+            ticks: walk_ticks,
+        } = *back;
         mapped.generation = done.generation;
         if done.status == STATUS_FULL {
             mapped.seg.grow_output(held, done.out_used)?;
@@ -354,6 +369,7 @@ impl InTarget {
                     seg,
                     bootstrap,
                     generation: 0,
+                    paces: HashMap::new(),
                 },
             );
         }

@@ -17,7 +17,13 @@
 //! needs the FPU state of a walk that returned (a sample's hot path has no FPREGS calls).
 //! Around its call of the walker the stub stores the time stamp counter (`rdtsc`) into two
 //! words after the header, read with the frame: the walk's own time, without the ptrace
-//! stops (`oi-trace -v`). A process that made `rdtsc` fault (`PR_SET_TSC`) would see every
+//! stops (`oi-trace -v`). The tracer zeroes them with each frame it writes, so the second
+//! stamp also tells the walk's end: at a syscall stop with it set, the frame and the output's
+//! first bytes are read in that one call, with no look at the registers. While the thread
+//! waits, each system call counts (on a VM, each is a first touch after a sleep, 10–30 µs):
+//! the save area, header, stamps and frame go in one write, the frame and stamps come back
+//! in one read, and the tracer sleeps through a walk until shortly before the time the
+//! last walk of the same walker took, then polls for the end instead of being woken by it. A process that made `rdtsc` fault (`PR_SET_TSC`) would see every
 //! walk fault, contained like any other walker fault; none we know of does.
 
 use std::time::{Duration, Instant};
@@ -85,9 +91,14 @@ const STUB_DONE: u64 = 57;
 const STUB_SYSCALL: u64 = 55;
 /// Bytes of output read together with the frame after a walk (most samples fit).
 pub const OUTPUT_PREFIX: usize = 4096;
-/// How long the tracer polls for the end of a walk before it sleeps: most walks end sooner,
-/// and waking a sleeping tracer costs more than that on virtual machines (a halted vCPU).
+/// How long the tracer polls for the end of a walk past the moment it expects it, before it
+/// sleeps: waking a sleeping tracer costs more than that on virtual machines (a halted vCPU
+/// takes 40–80 µs to wake after a long idle), and most walks of a site take about as long as
+/// the last one.
 const SPIN: Duration = Duration::from_micros(250);
+/// How long before a walk's expected end the tracer stops sleeping and starts polling: the
+/// sleep's own wake-up (timer slack, the halted vCPU) then falls inside the walk, not after it.
+const SPIN_LEAD: Duration = Duration::from_micros(300);
 /// How long a walk may go without news before the tracer checks that its thread still lives.
 const LIVENESS_CHECK: Duration = Duration::from_millis(20);
 const STUB_LEN: u64 = 128;
@@ -199,10 +210,21 @@ pub struct Held {
     at_done_stop: bool,
 }
 
+/// What a walk that returned left in the target, read at its end in one system call.
+#[derive(Debug)]
+pub struct ReadBack {
+    /// The frame (status, output size, generation).
+    pub frame: WalkFrame,
+    /// The first [`OUTPUT_PREFIX`] bytes of the output (all of it, for most samples).
+    pub prefix: Vec<u8>,
+    /// Time stamp counter ticks between the stub's call of the walker and its return.
+    pub ticks: u64,
+}
+
 /// How one call of a walker ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum CallEnd {
-    Returned,
+    Returned(Box<ReadBack>),
     /// The walker raised `signal` touching `addr` (a corrupt or freed object) at `pc`.
     Faulted {
         signal: Signal,
@@ -356,31 +378,37 @@ impl Held {
 
     /// Writes this thread's registers (as they must be restored, syscall restart included)
     /// into the save area of the region at `base`, so the stub can restore the thread by
-    /// itself from here on, and marks the region busy with this thread. `with` are further
-    /// writes into the target done by the same system call (a sample's walk frame).
+    /// itself from here on, and marks the region busy with this thread. With `frame`, a
+    /// sample's walk frame goes in the same write, with the stamps zeroed (see `call`).
     /// The FPU state is not needed: a remote syscall leaves it alone, and a walk saves and
     /// restores it in the stub.
     pub fn arm(
         &mut self,
         base: u64,
         code_len: u64,
-        with: &[(u64, &[u8])],
+        frame: Option<&WalkFrame>,
     ) -> Result<(), RemoteError> {
-        let image = save_area(&remote::restorable(&self.saved));
         let total = code_len + REGION_AFTER_CODE;
-        let header: Vec<u8> = [MAGIC, code_len, total, self.tid as u64]
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
+        // One piece from the save area on, the stub's FXSAVE area (written by the stub before
+        // it is read) and the zeroed stamps included: each piece of a remote write costs a
+        // lookup of the target's pages, and this write is made while the thread waits.
+        let len = match frame {
+            Some(_) => FRAME as usize + size_of::<WalkFrame>(),
+            None => (STAMPS + 16) as usize,
+        };
+        let mut image = vec![0u8; len];
+        let saved = save_area(&remote::restorable(&self.saved));
+        image[SAVE_AREA as usize..][..saved.len()].copy_from_slice(&saved);
+        for (i, word) in [MAGIC, code_len, total, self.tid as u64].iter().enumerate() {
+            image[HEADER as usize + 8 * i..][..8].copy_from_slice(&word.to_le_bytes());
+        }
+        if let Some(frame) = frame {
+            image[FRAME as usize..].copy_from_slice(frame_bytes(frame));
+        }
         let data = base + code_len;
         // Busy is set in the same write as the save area, before the thread can ever be
         // pointed at the stub.
-        let mut parts = vec![
-            (data + SAVE_AREA, image.as_slice()),
-            (data + HEADER, &header),
-        ];
-        parts.extend_from_slice(with);
-        remote::write_parts(self.tgid, &parts)?;
+        remote::write_memory(self.tgid, data + SAVE_AREA, &image)?;
         self.busy_word = Some(data + HEADER + BUSY);
         self.gadget = Some(base + STUB_SYSCALL);
         self.clear_slack();
@@ -407,11 +435,18 @@ impl Held {
                 status: "thread is inside a system call".into(),
             });
         }
-        let frame_write = [(seg.frame(), frame_bytes(frame))];
         if self.gadget != Some(seg.base + STUB_SYSCALL) {
-            self.arm(seg.base, seg.code_len, &frame_write)?;
+            self.arm(seg.base, seg.code_len, Some(frame))?;
         } else {
-            remote::write_parts(self.tgid, &frame_write)?;
+            // The stamps are zeroed with the frame: the stub's second one, written after the
+            // walker returns, then tells its end from any other stop (see `call`).
+            remote::write_parts(
+                self.tgid,
+                &[
+                    (seg.frame(), frame_bytes(frame)),
+                    (seg.data() + STAMPS, &[0u8; 16]),
+                ],
+            )?;
         }
         let mut regs = self.saved;
         regs.rip = seg.base;
@@ -425,25 +460,31 @@ impl Held {
     }
 
     /// Runs the stub → `walker(frame)` and waits for its end, at most `timeout`. The thread is
-    /// held again afterwards, with its own registers back.
+    /// held again afterwards, with its own registers back. `expect`: how long the walk is
+    /// likely to take (the last walk of this walker; zero when unknown): the tracer sleeps
+    /// until shortly before then and polls from there, so that seeing the walk's end costs no
+    /// wake-up of a sleeping tracer.
     pub fn call(
         &mut self,
         seg: &Segments,
         walker: u64,
         frame: &WalkFrame,
         timeout: Duration,
+        expect: Duration,
     ) -> Result<CallEnd, RemoteError> {
         let tid = self.tid;
         self.prepare_call(seg, walker, frame)?;
         let pid = Pid::from_raw(tid);
         ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
         let mut interrupted = false;
-        let mut quiet_since = Instant::now();
-        let spin_until = Instant::now() + SPIN;
+        let mut quiet_since = started;
+        let spin_from = started + expect.saturating_sub(SPIN_LEAD);
+        let spin_until = started + expect + expect / 4 + SPIN;
         let end = loop {
             let status = match waitpid(pid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) if Instant::now() < spin_until => {
+                Ok(WaitStatus::StillAlive) if (spin_from..spin_until).contains(&Instant::now()) => {
                     // Yield, not spin: the walker may be queued on this very CPU.
                     let _ = nix::sched::sched_yield();
                     continue;
@@ -462,8 +503,12 @@ impl Held {
                         let _ = ptrace::interrupt(pid);
                         interrupted = true;
                     }
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    remote::wait_sigchld(left.min(LIVENESS_CHECK));
+                    let now = Instant::now();
+                    let mut nap = deadline.saturating_duration_since(now).min(LIVENESS_CHECK);
+                    if now < spin_from {
+                        nap = nap.min(spin_from - now);
+                    }
+                    remote::wait_sigchld(nap);
                     continue;
                 }
                 Ok(status) => status,
@@ -481,9 +526,13 @@ impl Held {
                     return Err(RemoteError::Exec(tid));
                 }
                 WaitStatus::PtraceSyscall(_) => {
-                    let now = remote::get_regs(tid)?;
-                    if now.rip == seg.base + STUB_DONE {
-                        break CallEnd::Returned;
+                    // The stub's stamp after the walker's return is followed by no system call
+                    // but the done stop's `getpid`: with the stamp there, this stop is the
+                    // walk's end, and what it left is read in the same call. Without it
+                    // (cannot happen: the walker makes no system calls) the registers say.
+                    let back = seg.read_back(self.tgid)?;
+                    if back.1 || remote::get_regs(tid)?.rip == seg.base + STUB_DONE {
+                        break CallEnd::Returned(Box::new(back.0));
                     }
                     // Not ours (cannot happen: the walker makes no syscalls); keep going.
                     ptrace::syscall(pid, None).map_err(|e| ptrace_error(tid, e))?;
@@ -526,7 +575,7 @@ impl Held {
                 }
             }
         };
-        if end == CallEnd::Returned {
+        if matches!(end, CallEnd::Returned(_)) {
             // Left at the stub's `getpid` entry, FPU state already restored by the stub:
             // `end` resumes straight from there, and only a caller that needs more remote
             // work pays for `land`.
@@ -601,6 +650,8 @@ impl Held {
     /// CPU, often preempts us inside that call and runs on before a clock read after it.
     pub fn end(mut self) -> Result<u64, RemoteError> {
         // From the stub's getpid entry too: with orig_rax = -1 the kernel skips the call.
+        // (Letting the stub restore the thread from its save area instead would save this
+        // call, but another thread's sample may arm that area before this one runs again.)
         self.clear_slack();
         self.put_back()?;
         let resumed = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
@@ -710,35 +761,37 @@ pub struct Segments {
 }
 
 impl Segments {
-    /// After a walk: the frame (status, output size, generation), the first
-    /// [`OUTPUT_PREFIX`] bytes of the output (all of it, for most samples) and the time
-    /// stamp counter's ticks between the stub's call of the walker and its return, in one
-    /// read.
-    pub fn read_frame_and_prefix(
-        &self,
-        tgid: i32,
-    ) -> Result<(WalkFrame, Vec<u8>, u64), RemoteError> {
-        let mut frame = WalkFrame::default();
-        // SAFETY: WalkFrame is repr(C) plain integers without padding: every bit pattern is
-        // a valid value, and viewing it as bytes for its whole size is sound.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                (&mut frame as *mut WalkFrame).cast::<u8>(),
-                size_of::<WalkFrame>(),
-            )
-        };
+    /// After a walk, in one read: what it left (see [`ReadBack`]), and whether the stub
+    /// stamped its return (the stamps are zeroed when a frame is written).
+    fn read_back(&self, tgid: i32) -> Result<(ReadBack, bool), RemoteError> {
+        // The stamps and the frame in one piece (each piece of a remote read costs a lookup
+        // of the target's pages), the output's first bytes in another.
+        let mut near = vec![0u8; (FRAME - STAMPS) as usize + size_of::<WalkFrame>()];
         let mut prefix = vec![0u8; OUTPUT_PREFIX.min(self.output_len as usize)];
-        let mut stamps = [0u8; 16];
         remote::read_parts(
             tgid,
             &mut [
-                (self.frame(), bytes),
+                (self.data() + STAMPS, near.as_mut_slice()),
                 (self.output, prefix.as_mut_slice()),
-                (self.data() + STAMPS, &mut stamps),
             ],
         )?;
-        let stamp = |i: usize| u64::from_le_bytes(stamps[i..i + 8].try_into().unwrap_or([0; 8]));
-        Ok((frame, prefix, stamp(8).wrapping_sub(stamp(0))))
+        let mut frame = WalkFrame::default();
+        // SAFETY: WalkFrame is repr(C) plain integers without padding: every bit pattern is
+        // a valid value, and `near` holds its size from FRAME − STAMPS on.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                near[(FRAME - STAMPS) as usize..].as_ptr(),
+                (&mut frame as *mut WalkFrame).cast::<u8>(),
+                size_of::<WalkFrame>(),
+            );
+        }
+        let stamp = |i: usize| u64::from_le_bytes(near[i..i + 8].try_into().unwrap_or([0; 8]));
+        let back = ReadBack {
+            frame,
+            prefix,
+            ticks: stamp(8).wrapping_sub(stamp(0)),
+        };
+        Ok((back, stamp(8) != 0))
     }
 
     /// Maps code (stub + `walkers`, each `(bytes, entry offset)`) and data into the process of
@@ -781,7 +834,7 @@ impl Segments {
             // Recognisable by its header from here on: the note is no longer needed.
             h.forget_pending();
             // From here on, remote syscalls go through our stub and restore themselves.
-            h.arm(base, code_len, &[])?;
+            h.arm(base, code_len, None)?;
             h.mprotect(seg.stack, STACK_LEN, rw)?;
             h.mprotect(seg.output, seg.output_len, rw)
         })();
