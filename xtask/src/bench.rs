@@ -362,29 +362,54 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 calls.truncate(samples);
                 median(calls)
             };
-            let (goal, pass) = if mode == "jit" {
-                // Issue 16's goal: the fixed cost of a sample (two ptrace stops, each a
-                // wake-up of a halted vCPU on a VM) within half a millisecond.
-                (
-                    "≤ 1.2× native + 0.5 ms".to_string(),
-                    paused <= 1.2 * native + 500_000.0,
-                )
-            } else {
-                ("≤ 30× native".to_string(), paused <= 30.0 * native)
-            };
             let of_n = if n > 0 {
                 format!(" of {n}")
             } else {
                 String::new()
             };
-            figures.push(Figure {
-                name: format!("pause per sample, {mode}, {label}{of_n}"),
-                value: paused / 1e3,
-                baseline: native / 1e3,
-                unit: "µs",
-                goal,
-                pass: Some(pass),
-            });
+            if mode == "jit" {
+                // Issue 16's goal: the fixed cost of a sample (two ptrace stops, each a
+                // wake-up of a halted vCPU on a VM) within half a millisecond, beyond the
+                // walk. Held against the fixture's walk after the same sleep as the sampled
+                // call, as the walk's own goal is: the repeated walk finds the object in the
+                // caches (1.3–1.4× faster, 2026-11-27), which a sampled call never does, and
+                // against it the allowance would go to the caches instead of the stops.
+                // (Without the fixture's turns after the sleep, the warm walk stands in.)
+                let cold = if native_cold.is_nan() {
+                    native
+                } else {
+                    native_cold
+                };
+                figures.push(Figure {
+                    name: format!(
+                        "pause per sample, jit, {label}{of_n}, vs native walk after the same sleep"
+                    ),
+                    value: paused / 1e3,
+                    baseline: cold / 1e3,
+                    unit: "µs",
+                    goal: "≤ 1.2× native + 0.5 ms".into(),
+                    pass: Some(paused <= 1.2 * cold + 500_000.0),
+                });
+                figures.push(Figure {
+                    name: format!(
+                        "pause per sample, jit, {label}{of_n}, vs native walk repeated (warm)"
+                    ),
+                    value: paused / 1e3,
+                    baseline: native / 1e3,
+                    unit: "µs",
+                    goal: "report".into(),
+                    pass: None,
+                });
+            } else {
+                figures.push(Figure {
+                    name: format!("pause per sample, {mode}, {label}{of_n}"),
+                    value: paused / 1e3,
+                    baseline: native / 1e3,
+                    unit: "µs",
+                    goal: "≤ 30× native".into(),
+                    pass: Some(paused <= 30.0 * native),
+                });
+            }
             if mode == "jit" {
                 // `oi-trace: sample H of pid P: walk in the target 1.234 ms, pause …` and
                 // `… decoded and printed in 98.7 ms of CPU`.

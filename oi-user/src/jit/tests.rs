@@ -1830,6 +1830,46 @@ fn jit_discriminated_union_agrees_with_the_interpreter() {
     }
 }
 
+/// A cost probe's `OI_COST_*` setting `k` (a number), or `default`.
+fn cost_var(k: &str, default: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What the cost probes (`string_loop_cost`, `map_walk_cost`) share: their rounds
+/// (`OI_COST_REPS`), whether they flush the caches before each walk (`OI_COST_FLUSH`) and
+/// run the C++ walk too (`OI_COST_NATIVE`), and the 64 MiB sweep that flushes them.
+struct CostProbe {
+    reps: usize,
+    native_too: bool,
+    sweep: Option<Vec<u8>>,
+}
+
+impl CostProbe {
+    fn from_env() -> Self {
+        Self {
+            reps: cost_var("OI_COST_REPS", 21),
+            native_too: cost_var("OI_COST_NATIVE", 1) != 0,
+            sweep: (cost_var("OI_COST_FLUSH", 1) != 0).then(|| vec![0u8; 64 << 20]),
+        }
+    }
+
+    /// Leaves the caches as a sampled call finds them after a sleep (when flushing).
+    fn flush_caches(&mut self, round: usize) {
+        for b in self.sweep.iter_mut().flatten().step_by(64) {
+            *b = b.wrapping_add(round as u8);
+        }
+    }
+}
+
+/// The middle of `v` (NaN when empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 /// The cost of the `vector<string>` loop (issue 16), by hand: not a test.
 /// `cargo test --release -p oi-user string_loop_cost -- --ignored --nocapture` walks a million
 /// strings of the pause bench's kind (nine in ten alike) and of random lengths 0–39 with the
@@ -1843,28 +1883,12 @@ fn jit_discriminated_union_agrees_with_the_interpreter() {
 #[test]
 #[ignore = "cost probe, asserts nothing: run by hand (see above)"]
 fn string_loop_cost() {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let reps = env("OI_COST_REPS", 21);
-    let flush = env("OI_COST_FLUSH", 1) != 0;
-    let native_too = env("OI_COST_NATIVE", 1) != 0;
-    let n = env("OI_COST_N", 1_000_000) as i32;
+    let mut probe = CostProbe::from_env();
+    let n = cost_var("OI_COST_N", 1_000_000) as i32;
     let m = measurer("probe_strings", &["arg0"], &[]);
     // SAFETY: the fixture's own walk of a vector it built.
     let native: extern "C" fn(u64) -> usize =
         unsafe { std::mem::transmute(sym("native_walk_strings")) };
-    let mut sweep = vec![0u8; 64 << 20];
-    let mut flush_caches = |round: usize| {
-        if flush {
-            for b in sweep.iter_mut().step_by(64) {
-                *b = b.wrapping_add(round as u8);
-            }
-        }
-    };
     let only = std::env::var("OI_COST_DATA").unwrap_or_default();
     for data in ["varied_strings", "bench_strings"] {
         if !only.is_empty() && only != data {
@@ -1881,23 +1905,19 @@ fn string_loop_cost() {
         let mut r = Run::new(&[v], out_len);
         let (mut jit_ns, mut call_ns, mut native_ns) = (Vec::new(), Vec::new(), Vec::new());
         let mut sink = 0usize;
-        for round in 0..reps {
-            flush_caches(round);
+        for round in 0..probe.reps {
+            probe.flush_caches(round);
             let t = std::time::Instant::now();
             assert_eq!(r.go(&code, out_len), STATUS_DONE);
             jit_ns.push(t.elapsed().as_nanos() as f64);
             call_ns.push(r.call_ns as f64);
-            if native_too {
-                flush_caches(round);
+            if probe.native_too {
+                probe.flush_caches(round);
                 let t = std::time::Instant::now();
                 sink = sink.wrapping_add(native(v));
                 native_ns.push(t.elapsed().as_nanos() as f64);
             }
         }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-        };
         let (j, c, nat) = (median(jit_ns), median(call_ns), median(native_ns));
         println!(
             "{data} of {n}: walker {:.0} µs, native {:.0} µs, {:.2}×; the call alone {:.0} µs, \
@@ -1922,18 +1942,10 @@ fn string_loop_cost() {
 #[test]
 #[ignore = "cost probe, asserts nothing: run by hand (see above)"]
 fn map_walk_cost() {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let reps = env("OI_COST_REPS", 21);
-    let flush = env("OI_COST_FLUSH", 1) != 0;
-    let native_too = env("OI_COST_NATIVE", 1) != 0;
-    let n = env("OI_COST_N", 100_000) as i32;
-    let offset = env("OI_COST_OFFSET", 48) as i32;
-    let shuffled = env("OI_COST_SHUFFLED", 0) as i32;
+    let mut probe = CostProbe::from_env();
+    let n = cost_var("OI_COST_N", 100_000) as i32;
+    let offset = cost_var("OI_COST_OFFSET", 48) as i32;
+    let shuffled = cost_var("OI_COST_SHUFFLED", 0) as i32;
     let m = measurer("probe_imap", &["arg0"], &[]);
     type Make = extern "C" fn(i32, i32, i32) -> u64;
     type Walk = extern "C" fn(u64) -> usize;
@@ -1954,32 +1966,20 @@ fn map_walk_cost() {
     let code = Mapped::new(&w);
     let out_len = 24 * n as usize + 4096;
     let mut r = Run::new(&[map], out_len);
-    let mut sweep = vec![0u8; 64 << 20];
-    let mut flush_caches = |round: usize| {
-        if flush {
-            for b in sweep.iter_mut().step_by(64) {
-                *b = b.wrapping_add(round as u8);
-            }
-        }
-    };
     let (mut jit_ns, mut native_ns) = (Vec::new(), Vec::new());
     let mut sink = 0usize;
-    for round in 0..reps {
-        flush_caches(round);
+    for round in 0..probe.reps {
+        probe.flush_caches(round);
         let t = std::time::Instant::now();
         assert_eq!(r.go(&code, out_len), STATUS_DONE);
         jit_ns.push(t.elapsed().as_nanos() as f64);
-        if native_too {
-            flush_caches(round);
+        if probe.native_too {
+            probe.flush_caches(round);
             let t = std::time::Instant::now();
             sink = sink.wrapping_add(native(map));
             native_ns.push(t.elapsed().as_nanos() as f64);
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
     let (j, nat) = (median(jit_ns), median(native_ns));
     println!(
         "map<int,string> of {n} at {} mod 128: walker {:.0} µs, native {:.0} µs, {:.2}×, \
