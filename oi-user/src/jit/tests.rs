@@ -1862,6 +1862,30 @@ impl CostProbe {
             *b = b.wrapping_add(round as u8);
         }
     }
+
+    /// Each round: the caches flushed, `walk` timed, then (with the C++ walk) the caches
+    /// flushed again and `native` timed. The times in ns, and what `native` returned, summed
+    /// (kept, so that the walk is not optimised away).
+    fn time_rounds(
+        &mut self,
+        mut walk: impl FnMut(),
+        mut native: impl FnMut() -> usize,
+    ) -> (Vec<f64>, Vec<f64>, usize) {
+        let (mut walk_ns, mut native_ns, mut sink) = (Vec::new(), Vec::new(), 0usize);
+        for round in 0..self.reps {
+            self.flush_caches(round);
+            let t = std::time::Instant::now();
+            walk();
+            walk_ns.push(t.elapsed().as_nanos() as f64);
+            if self.native_too {
+                self.flush_caches(round);
+                let t = std::time::Instant::now();
+                sink = sink.wrapping_add(native());
+                native_ns.push(t.elapsed().as_nanos() as f64);
+            }
+        }
+        (walk_ns, native_ns, sink)
+    }
 }
 
 /// The middle of `v` (NaN when empty).
@@ -1903,21 +1927,14 @@ fn string_loop_cost() {
         let code = Mapped::new(&w);
         let out_len = 24 * n as usize + 4096;
         let mut r = Run::new(&[v], out_len);
-        let (mut jit_ns, mut call_ns, mut native_ns) = (Vec::new(), Vec::new(), Vec::new());
-        let mut sink = 0usize;
-        for round in 0..probe.reps {
-            probe.flush_caches(round);
-            let t = std::time::Instant::now();
-            assert_eq!(r.go(&code, out_len), STATUS_DONE);
-            jit_ns.push(t.elapsed().as_nanos() as f64);
-            call_ns.push(r.call_ns as f64);
-            if probe.native_too {
-                probe.flush_caches(round);
-                let t = std::time::Instant::now();
-                sink = sink.wrapping_add(native(v));
-                native_ns.push(t.elapsed().as_nanos() as f64);
-            }
-        }
+        let mut call_ns = Vec::new();
+        let (jit_ns, native_ns, sink) = probe.time_rounds(
+            || {
+                assert_eq!(r.go(&code, out_len), STATUS_DONE);
+                call_ns.push(r.call_ns as f64);
+            },
+            || native(v),
+        );
         let (j, c, nat) = (median(jit_ns), median(call_ns), median(native_ns));
         println!(
             "{data} of {n}: walker {:.0} µs, native {:.0} µs, {:.2}×; the call alone {:.0} µs, \
@@ -1966,20 +1983,10 @@ fn map_walk_cost() {
     let code = Mapped::new(&w);
     let out_len = 24 * n as usize + 4096;
     let mut r = Run::new(&[map], out_len);
-    let (mut jit_ns, mut native_ns) = (Vec::new(), Vec::new());
-    let mut sink = 0usize;
-    for round in 0..probe.reps {
-        probe.flush_caches(round);
-        let t = std::time::Instant::now();
-        assert_eq!(r.go(&code, out_len), STATUS_DONE);
-        jit_ns.push(t.elapsed().as_nanos() as f64);
-        if probe.native_too {
-            probe.flush_caches(round);
-            let t = std::time::Instant::now();
-            sink = sink.wrapping_add(native(map));
-            native_ns.push(t.elapsed().as_nanos() as f64);
-        }
-    }
+    let (jit_ns, native_ns, sink) = probe.time_rounds(
+        || assert_eq!(r.go(&code, out_len), STATUS_DONE),
+        || native(map),
+    );
     let (j, nat) = (median(jit_ns), median(native_ns));
     println!(
         "map<int,string> of {n} at {} mod 128: walker {:.0} µs, native {:.0} µs, {:.2}×, \
