@@ -253,8 +253,8 @@ pub mod counter {
     pub const DROPPED: u32 = 3;
     /// Allocations whose stack did not fit the stack table.
     pub const STACKS_FULL: u32 = 4;
-    /// Allocations whose site did not fit the site table. (Sites are indexed by stack now and
-    /// a stack that gets no site index is not stored: counted as [`STACKS_FULL`].)
+    /// Allocations whose site did not fit the site table. (Sites are indexed by stack, and a
+    /// stack that gets no site index is not stored: counted as [`STACKS_FULL`].)
     pub const SITES_FULL: u32 = 5;
     /// Allocator calls not tracked because the thread table had no slot.
     pub const THREADS_FULL: u32 = 6;

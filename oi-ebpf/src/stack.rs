@@ -25,11 +25,10 @@
 //! costly part of a step (kernel `bpf_stats`: one large copy costs about what one word does),
 //! and a hot allocation site's whole stack usually fits.
 //!
-//! No memo of the last walk: one that recorded every word a walk read and reused its frames
-//! and id when a fresh copy held the same words was tried (allocs_bench -O2, 2026-11-27): it
-//! spared 199,999 of 200,000 walks yet cost more (kernel `bpf_stats` 513-529 ns a program run
-//! against 490-499): with the row cache, a walk of a hot site is mostly its fixed costs (the
-//! mappings lookup, the copy), which a check of the memo pays as well.
+//! No memo of the last walk (every word a walk read, its frames and id, reused when a fresh
+//! copy holds the same words): it would spare nearly every walk of a hot site yet cost more,
+//! since with the row cache such a walk is mostly its fixed costs (the mappings lookup, the
+//! copy), which a check of the memo pays as well.
 //!
 //! Every loop is bounded: the frame loop runs under `bpf_loop` (the verifier checks one step,
 //! not 48), the searches have fixed iteration counts. No large stack buffers: the frames go
@@ -69,8 +68,8 @@ static UNWIND_MAPPINGS: HashMap<u32, ProcessMappings> =
 static UNWIND_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 /// Per CPU and frame depth, the row the last walk found there. A hot allocation site walks the
-/// same pcs again and again: this spares it the two binary searches per frame, which were most
-/// of a walk's cost (kernel `bpf_stats`, see the README's Performance notes).
+/// same pcs again and again: this spares it the two binary searches per frame, which are most
+/// of a walk's cost without it (kernel `bpf_stats`, see the README's Performance notes).
 #[map]
 static UNWIND_ROW_CACHE: PerCpuArray<CachedRow> =
     PerCpuArray::with_max_entries(MAX_FRAMES as u32, 0);

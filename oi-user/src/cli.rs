@@ -1,7 +1,7 @@
 //! Command-line arguments. Parsing and validation only; `session` (footprints) and the
-//! profilers do the work. Without a tool name, oi-trace measures footprints (the form of round
-//! one, unchanged); `oi-trace calls …` is the call-tree profiler and `oi-trace allocs …` the
-//! allocation profiler, whose options live in files of their own.
+//! profilers do the work. Without a tool name, oi-trace measures footprints; `oi-trace calls …`
+//! is the call-tree profiler and `oi-trace allocs …` the allocation profiler, whose options
+//! live in files of their own.
 
 pub mod allocs;
 pub mod calls;

@@ -59,9 +59,9 @@
 //! in front and chains to the program's, as at the first walk. A program that changes the
 //! action in a way we do not see (the raw system call, `sigset`, `sysv_signal`) is caught by
 //! a check of the installed action every [`RECHECK_EVERY`] walks of a thread and by its
-//! first walk. What no check before a walk can cover (before or after this change): another
-//! thread replacing the handler *during* a walk; a program that does that while measuring
-//! corrupt objects must chain to the previous handler, as signal handlers should.
+//! first walk. What no check before a walk can cover: another thread replacing the handler
+//! *during* a walk; a program that does that while measuring corrupt objects must chain to
+//! the previous handler, as signal handlers should.
 //!
 //! Never runs a walker without the handler armed for it, never touches a signal it does not
 //! own, never discards a frame that is not generated walker code, never changes what the

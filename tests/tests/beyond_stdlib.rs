@@ -1,6 +1,6 @@
-//! Journeys beyond libstdc++ (issue 18): protobuf messages and Abseil containers, real
-//! Debian libraries (`cargo xtask setup` installs libprotobuf-dev, protobuf-compiler,
-//! libabsl-dev), fixtures at -O0 and -O2 -fomit-frame-pointer.
+//! Journeys beyond libstdc++: protobuf messages and Abseil containers, real Debian libraries
+//! (`cargo xtask setup` installs libprotobuf-dev, protobuf-compiler, libabsl-dev), fixtures
+//! at -O0 and -O2 -fomit-frame-pointer.
 //!
 //! Each fixture first proves its own layout notes (the ones in the shipped description
 //! files): every Abseil container has a twin with a counting allocator, and the blocks the
@@ -198,7 +198,7 @@ const WHOLE_MESSAGE: &[&str] = &[
 
 /// The fixture's `Order` (strings short and long, a nested message, repeated messages,
 /// repeated scalars, a map, repeated strings): exactly the layout-derived footprint (JIT =
-/// remote), and within 5 % of the message's own `SpaceUsedLong()` (today they agree).
+/// remote), and within 5 % of the message's own `SpaceUsedLong()`.
 #[test]
 fn protobuf_message_measured_whole() {
     for flags in [O0, O2] {

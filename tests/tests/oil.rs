@@ -355,9 +355,9 @@ fn oil_rust_api_measures_a_cpp_librarys_objects() {
     assert!(matches!(e, Err(oil::Error::Null)), "{e:?}");
 }
 
-/// A shipped container description that does not fit the program (issue 18): OIL measures
-/// the type as the plain class it is and says so once on stderr, as oi-trace does, however
-/// many sizes and reports follow.
+/// A shipped container description that does not fit the program: OIL measures the type as
+/// the plain class it is and says so once on stderr, as oi-trace does, however many sizes
+/// and reports follow.
 #[test]
 fn oil_warns_once_of_a_shipped_description_that_does_not_fit() {
     for opt in ["-O0", "-O2"] {

@@ -1,6 +1,6 @@
-//! Unions (issue 18, item 1): a one-member union is walked as its member, every other union
-//! stays opaque, and the JSON (`notWalked`), the tree and `--summary` say how many bytes sat
-//! in unions that were not walked; at -O0 and -O2, jit and remote byte-identical.
+//! Unions: a one-member union is walked as its member, every other union stays opaque, and
+//! the JSON (`notWalked`), the tree and `--summary` say how many bytes sat in unions that
+//! were not walked; at -O0 and -O2, jit and remote byte-identical.
 
 mod footprint_common;
 

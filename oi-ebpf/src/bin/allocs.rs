@@ -129,8 +129,8 @@ static LIVE: HashMap<u64, Block> = HashMap::with_max_entries(1, 0);
 /// The live table's array half: a hash of the block address → a slot holding at most one
 /// live block ([`LiveSlot`]), claimed and released by compare-and-exchange on its address.
 /// A block takes its slot when it is free, else goes to `LIVE`: a malloc + free pair then
-/// costs no hash update and no delete (their bucket locks and free list were most of the
-/// programs' map time). Sized by the loader, a power of two; `LIVE_MASK` is its size − 1.
+/// costs no hash update and no delete (their bucket locks and free list would be most of
+/// the programs' map time). Sized by the loader, a power of two; `LIVE_MASK` is its size − 1.
 #[map]
 static LIVE_SLOTS: Array<LiveSlot> = Array::with_max_entries(1, 0);
 
@@ -211,7 +211,7 @@ pub fn oi_allocs_return(ctx: RetProbeContext) -> u32 {
 /// see changes, and it is bounded.
 /// Sleepable, so that it runs outside an RCU read-side section: attaching uprobes waits for
 /// an RCU grace period (`dup_mmap_sem`), which a non-sleepable program spinning on a CPU
-/// would hold back until the bound (measured: the attach then ended only at the bound).
+/// would hold back until the bound: the attach would then end only at the bound.
 #[uprobe(sleepable)]
 pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;

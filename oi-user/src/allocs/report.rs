@@ -1,6 +1,5 @@
 //! The allocation report: the kernel's sites (one per stack id) symbolized, merged by their
-//! frames, with types and classes, and printed (readable text or the JSON), folded or
-//! drawn.
+//! frames, with types and classes, and printed (readable text or JSON), folded or drawn.
 //!
 //! A site's stack starts at the allocator's caller: the captured pc (the allocator's entry) and
 //! any leading allocator frames are left out, and frames above `main` (the C runtime's start
@@ -88,7 +87,7 @@ pub struct Counters {
     pub holds_expired: u64,
 }
 
-/// One report (JSON: exactly the keys, then `usable_size`, `counters`, `unwind`).
+/// One report (`--format json`: these keys, in this order).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub pid: Option<i32>,

@@ -1,5 +1,5 @@
 //! The call tree as people read it: a top-down text view (calls, total, self, average, share of
-//! the entry's time), the JSON of issue 11, latency histograms, and the Chrome trace event
+//! the entry's time), the JSON report, latency histograms, and the Chrome trace event
 //! format (which Perfetto and `chrome://tracing` open) of single calls. Folded stacks and flame
 //! graphs go through `report::flame`, the core's one writer of pictures.
 //!
@@ -118,7 +118,7 @@ fn line(out: &mut String, node: &CallNode, entry_ns: u64, lead: &str, branch: &s
     }
 }
 
-/// The JSON of issue 11, keys in its order.
+/// The `--format json` report, keys in the order of these fields.
 #[derive(Serialize)]
 pub struct JsonReport<'a> {
     pub entry: &'a str,

@@ -479,7 +479,7 @@ fn skippable(insn: &Instruction) -> Result<(), String> {
 
 /// Whether the kernel runs the instruction that `bytes` start with inside the uprobe's trap
 /// (it emulates it) rather than by single-stepping a copy of it out of line, which is a second
-/// exception: on the VMs measured (6.18), 15–19 µs a hit against 1–2 µs for an emulated one.
+/// exception: on a VM (Linux 6.18), 15–19 µs a hit against 1–2 µs for an emulated one.
 /// Linux 6.18 x86-64 emulates (`branch_setup_xol_ops`, `push_setup_xol_ops`) direct `jmp`,
 /// `jcc` and `call rel32`, the nops (`nop`, `xchg %ax,%ax`, `nopl`/`nopw`), and `push` of a
 /// general register (a REX prefix only for r8–r15); `endbr64` is stepped like any other.

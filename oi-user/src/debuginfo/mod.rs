@@ -1,4 +1,4 @@
-//! Reading what a binary says about itself: ELF symbols (with demangling) now, DWARF functions
+//! Reading what a binary says about itself: ELF symbols (with demangling), DWARF functions
 //! and types for the footprint stages. Pure: files are read, processes never touched; a path
 //! inside a target's mount namespace is reached through `/proc/PID/root` by the caller.
 

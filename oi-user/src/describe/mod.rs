@@ -23,7 +23,7 @@
 //!   is a warning in [`crate::plan::Plan::warnings`] and the type is planned as the plain
 //!   class it is (`plan::build`); the session prints each warning once.
 //!
-//! Design note (for DESIGN.md): a described container is one more [`crate::plan::Op`]
+//! Design: a described container is one more [`crate::plan::Op`]
 //! (`Op::Described`), not code: its runtime values are expressions over the object's own
 //! fields, and its elements are walked by the same loops as the built-in containers (a
 //! described array of PODs costs what a `std::vector` costs). Descriptions are part of

@@ -542,8 +542,8 @@ fn jit_fuzz_random_plans_agree_with_the_interpreter() {
 
 fn fuzz_random_plans() {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
-    // 200 plans take about what 300 took before OIL's two walkers ran on each (CI); hunt
-    // with more: OI_FUZZ_PLANS, OI_FUZZ_SEED (odd: the seed is ORed with 1) and
+    // 200 plans by default, as OIL's two walkers also run on each (CI time); hunt with
+    // more: OI_FUZZ_PLANS, OI_FUZZ_SEED (odd: the seed is ORed with 1) and
     // OI_FUZZ_KEEP_GOING=1 (OIL's failures printed, the run goes on, fails at the end).
     let plans = env("OI_FUZZ_PLANS").unwrap_or(200);
     let mut r = Rng(env("OI_FUZZ_SEED").unwrap_or(0x5eed_1234_abcd_0001) | 1);
@@ -756,13 +756,13 @@ fn oil_walks_in_the_child_hand_over_and_fault_as_oil_sees_them() {
     assert_eq!(run_child(Walker::Oil(&optimistic), b).0, Outcome::Fault);
 }
 
-/// Found by the fuzz (seed 4, plan 652; fixed in `codegen/body.rs`): an optional (8 bytes,
-/// flag at 0, value at 0) whose value (a 16-byte leaf) is larger than itself, walked as the
-/// fallback of a 24-byte polymorphic root (its words `[1, 0, 0]`: engaged, no vtable
-/// matches). Engaged, the decoder charges it `8 − 16` (saturating: 0) + 16 = 16 bytes;
-/// OIL's walkers without a stream took the shortcut of an optional of a plain value
-/// ("engaged or not, the same size") and charged 8. No real type has a value larger than
-/// its optional, but the walkers of one plan must agree.
+/// A plan of the fuzz (seed 4, plan 652): an optional (8 bytes, flag at 0, value at 0)
+/// whose value (a 16-byte leaf) is larger than itself, walked as the fallback of a 24-byte
+/// polymorphic root (its words `[1, 0, 0]`: engaged, no vtable matches). Engaged, the
+/// decoder charges it `8 − 16` (saturating: 0) + 16 = 16 bytes; OIL's walkers without a
+/// stream must not take the shortcut of an optional of a plain value ("engaged or not, the
+/// same size", `codegen/body.rs`), which would charge 8. No real type has a value larger
+/// than its optional, but the walkers of one plan must agree.
 #[test]
 fn oil_walkers_charge_an_optional_larger_than_itself_as_the_decoder_does() {
     let node = |name: &str, size: u64, op: Op| plan_node(name, name, size, op);

@@ -76,8 +76,9 @@ pub struct CompiledWalker {
 
 /// The walker's only argument; lives in the data segment, filled by the tracer.
 ///
-/// The first 24 words are the original contract; the fields after `args` were added for
-/// what the interpreter also gets per walk (seeding, load bias) and for error reports.
+/// The first 24 words (through `args`) are the buffers, the visited-set generation and the
+/// roots; the fields after `args` carry what the interpreter also gets per walk (seeding,
+/// load bias) and what error reports need.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WalkFrame {

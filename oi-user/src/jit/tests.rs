@@ -1894,16 +1894,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// The cost of the `vector<string>` loop (issue 16), by hand: not a test.
+/// The cost of the `vector<string>` loop, by hand: not a test.
 /// `cargo test --release -p oi-user string_loop_cost -- --ignored --nocapture` walks a million
 /// strings of the pause bench's kind (nine in ten alike) and of random lengths 0–39 with the
 /// target's walker and with a hand-written C++ walk, each after the caches were flushed by a
 /// 64 MiB sweep (as a sampled call finds them after a sleep), and prints the medians, the
 /// stream's bytes, and the ratios. The walker's time is given twice: with `Run::go`'s setup
-/// (which reads `/proc/self/maps` for the heap ranges; comparable with earlier figures) and
-/// for the call alone, which is what the stub's time stamps in a real target measure. `OI_COST_REPS=N` sets the rounds; `OI_COST_FLUSH=0` skips
-/// the sweeps and `OI_COST_NATIVE=0` the C++ walk, for counting the walker's instructions
-/// under `valgrind --tool=cachegrind --branch-sim=yes` as the difference of two runs.
+/// (which reads `/proc/self/maps` for the heap ranges) and for the call alone, which is what
+/// the stub's time stamps in a real target measure. `OI_COST_REPS=N` sets the rounds;
+/// `OI_COST_FLUSH=0` skips the sweeps and `OI_COST_NATIVE=0` the C++ walk, for counting the
+/// walker's instructions under `valgrind --tool=cachegrind --branch-sim=yes` as the
+/// difference of two runs.
 #[test]
 #[ignore = "cost probe, asserts nothing: run by hand (see above)"]
 fn string_loop_cost() {
@@ -1949,7 +1950,7 @@ fn string_loop_cost() {
     }
 }
 
-/// The cost of the `map<int,string>` walk (issue 16), by hand: not a test.
+/// The cost of the `map<int,string>` walk, by hand: not a test.
 /// `cargo test --release -p oi-user map_walk_cost -- --ignored --nocapture` builds the pause
 /// bench's map (`OI_COST_N` nodes, 100,000; its first node at `OI_COST_OFFSET` mod 128, 48 as
 /// the bench pins it) and walks it with the target's walker and with the bench fixture's C++

@@ -1,5 +1,5 @@
 //! The walk plan: the single description of how each argument is walked, shared by the
-//! interpreter (now) and the JIT (later), and replayed by `report` to decode the data stream.
+//! interpreter and the JIT, and replayed by `report` to decode the data stream.
 //!
 //! A plan is a graph of [`Node`]s, one per *use site* (a root, a member, a container's element
 //! kind...) with everything static already decided: output name, `typeNames`, staticSize,
@@ -224,7 +224,7 @@ pub enum Op {
         target: Option<NodeId>,
     },
     /// A raw pointer chased with chase-raw-pointers (child `*`; none for void/incomplete).
-    /// Plans built now use [`Op::HeapPointer`] instead; kept for the walkers' tests.
+    /// Plans are built with [`Op::HeapPointer`] instead; this one stays for the walkers' tests.
     RawPointer {
         target: Option<NodeId>,
     },

@@ -2,14 +2,14 @@
 //! written as an unsigned LEB128 number, seven bits a byte, low bits first, the high bit
 //! set on every byte but the last. The words a walk writes are mostly small (lengths,
 //! capacities, counts, flags), so a string of up to 127 characters takes two bytes rather
-//! than sixteen: the walk writes an eighth of the memory it used to, and the decoder reads
-//! an eighth. Addresses take seven bytes, `u64::MAX` (a valueless variant) ten.
+//! than sixteen: the walk writes an eighth of the memory whole words would take, and the
+//! decoder reads an eighth. Addresses take seven bytes, `u64::MAX` (a valueless variant) ten.
 //!
 //! The pointer word of a pointer node (`SmartPtr`, `RefWrap`, `RawPointer`, `HeapPointer`)
 //! is written as its distance from the previous non-null one of the same root's stream
 //! ([`PointerDelta`]): objects allocated one after another sit a few dozen bytes apart, so
 //! an owned pointer of a `vector<unique_ptr<T>>` or a protobuf `RepeatedPtrField` takes one
-//! or two bytes instead of seven (issue 18), and null stays one byte.
+//! or two bytes instead of seven, and null stays one byte.
 //!
 //! The strings of a vector (`vector<string>`, whose string layout has its pointer, length
 //! and capacity inside the element) go in groups of [`STRING_GROUP`] from the first
@@ -20,8 +20,7 @@
 //! stands only where a group would start, after the vector's first group. The strings after
 //! the last whole group are written one by one. A vector of a million alike strings thus
 //! takes a dozen bytes, and the JIT's loop rewrites one 8-byte word in place instead of
-//! filling fresh stream lines (issue 16); strings of varied lengths take the same two bytes
-//! a string as before.
+//! filling fresh stream lines; strings of varied lengths still take two bytes a string.
 //!
 //! The interpreter writes with [`push`], the JIT emits the same bytes (`jit::codegen`), the
 //! decoder reads with [`read`]. Never panics on any input: a word cut short or longer than
@@ -259,8 +258,8 @@ pub fn decode(s: &[u8]) -> Result<Vec<u64>, ReadError> {
 /// pointer's word, and it is not 0: `m` is `u64::MAX` only when `last` is `2^63`, and then
 /// `last + 2^63` is null). This is a bijection of the 64-bit words; arithmetic wraps, and
 /// any 64-bit value comes back exactly. The JIT computes the common case in six
-/// instructions, where `z + (z < m)` (the encoding before) took sixteen on every pointer
-/// of an array of owned pointers (issue 18); the one exception is a cold branch.
+/// instructions, where an encoding as `z + (z < m)` would take sixteen on every pointer of
+/// an array of owned pointers; the one exception is a cold branch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PointerDelta {
     pub last: u64,

@@ -19,8 +19,8 @@ pub struct JsonSink<'w> {
     roots: usize,
     /// The text of many nodes, composed here and written with one call per [`FLUSH_AT`]
     /// bytes: a million-element sample is a few hundred megabytes, and formatting machinery,
-    /// a call per piece and a copy through the writer's own buffer used to be most of the
-    /// time it took. Written out when full, at the end of the sample and on drop.
+    /// a call per piece and a copy through the writer's own buffer would be most of the time
+    /// it takes. Written out when full, at the end of the sample and on drop.
     buf: Vec<u8>,
     /// Per depth, the last node's text from `"name"` to `"exclusiveSize":` (see [`Middle`]).
     middles: Vec<Middle>,
@@ -33,7 +33,7 @@ const FLUSH_AT: usize = 1 << 20;
 /// size: `,"name":…,"typePath":[…],"typeNames":[…],"staticSize":S,"exclusiveSize":`. The
 /// elements of a container all share it, so it is composed once per run of alike siblings
 /// and copied for the others (comparing those few strings costs a fraction of writing them
-/// out piece by piece, which used to be most of the printing of a big sample).
+/// out piece by piece, which would be most of the printing of a big sample).
 ///
 /// It also keeps the last node's whole opening text (`{"size":…` to `"members":[`) and the
 /// numbers it was made of ([`Repeat`]): the next alike sibling with the same numbers (the

@@ -338,7 +338,7 @@ struct Header<'p> {
     exclusive: u64,
     children: Children<'p>,
     pointer: Option<u64>,
-    /// The usable size of the heap block a raw pointer starts, charged here (issue 12, item 6).
+    /// The usable size of the heap block a raw pointer starts, charged here.
     heap_block: Option<u64>,
     lc: Option<(u64, u64)>,
     data: Option<Data>,
@@ -1130,8 +1130,8 @@ mod tests {
     }
 
     /// A vector (corrupt, or just huge) of 2^28 ints: the tree and the path totals see one
-    /// and count the rest without visiting them (found by `cargo xtask fuzz` as a
-    /// minutes-long decode).
+    /// and count the rest without visiting them (visiting each would make the decode take
+    /// minutes).
     #[test]
     fn tree_counts_identical_elements_without_visiting_them() {
         let (plan, _) = fixture();
@@ -1157,8 +1157,8 @@ mod tests {
         assert_eq!((elements.count, elements.inclusive), (1 << 28, 4 << 28));
     }
 
-    /// Streams no walker writes (found by `cargo xtask fuzz`): errors, not a loop over 2^64
-    /// elements, an overflow or a stack overflow.
+    /// Streams no walker writes (as `cargo xtask fuzz` forges them): errors, not a loop over
+    /// 2^64 elements, an overflow or a stack overflow.
     #[test]
     fn forged_streams_are_errors() {
         let (plan, _) = fixture();

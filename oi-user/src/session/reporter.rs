@@ -278,8 +278,8 @@ fn thread_cpu_ns() -> u64 {
 ///
 /// A pipe on fd 1 is widened to [`PIPE_BYTES`]: a million-element sample is hundreds of MB
 /// of JSON, which a 64 KiB pipe takes in thousands of turns of writer and reader, each a
-/// wake-up of the other side (on a quiet VM, a halted vCPU coming back: the reason the
-/// printing was slower on a quiet machine than on a busy one).
+/// wake-up of the other side (on a quiet VM, a halted vCPU coming back, which would make the
+/// printing slower on a quiet machine than on a busy one).
 struct RawStdout {
     _lock: std::io::StdoutLock<'static>,
     fd: std::io::Stdout,

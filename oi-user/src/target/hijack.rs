@@ -23,8 +23,9 @@
 //! waits, each system call counts (on a VM, each is a first touch after a sleep, 10–30 µs):
 //! the save area, header, stamps and frame go in one write, the frame and stamps come back
 //! in one read, and the tracer sleeps through a walk until shortly before the time the
-//! last walk of the same walker took, then polls for the end instead of being woken by it. A process that made `rdtsc` fault (`PR_SET_TSC`) would see every
-//! walk fault, contained like any other walker fault; none we know of does.
+//! last walk of the same walker took, then polls for the end instead of being woken by it.
+//! A process that made `rdtsc` fault (`PR_SET_TSC`) would see every walk fault, contained
+//! like any other walker fault; none we know of does.
 
 use std::time::{Duration, Instant};
 

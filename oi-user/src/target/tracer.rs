@@ -47,7 +47,7 @@ pub struct Tracer {
 }
 
 // TRACESYSGOOD: syscall stops of remote syscalls and walks are told apart from SIGTRAPs.
-// (No TRACEEXIT: with it, an exec during a sample hung oi-trace about once in eight runs of
+// (No TRACEEXIT: with it, an exec during a sample can hang oi-trace, the case of
 // races.rs::target_execs_while_a_sample_is_in_flight.)
 const OPTIONS: Options = Options::PTRACE_O_TRACECLONE
     .union(Options::PTRACE_O_TRACEEXEC)

@@ -259,7 +259,8 @@ impl Registry {
 /// tracer's stub) and the heap block check use System V. The prefetch changes no register,
 /// and the visited-set insertion saves what it uses, so their callers keep all theirs
 /// (`preserve_all`: no spills around the call; the insertion's call sits on the cold path
-/// of every pointer, and a loop of owned pointers otherwise kept its counters on the stack).
+/// of every pointer, and a loop of owned pointers would otherwise keep its counters on the
+/// stack).
 fn conv(id: u32) -> CallConv {
     if id == FN_ENTRY || id == FN_BLOCK {
         CallConv::SystemV

@@ -4,9 +4,9 @@
 //! A tree walk is a chain of dependent loads: each node's address comes from the node before.
 //! When a walk reads one cache line in two (a map of 72-byte nodes with 48-byte strings
 //! between them, 128 bytes apart, whose left/right/value words share a line), the hardware
-//! prefetchers do not follow it and each node costs a trip to memory: the bench's map of
-//! 100,000 took 3.6–6.8 ms with no prefetch, against 1.4–1.6 ms for the C++ walk, which also
-//! reads the parent pointers in the other line. So the in-order walk prefetches twice:
+//! prefetchers do not follow it and each node costs a trip to memory: without a prefetch
+//! such a walk is several times slower than the C++ walk, which also reads the parent
+//! pointers in the other line. So the in-order walk prefetches twice:
 //! - as it pushes a node, the right child it will visit after the left subtree (the tree's
 //!   own shape: the only help when the nodes lie in no order);
 //! - as it visits a node, the node [`STRIDE_AHEAD`] visits on when the last two steps between
@@ -14,8 +14,8 @@
 //!   order in memory, a constant stride): a software stride prefetcher, as the hardware's
 //!   but over the walk's visits, where the hardware sees the left/right loads' irregular
 //!   steps. It fetches the node's first line, which at the bench's layout is not the one
-//!   the walk reads there but measured faster than that one (0.74–0.76× the C++ walk
-//!   against 0.90–0.93×, `jit::tests::map_walk_cost`): the hardware then brings both.
+//!   the walk reads there, yet makes the walk faster than fetching that one would
+//!   (`jit::tests::map_walk_cost` measures the walk): the hardware then brings both.
 //!
 //! Cranelift has no prefetch instruction: the blob's function [`FN_PREFETCH`] is the four
 //! bytes of [`PREFETCH_CODE`], called with `preserve_all`. A prefetch never faults, so a
@@ -25,9 +25,9 @@ use super::*;
 use cranelift_codegen::ir::StackSlot;
 
 /// How many visits ahead the stride prefetch of an in-order walk reaches: 16 nodes of the
-/// bench's map are 2 KiB and about 250 ns of a cold walk, beyond a trip to memory (measured
-/// in `jit::tests::map_walk_cost`: 8 ahead took the walk to 0.89–0.92× the C++ walk, 16 and
-/// 32 to 0.72–0.80×).
+/// bench's map are 2 KiB and about 250 ns of a cold walk, beyond a trip to memory. Half as
+/// far does not hide the trip; twice as far gains nothing (`jit::tests::map_walk_cost`
+/// measures the walk).
 const STRIDE_AHEAD: i64 = 16;
 
 /// `prefetcht0 [rdi]; ret`: a hint that never faults and changes no register.
@@ -60,8 +60,8 @@ impl Gen<'_, '_> {
     }
 
     /// Prefetches what the in-order walk visits after the left subtree of `node`: its right
-    /// child. (Its left child too, when in the page of a word already read, was tried and
-    /// dropped: no faster in order or shuffled, eleven instructions a node.)
+    /// child. (Not its left child too, even when in the page of a word already read: that
+    /// makes the walk no faster, in order or shuffled, and costs eleven instructions a node.)
     fn prefetch_right(&mut self, node: Value, l: &rbtree::RbLayout) {
         if rbtree::RIGHT + 8 > l.node_size {
             return;

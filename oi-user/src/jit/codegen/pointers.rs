@@ -24,7 +24,7 @@ impl Gen<'_, '_> {
         if visits {
             // The two words written apart for a null and a non-null pointer: neither needs
             // the selects of a pointer that may be either (five instructions of every
-            // element of an array of owned pointers, issue 18).
+            // element of an array of owned pointers).
             let tag = self.plan.visit_tag(target);
             let nonnull = self.icmp_imm(IntCC::NotEqual, ptr, 0);
             let seen = self.b.create_block();

@@ -56,8 +56,8 @@ impl Gen<'_, '_> {
     /// A pointer word `w` and the flag `descended` (0 or 1). When `w` is below 2^14 and
     /// three bytes fit, both go out under one check: the word's 16-bit store, then the
     /// flag's byte right after the word (over the store's second byte when the word took
-    /// one). The flag's own check and branch were eight instructions of every element of an
-    /// array of owned pointers (issue 18).
+    /// one). The flag's own check and branch would be eight instructions of every element of
+    /// an array of owned pointers.
     fn word_and_flag(&mut self, w: Value, descended: Value) {
         let cur = self.b.use_var(self.cur);
         let short = self.icmp_imm(IntCC::UnsignedLessThan, w, 0x4000);
@@ -131,8 +131,8 @@ impl Gen<'_, '_> {
     /// bytes count less one (0 or 1). With `hi = w & !0x7f`, `w + hi` is the low seven bits
     /// then `w >> 7` in the second byte, and `w + 0x3f80` reaches bit 14 exactly when `w`
     /// takes two bytes (the first byte's continuation bit, `0x80`): eight instructions
-    /// where the bytes taken one by one were eleven, on every pointer of an array of owned
-    /// pointers (issue 18).
+    /// where the bytes taken one by one are eleven, on every pointer of an array of owned
+    /// pointers.
     fn short_word(&mut self, w: Value) -> (Value, Value) {
         let hi = self.b.ins().band_imm_s(w, !0x7f);
         let both = self.b.ins().iadd(w, hi);

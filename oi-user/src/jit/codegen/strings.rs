@@ -97,7 +97,7 @@ impl Gen<'_, '_> {
         let rel = self.b.ins().isub(ptr, obj);
         let inline = self.icmp_imm(IntCC::UnsignedLessThan, rel, l.size);
         // `umax(cap, 1)` as a select: its constant is then an operand in memory, where
-        // `umax` kept a register (or a stack slot) for the 1.
+        // `umax` keeps a register (or a stack slot) for the 1.
         let none_yet = self.icmp_imm(IntCC::Equal, cap, 0);
         let one = self.c(1);
         let cap = self.b.ins().select(none_yet, one, cap);
@@ -206,8 +206,8 @@ impl Gen<'_, '_> {
         let [pk, qk, sumk, maxk, bk, rk] = [(); 6].map(|()| self.b.append_block_param(body_k, I64));
         let [po, qo, sumo, maxo, ro] = [(); 5].map(|()| self.b.append_block_param(out_k, I64));
         // The last group written lives in a stack slot, not in a loop value: the repeat path
-        // loads it for its compare, where as a seventh loop value it was spilled anyway and
-        // moved from and back to the stack every group.
+        // loads it for its compare, where as a seventh loop value it would be spilled anyway
+        // and moved from and back to the stack every group.
         let last_slot =
             self.b
                 .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3));
@@ -233,11 +233,11 @@ impl Gen<'_, '_> {
         // branch to the long path if a word is 128 or more, which passes `G` so far as an
         // argument that the long path ignores. That argument is what places each string's
         // share of `G` right after its loads: a pure value is computed where it is first
-        // used, so `G` built at the group's end kept the twelve loaded words live there, and
-        // they did not fit in registers (the element pointer and constants went to the
-        // stack). A different value from each branch makes it a real block parameter that
-        // Cranelift keeps. (Storing the bytes at the cursor and reading `G` back as one word
-        // ran fewer instructions but stalled on the store forwarding: 1.3–1.55× native.)
+        // used, so `G` built at the group's end would keep the twelve loaded words live
+        // there, and they do not fit in registers (the element pointer and constants would go
+        // to the stack). A different value from each branch makes it a real block parameter
+        // that Cranelift keeps. (Storing the bytes at the cursor and reading `G` back as one
+        // word runs fewer instructions but stalls on the store forwarding.)
         // Nothing is stored in the loop: a repeated group writes nothing, a group written
         // stores `G` once.
         let mut caps = Vec::with_capacity(K as usize);

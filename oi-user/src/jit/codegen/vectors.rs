@@ -15,8 +15,8 @@ impl Gen<'_, '_> {
     /// three fused compare-and-branches, a subtraction, a mask and an add beside the loads,
     /// where the exact arm needs four checks and two divisions. Branches, not flags ORed
     /// together: a branch adds nothing to the chains of the total or the suspicion, which
-    /// were measured to cost more (0.7 ns for `bench::Outer`'s seven vectors when `start`
-    /// was ORed into the suspicion).
+    /// cost more (ORing `start` into the suspicion makes `bench::Outer`'s seven vectors
+    /// measurably slower).
     pub(super) fn optimistic_flat_vector(
         &mut self,
         l: &crate::containers::vector::VectorLayout,

@@ -190,8 +190,8 @@ impl Gen<'_, '_> {
     }
 
     /// Inserts `addr` into the visited set: 1 if newly inserted, else 0. The common case, an
-    /// empty home slot in a set with room, is inlined (a call per owned pointer was a third
-    /// of a `RepeatedPtrField`'s walk, issue 18); anything else calls `gen_visit`, which
+    /// empty home slot in a set with room, is inlined (a call per owned pointer would be a
+    /// third of a `RepeatedPtrField`'s walk); anything else calls `gen_visit`, which
     /// looks at the home slot again and goes on from there.
     pub(super) fn visit(&mut self, addr: Value) -> Value {
         let count = self.ld_ctx(CTX_COUNT);
@@ -367,8 +367,8 @@ const VISIT_REGION_BITS: i64 = 26;
 
 /// The address of the home slot of key `addr` in the visited-set `table` (see `gen_visit`):
 /// the granule's bits 5–22 as the slot's index, so that group = block mod groups. One shift
-/// and one mask: three instructions where the turned home (now the second) took eight and
-/// a multiply, on every pointer an array of owned pointers walks (issue 18).
+/// and one mask: three instructions, where the turned home (the second) takes eight and a
+/// multiply, on every pointer an array of owned pointers walks.
 fn home_slot(b: &mut FunctionBuilder<'_>, table: Value, addr: Value) -> Value {
     // Granule bit VISIT_GRANULE_BITS lands on bit 4 (slots are 16 bytes).
     let off = b.ins().ushr_imm_s(addr, VISIT_GRANULE_BITS - 4);
@@ -399,21 +399,21 @@ fn second_home_slot(b: &mut FunctionBuilder<'_>, table: Value, addr: Value) -> V
 /// A key is first tried at its home slot: its 8 KiB block picks a group of slots (the
 /// block's number modulo the groups), its 32-byte granule the slot in the group. Objects
 /// allocated one after another then land in slots one after another, in one page of the
-/// table, where a hash of the whole key costs a cache and TLB miss per key (issue 18: 35 ms
-/// for 100,000 owned pointers), and a run of objects up to the table's reach (8 MiB) never
-/// has two keys in one home slot, wherever it lies. Keys that do share a home slot (thread
-/// arenas are 64 MiB-aligned heaps, so their objects meet offset for offset; or one address
-/// seen as two types) go on to a second home: the blocks of a 64 MiB region take
-/// consecutive groups from a turn that is the Fibonacci hash of the region, so an arena's
-/// run is again page by page. (The turned home was the first one until it was found that a
-/// run across a 64 MiB boundary, one `RepeatedPtrField` of 6.4 MB in ten, sent the keys of
-/// the second region to the probe: the whole walk 8 times slower.) A key whose two homes
-/// hold other keys goes on by linear probing from the Fibonacci hash of the whole key, so
-/// that keys closer than a granule (pointers into one array) spread out instead of piling
-/// up in one run. Slots are never emptied within a generation and a key is placed in the
-/// first of these that is empty, so a key is present iff it is in its home slot, in its
-/// second home, or on its probe sequence before an empty slot. Which slots a key takes only
-/// decides the speed: the set holds the same keys as the interpreter's.
+/// table, where a hash of the whole key costs a cache and TLB miss per key, and a run of
+/// objects up to the table's reach (8 MiB) never has two keys in one home slot, wherever it
+/// lies. Keys that do share a home slot (thread arenas are 64 MiB-aligned heaps, so their
+/// objects meet offset for offset; or one address seen as two types) go on to a second
+/// home: the blocks of a 64 MiB region take consecutive groups from a turn that is the
+/// Fibonacci hash of the region, so an arena's run is again page by page. (The turned home
+/// is the second, not the first: as the first, a run across a 64 MiB boundary, as one
+/// `RepeatedPtrField` of 6.4 MB in ten has, would send the keys of the second region to the
+/// probe and make the whole walk several times slower.) A key whose two homes hold other
+/// keys goes on by linear probing from the Fibonacci hash of the whole key, so that keys
+/// closer than a granule (pointers into one array) spread out instead of piling up in one
+/// run. Slots are never emptied within a generation and a key is placed in the first of
+/// these that is empty, so a key is present iff it is in its home slot, in its second home,
+/// or on its probe sequence before an empty slot. Which slots a key takes only decides the
+/// speed: the set holds the same keys as the interpreter's.
 pub(super) fn gen_visit(fctx: &mut FunctionBuilderContext, fc: TargetFrontendConfig) -> Function {
     let mut func = new_function(FN_VISIT, 2);
     {
