@@ -1,18 +1,20 @@
-//! Developer entry points: `cargo xtask setup | build | test | demo | bench | fuzz | soak`.
+//! Developer entry points: `cargo xtask setup | build | test | demo | bench | soak | fuzz |
+//! conformance`.
 //!
-//! `setup` makes a fresh machine able to build oi-trace (idempotent, a second or two when
-//! nothing is missing); every other command runs it first.
+//! `setup` makes a fresh machine able to build oi-trace: it is idempotent and takes a second
+//! when nothing is missing, and every other task runs it first. This crate depends on nothing
+//! but clap and anyhow, because it must compile before the eBPF toolchain that oi-trace's build
+//! script needs (nightly's rust-src, bpf-linker) is installed. The tasks that drive oi-trace
+//! (demo, bench, soak, fuzz, conformance) live in `oi-devtools`, which this runs after setup.
+
+mod setup;
 
 use std::{
     path::PathBuf,
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
 };
 
-mod bench;
-mod fuzz;
-mod soak;
-
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -22,88 +24,76 @@ struct Cli {
     task: Task,
 }
 
+/// The arguments of a task that `oi-dev` parses; `--help` is passed on too.
+#[derive(clap::Args)]
+#[command(disable_help_flag = true)]
+struct Forwarded {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Task {
-    /// Install what building needs: nightly rust-src, LLVM for bpf-linker, bpf-linker, g++.
+    /// Install what building and testing need: nightly's rust-src, LLVM and bpf-linker, g++,
+    /// and the libraries and tools the journeys use. Prints each step and its time.
     Setup,
-    /// Set up, then build target/release/oi-trace with the eBPF object embedded, and
-    /// target/release/liboil.so.
+    /// Set up, then build target/release/oi-trace (with its eBPF objects) and liboil.so.
     Build,
-    /// Set up, build, then run fmt and clippy checks and every test.
+    /// Set up, build, then run fmt and clippy checks and every test. Arguments go to
+    /// `cargo test` (a test name filter, `-- --nocapture`).
     Test {
-        /// Extra arguments for `cargo test` (e.g. a test name filter).
-        #[arg(trailing_var_arg = true)]
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_args: Vec<String>,
     },
-    /// Set up, build, start the bundled example program and trace it.
-    Demo,
-    /// Set up, build, then measure pause, time to first result, probe cost, DWARF at scale
-    /// and throughput against baselines measured in the same run.
-    Bench {
-        /// Smaller objects and fewer repetitions (under two minutes).
-        #[arg(long)]
-        quick: bool,
-        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
-        /// calls, allocs, oil, unwind.
-        #[arg(long, value_name = "FIGURE")]
-        only: Vec<String>,
-    },
-    /// Set up, then fuzz the ELF/DWARF reader and the data-stream decoder with cargo-fuzz,
-    /// seeded with corrupted copies of the fixtures (not part of CI).
-    Fuzz {
-        /// How long to run each fuzz target.
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-    },
-    /// Set up, build, then run Object Introspection's own integration suite against this
-    /// build (the harness in ../shared/oi-conformance) and print its table. Not part of CI:
-    /// it needs an OI repository (`fetch github:facebookexperimental/object-introspection`).
-    Conformance {
-        /// The OI repository: a checkout, or the git directory `fetch` gives.
-        #[arg(long, value_name = "PATH")]
-        oi_repo: PathBuf,
-        /// Also run the cases OI itself skips.
-        #[arg(long)]
-        force: bool,
-        /// Only the cases whose `suite.case` matches this regular expression.
-        #[arg(long, value_name = "REGEX")]
-        filter: Option<String>,
-    },
-    /// Set up, build, then sample an 8-thread fixture every 10 ms for N minutes and check
+    /// Set up, build, start the bundled example program and show the four tools on it.
+    Demo(Forwarded),
+    /// Set up, build, then measure oi-trace against baselines taken in the same run
+    /// (`cargo xtask bench --help` lists the figures).
+    Bench(Forwarded),
+    /// Set up, build, then sample a busy fixture for N minutes (`--minutes N`) and check
     /// oi-trace's memory, the target's threads and every sample.
-    Soak {
-        #[arg(long, default_value_t = 10)]
-        minutes: u64,
-    },
+    Soak(Forwarded),
+    /// Set up, then fuzz the ELF/DWARF reader and the stream decoder (`--seconds N`).
+    Fuzz(Forwarded),
+    /// Set up, build, then run Object Introspection's integration suite against this build
+    /// (`--oi-repo PATH`; `cargo xtask conformance --help` for the rest).
+    Conformance(Forwarded),
 }
 
 fn main() -> Result<()> {
-    match Cli::parse().task {
-        Task::Setup => setup(),
-        Task::Build => setup().and_then(|()| build()),
-        Task::Test { cargo_args } => setup()
-            .and_then(|()| build())
-            .and_then(|()| test(&cargo_args)),
-        Task::Demo => setup().and_then(|()| build()).and_then(|()| demo()),
-        Task::Bench { quick, only } => setup()
-            .and_then(|()| build())
-            .and_then(|()| bench::run(&root(), quick, &only)),
-        Task::Fuzz { seconds } => setup().and_then(|()| fuzz::run(&root(), seconds)),
-        Task::Conformance {
-            oi_repo,
-            force,
-            filter,
-        } => setup()
-            .and_then(|()| build())
-            .and_then(|()| conformance(&oi_repo, force, filter.as_deref())),
-        Task::Soak { minutes } => setup()
-            .and_then(|()| build())
-            .and_then(|()| soak::run(minutes)),
+    let task = Cli::parse().task;
+    let warm_up = (!matches!(task, Task::Setup)).then(warm_up);
+    setup::run()?;
+    if let Some(Some(mut child)) = warm_up {
+        // Its errors, if any, show again in the build itself.
+        let _ = child.wait();
     }
+    let (name, forwarded) = match task {
+        Task::Setup => return Ok(()),
+        Task::Build => return build(),
+        Task::Test { cargo_args } => return build().and_then(|()| test(&cargo_args)),
+        Task::Demo(f) => ("demo", f.args),
+        Task::Bench(f) => ("bench", f.args),
+        Task::Soak(f) => ("soak", f.args),
+        Task::Fuzz(f) => ("fuzz", f.args),
+        Task::Conformance(f) => ("conformance", f.args),
+    };
+    let asks_help = forwarded.iter().any(|a| a == "-h" || a == "--help");
+    if name != "fuzz" && !asks_help {
+        build()?;
+    }
+    run(cargo()
+        .args(["run", "--release", "--quiet", "-p", "oi-devtools", "--bin"])
+        .args(["oi-dev", "--", name])
+        .args(&forwarded))
 }
 
+/// The workspace root: this crate's parent folder.
 fn root() -> PathBuf {
-    oi_e2e::workspace_root()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives inside the workspace")
+        .to_path_buf()
 }
 
 /// Runs a command, failing with its command line when it fails.
@@ -113,143 +103,38 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .stderr(Stdio::null())
-        .output()
-        .with_context(|| format!("starting {cmd:?}"))?;
-    ensure!(out.status.success(), "{cmd:?} failed: {}", out.status);
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn succeeds(cmd: &mut Command) -> bool {
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn setup() -> Result<()> {
-    // The eBPF crate needs nightly with rust-src (-Z build-std=core).
-    if !succeeds(Command::new("rustc").arg("+nightly").arg("-V")) {
-        bail!("no nightly Rust toolchain; this machine kind ships one (rustup toolchain list)");
-    }
-    let installed = output(Command::new("rustup").args([
-        "component",
-        "list",
-        "--toolchain",
-        "nightly",
-        "--installed",
-    ]))?;
-    if !installed.lines().any(|l| l.starts_with("rust-src")) {
-        eprintln!("setup: adding rust-src to nightly");
-        run(Command::new("rustup").args([
-            "component",
-            "add",
-            "rust-src",
-            "--toolchain",
-            "nightly",
-        ]))?;
-    }
-    // bpf-linker must be built against the LLVM major of the nightly that emits the bitcode.
-    let version = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
-    let major = version
-        .lines()
-        .find_map(|l| l.strip_prefix("LLVM version: "))
-        .and_then(|v| v.split('.').next())
-        .context("nightly rustc does not report its LLVM version")?
-        .to_string();
-    let mut packages = Vec::new();
-    let llvm_prefix = PathBuf::from(format!("/usr/lib/llvm-{major}"));
-    let linker_ok = bpf_linker_matches(&major);
-    if !linker_ok && !llvm_prefix.join("lib/libLLVM.so").exists() {
-        packages.extend([format!("llvm-{major}-dev"), format!("libpolly-{major}-dev")]);
-    }
-    if !succeeds(Command::new("g++").arg("--version")) {
-        packages.push("g++".into());
-    }
-    // The real C++ library the tests drive (tests/fixtures/real_json.cpp).
-    if !std::path::Path::new("/usr/include/nlohmann/json.hpp").exists() {
-        packages.push("nlohmann-json3-dev".into());
-    }
-    // The other allocators the allocation profiler's journeys link (tests/tests/allocs.rs), and
-    // bpftrace, the baseline of its benchmark.
-    for (file, package) in [
-        (
-            "/usr/lib/x86_64-linux-gnu/libjemalloc.so",
-            "libjemalloc-dev",
-        ),
-        (
-            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so",
-            "libgoogle-perftools-dev",
-        ),
-        ("/usr/bin/bpftrace", "bpftrace"),
-        // protobuf and Abseil, whose containers the shipped descriptions cover
-        // (tests/tests/beyond_stdlib.rs): headers and libraries, and protoc for the fixture's
-        // generated message.
-        ("/usr/include/google/protobuf/message.h", "libprotobuf-dev"),
-        ("/usr/bin/protoc", "protobuf-compiler"),
-        ("/usr/include/absl/container/flat_hash_map.h", "libabsl-dev"),
-        // Boost 1.81's headers (Boost.Container, Boost.Unordered's flat maps): the shipped
-        // descriptions' fixture (tests/fixtures/footprint_boost.cpp).
-        (
-            "/usr/include/boost/unordered/unordered_flat_map.hpp",
-            "libboost1.81-dev",
-        ),
-    ] {
-        if !std::path::Path::new(file).exists() {
-            packages.push(package.into());
-        }
-    }
-    // setcap: the least-privilege journeys give a copy of oi-trace file capabilities.
-    if !succeeds(Command::new("sh").args(["-c", "command -v setcap"])) {
-        packages.push("libcap2-bin".into());
-    }
-    if !packages.is_empty() {
-        eprintln!("setup: apt-get install {}", packages.join(" "));
-        run(Command::new("apt-get").args(["update", "-q"]))?;
-        run(Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&packages)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
-    if !linker_ok {
-        eprintln!("setup: building bpf-linker for LLVM {major} (about a minute)");
-        run(Command::new("cargo")
-            .args([
-                "install",
-                "bpf-linker",
-                "--version",
-                "0.13.0",
-                "--force",
-                "--no-default-features",
-            ])
-            .args(["--features", &format!("llvm-{major}")])
-            .env("LLVM_PREFIX", &llvm_prefix))?;
-    }
-    Ok(())
-}
-
-/// bpf-linker is installed and linked against libLLVM of this major version.
-fn bpf_linker_matches(major: &str) -> bool {
-    let Ok(path) = output(Command::new("sh").args(["-c", "command -v bpf-linker"])) else {
-        return false;
-    };
-    output(Command::new("ldd").arg(path.trim())).is_ok_and(|libs| {
-        libs.contains(&format!("libLLVM.so.{major}")) || libs.contains(&format!("libLLVM-{major}"))
-    })
-}
-
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
     cmd
 }
 
+/// Compiles the largest dependencies while setup waits on apt and builds bpf-linker: they
+/// need none of what setup installs, and they are most of a cold release build. Built with
+/// the workspace's features, so the build after setup finds them fresh.
+fn warm_up() -> Option<Child> {
+    cargo()
+        .args(["build", "--release", "--quiet"])
+        .args([
+            "-p",
+            "cranelift-jit",
+            "-p",
+            "aya",
+            "-p",
+            "blazesym",
+            "-p",
+            "tokio",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+/// Builds the default members in one go (oi-trace with its eBPF objects, liboil.so, the
+/// drivers): one cargo run unifies their features, so nothing is compiled twice.
 fn build() -> Result<()> {
-    run(cargo().args(["build", "--release", "--bin", "oi-trace"]))?;
-    // liboil.so (oil/include/oil.h), which the OIL journeys link.
-    run(cargo().args(["build", "--release", "-p", "oil"]))
+    run(cargo().args(["build", "--release"]))
 }
 
 fn test(cargo_args: &[String]) -> Result<()> {
@@ -267,100 +152,4 @@ fn test(cargo_args: &[String]) -> Result<()> {
         .args(["test", "--release"])
         .args(cargo_args)
         .env("OI_TRACE_BIN", &bin))
-}
-
-/// OI's suite through the shared harness, against target/release/oi-trace; its build cache
-/// and results stay under target/oi-conformance.
-fn conformance(oi_repo: &std::path::Path, force: bool, filter: Option<&str>) -> Result<()> {
-    // The harness lives in `shared/` beside the repository; a git worktree sits deeper
-    // (`wt/NAME`), so look beside every ancestor.
-    let rel = "shared/oi-conformance/oi_conformance.py";
-    let Some(harness) = root()
-        .ancestors()
-        .skip(1)
-        .map(|d| d.join(rel))
-        .find(|p| p.exists())
-    else {
-        bail!("no conformance harness at ../{rel} (it lives beside this repository, in shared/)");
-    };
-    let mut cmd = Command::new("python3");
-    cmd.arg(&harness)
-        .arg(oi_repo)
-        .arg("--work")
-        .arg(root().join("target/oi-conformance"))
-        .arg("--oi-trace")
-        .arg(root().join("target/release/oi-trace"))
-        .arg("-j2");
-    if force {
-        cmd.arg("--force");
-    }
-    if let Some(f) = filter {
-        cmd.args(["--filter", f]);
-    }
-    // The harness exits 1 when a case fails: its table is the result, not an error here.
-    let status = cmd.status().context("running python3")?;
-    match status.code() {
-        Some(0 | 1) => Ok(()),
-        _ => bail!("the conformance harness failed: {status}"),
-    }
-}
-
-/// Starts the bundled example (a small shop that inspects its ledger about a thousand times a
-/// second), counts its calls for a second, then measures the ledger at its 100th next call.
-fn demo() -> Result<()> {
-    let example = oi_e2e::FixtureBuild::new("demo_shop").build();
-    let bin = root().join("target/release/oi-trace");
-    let fixture = oi_e2e::Fixture::start(&example, &[]);
-    let pid = fixture.pid.to_string();
-    println!(
-        "demo: example program {} running as pid {pid}",
-        example.display()
-    );
-    let symbol = "shop::Ledger::inspect";
-    let pictures = root().join("target/demo");
-    std::fs::create_dir_all(&pictures)?;
-    let svg = pictures.join("ledger.svg");
-    let svg_arg = svg.display().to_string();
-    let counting = [
-        "--pid",
-        &pid,
-        "--uprobe",
-        symbol,
-        "--count-only",
-        "--duration",
-        "1",
-    ];
-    let measuring = [
-        "--pid",
-        &pid,
-        "--uprobe",
-        symbol,
-        "--arg",
-        "this",
-        "--every",
-        "100",
-        "--count",
-        "1",
-        "--format",
-        "tree",
-        "--svg",
-        &svg_arg,
-        "--sample-log",
-        "/dev/stdout",
-    ];
-    for args in [&counting[..], &measuring[..]] {
-        println!("\n$ oi-trace {}", args.join(" "));
-        run(Command::new(&bin).args(args))?;
-    }
-    println!(
-        "\ndemo: the ledger's footprint as a picture (width = bytes, hover for sizes): {}",
-        svg.display()
-    );
-    fixture.assert_running();
-    println!("\ndemo: the example is still running, untouched; stopping it");
-    ensure!(
-        fixture.finish().success(),
-        "the example exited with an error"
-    );
-    Ok(())
 }

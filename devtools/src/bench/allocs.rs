@@ -64,7 +64,7 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let mut fixture = Fixture::start(&binary, &["1", &pairs.to_string()]);
     let pid = fixture.pid.to_string();
     // Interleaved rounds: the machine's load moves over a run (other builds, other benches),
-    // and four blocks measured one after the other each saw a different load. Each round
+    // and four blocks measured one after the other would each see a different load. Each round
     // measures every configuration once (no probes, bare probes, oi-trace, bpftrace's script:
     // each tracer started for its turn and stopped after it), each per-pair cost is taken
     // against the same round's run without probes, and the figures are the medians over the

@@ -3,8 +3,9 @@
 //! `target/bench/results.json`. `--quick` shrinks the objects and repetitions.
 //!
 //! It also writes `target/bench/results.md`: the same table in the README's Markdown, headed
-//! by what the run was (the command, UTC start and end, commit, load average), so that the
-//! README's Performance table is the latest run pasted whole, never figures copied by hand.
+//! by what the run was (the command, its start and end time, commit, load average), so that
+//! the README's Performance table is the latest run pasted whole, never figures copied by
+//! hand.
 
 use std::{
     path::{Path, PathBuf},
@@ -288,7 +289,7 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
     let kinds = std::env::var("OI_BENCH_PAUSE").unwrap_or_default();
     let wanted = |kind: &str| kinds.is_empty() || kinds.split(',').any(|k| k == kind);
     let samples = if quick { 3 } else { 7 };
-    // Issue 16's goals for the walk alone, against the fixture's own walk.
+    // The goals for the walk alone, against the fixture's own walk.
     let walk_goal = |kind: &str| match kind {
         "vecstr" | "vecvaried" => Some(1.2),
         "mapstr" | "umap" => Some(1.3),
@@ -368,12 +369,12 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 String::new()
             };
             if mode == "jit" {
-                // Issue 16's goal: the fixed cost of a sample (two ptrace stops, each a
-                // wake-up of a halted vCPU on a VM) within half a millisecond, beyond the
-                // walk. Held against the fixture's walk after the same sleep as the sampled
-                // call, as the walk's own goal is: the repeated walk finds the object in the
-                // caches (1.3–1.4× faster, 2026-11-27), which a sampled call never does, and
-                // against it the allowance would go to the caches instead of the stops.
+                // The goal: the fixed cost of a sample (two ptrace stops, each a wake-up
+                // of a halted vCPU on a VM) within half a millisecond, beyond the walk. Held
+                // against the fixture's walk after the same sleep as the sampled call, as
+                // the walk's own goal is: the repeated walk finds the object in the caches
+                // (and is faster for it), which a sampled call never does, and against it
+                // the allowance would go to the caches instead of the stops.
                 // (Without the fixture's turns after the sleep, the warm walk stands in.)
                 let cold = if native_cold.is_nan() {
                     native
@@ -493,7 +494,7 @@ fn pause(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                     value: decoded * 1e3,
                     baseline: walked * 1e3,
                     unit: "µs",
-                    // Issue 16's goal is the bench's vector's; the varied one is for scale.
+                    // The goal is the bench's vector's; the varied one is for scale.
                     goal: if decode_goal {
                         "< 150 ms".into()
                     } else {

@@ -43,8 +43,8 @@ const RSS_TOLERANCE_KIB: u64 = 2048;
 /// Measured between observations, not counted in polls: polls a starved xtask makes late
 /// come in bursts and would see one pause twice. And only while the thread's count of context
 /// switches stays the same: the workers' fixed cadence and the sampling of every 10th hit
-/// lock in phase with the 1 s polls, so the same thread is caught in a different sample of
-/// ~0.2 ms at poll after poll (a 4 s "stop" in one 10-minute run that was none).
+/// lock in phase with the 1 s polls, so the same thread can be caught in a different sample
+/// of ~0.2 ms at poll after poll and look stopped for seconds when it never was.
 const STUCK_STOPPED: Duration = Duration::from_secs(3);
 /// A thread without a call for this many consecutive seconds is stuck. Not one: on a loaded
 /// machine the scheduler alone can keep a runnable thread waiting for a large part of a

@@ -1,13 +1,13 @@
-//! The `protobuf` figures of `cargo xtask bench` (issue 18): a sample of a `RepeatedPtrField`
-//! of 100,000 generated messages, walked through the shipped description
-//! `containers/protobuf.toml` (embedded in oi-trace: no `--containers`), against the fixture's own walk computing the same footprint
-//! (`tests/fixtures/beyond_protobuf_bench.cpp`, -O2). The goal is the issue's: the walk
-//! inside the target (the stub's rdtsc, from `oi-trace -v`; the median of 15 samples, and
-//! how many of them were within the goal) within 1.3× the fixture's walk after the same
-//! sleep (the caches in the same state as for a sampled call; the median of its walks). The walk
-//! against the fixture's repeated (warm) walk and the pause the caller feels are reported
-//! beside it. The sample's size must equal the fixture's number, or the figure fails: a fast
-//! wrong walk proves nothing.
+//! The `protobuf` figures of `cargo xtask bench`: a sample of a `RepeatedPtrField` of
+//! 100,000 generated messages, walked through the shipped description
+//! `containers/protobuf.toml` (embedded in oi-trace: no `--containers`), against the
+//! fixture's own walk computing the same footprint (`tests/fixtures/beyond_protobuf_bench.cpp`,
+//! -O2). The goal: the walk inside the target (the stub's rdtsc, from `oi-trace -v`; the
+//! median of 15 samples, and how many of them were within the goal) within 1.3× the
+//! fixture's walk after the same sleep (the caches in the same state as for a sampled call;
+//! the median of its walks). The walk against the fixture's repeated (warm) walk and the
+//! pause the caller feels are reported beside it. The sample's size must equal the
+//! fixture's number, or the figure fails: a fast wrong walk proves nothing.
 
 use std::time::Duration;
 
@@ -23,8 +23,8 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         .libs(&["-lprotobuf"])
         .build();
     let n: u64 = if quick { 10_000 } else { 100_000 };
-    // Fifteen samples: a walk preempted on this shared 2-core machine (one in ten runs of
-    // seven had one 2-15× slower) or a slow first touch moves the median of seven.
+    // Fifteen samples: a walk preempted on this shared 2-core machine (now and then one is
+    // several times slower) or a slow first touch moves the median of seven.
     let samples = if quick { 3 } else { 15 };
     let mut fixture = Fixture::start(&exe, &[&n.to_string()]);
     let mut get = |key: &str| -> Result<f64> {

@@ -379,7 +379,7 @@ fn attach_scale(root: &Path, quick: bool, figures: &mut Vec<Figure>) -> Result<(
         let (multi, multi_wall) = oi_trace_attach(&pid, glob, false)?;
         // One perf event per probe only for the smaller size: on 6.18 closing a uprobe perf
         // event waits for a grace period, so detaching 20,000 of them takes the better part
-        // of an hour (measured: about 0.3 s each on this busy VM).
+        // of an hour (about 0.3 s each on this busy VM).
         let perf = if count <= 1_000 {
             oi_trace_attach(&pid, glob, true)?.0
         } else {
