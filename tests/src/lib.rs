@@ -5,6 +5,7 @@
 //! so a test can arm oi-trace first; they print `done ...` after it and exit when their stdin
 //! closes.
 
+pub mod demo;
 use std::{
     io::{BufRead as _, BufReader, Read as _},
     path::{Path, PathBuf},
