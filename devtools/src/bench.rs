@@ -2,10 +2,10 @@
 //! baseline measured in the same run on the same machine. Prints a table and writes
 //! `target/bench/results.json`. `--quick` shrinks the objects and repetitions.
 //!
-//! It also writes `target/bench/results.md`: the same table in the README's Markdown, headed
-//! by what the run was (the command, its start and end time, commit, load average), so that
-//! the README's Performance table is the latest run pasted whole, never figures copied by
-//! hand.
+//! It also writes `target/bench/results.md`: the same table in Markdown, as docs/performance.md
+//! shows it, headed by what the run was (the command, its start and end time, commit, load
+//! average), so that docs/performance.md's "Latest full table" is the latest run pasted whole,
+//! never figures copied by hand.
 
 use std::{
     path::{Path, PathBuf},
@@ -170,7 +170,7 @@ impl RunStamp {
     }
 }
 
-/// A number as the README prints it: three significant digits or whole units.
+/// A number as docs/performance.md prints it: three significant digits or whole units.
 fn readable(v: f64) -> String {
     if !v.is_finite() {
         "—".into()
@@ -183,7 +183,8 @@ fn readable(v: f64) -> String {
     }
 }
 
-/// `target/bench/results.md`: the run's table, ready for the README.
+/// `target/bench/results.md`: the run's table, ready for docs/performance.md
+/// ("Latest full table").
 fn write_markdown(
     root: &Path,
     command: &str,

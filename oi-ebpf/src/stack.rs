@@ -69,7 +69,8 @@ static UNWIND_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter
 
 /// Per CPU and frame depth, the row the last walk found there. A hot allocation site walks the
 /// same pcs again and again: this spares it the two binary searches per frame, which are most
-/// of a walk's cost without it (kernel `bpf_stats`, see the README's Performance notes).
+/// of a walk's cost without it (kernel `bpf_stats`; docs/performance.md,
+/// "Stacks (`unwind`)").
 #[map]
 static UNWIND_ROW_CACHE: PerCpuArray<CachedRow> =
     PerCpuArray::with_max_entries(MAX_FRAMES as u32, 0);

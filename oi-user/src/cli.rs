@@ -21,8 +21,8 @@ use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 /// `oi-trace calls` times call trees without stopping the target (`oi-trace calls --help`);
 /// `oi-trace allocs` profiles every allocation and free (`oi-trace allocs --help`).
 ///
-/// Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (README: Running without root), and
-/// binaries built with -g.
+/// Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (docs/privileges.md,
+/// "Running without root"), and binaries built with -g.
 #[derive(Debug, Parser)]
 #[command(name = "oi-trace", version, max_term_width = 100)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -154,8 +154,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Container descriptions (TOML, README "Describing containers"), on top of the shipped
-    /// ones. Repeatable; a later file wins for the same container name.
+    /// Container descriptions (TOML, docs/containers.md), on top of the shipped ones.
+    /// Repeatable; a later file wins for the same container name.
     #[arg(long, value_name = "FILE")]
     pub containers: Vec<PathBuf>,
 

@@ -1,6 +1,6 @@
-//! The one place where failures become exit statuses (DESIGN: 0 ok, 1 a sample failed or the
-//! target went away, 2 bad usage or input; and OI's 6 when the only failed samples are
-//! samples of several arguments none of which could be measured).
+//! The one place where failures become exit statuses (ARCHITECTURE.md, "Errors": 0 ok,
+//! 1 a sample failed or the target went away, 2 bad usage or input; and OI's 6 when the only
+//! failed samples are samples of several arguments none of which could be measured).
 
 use std::process::ExitCode;
 

@@ -4,11 +4,12 @@
 //! - `[[codegen.ignore]]` with `type` (a qualified name) and optionally `members`: without
 //!   members the type is measured as opaque (its static size, all exclusive, no members, as a
 //!   union); with members, those members are dropped before padding is computed, so their
-//!   bytes count as the struct's padding (SEMANTICS §5, "members excluded by configuration");
+//!   bytes count as the struct's padding (docs/semantics.md,
+//!   "Structs, bases, padding, unions");
 //! - `[[codegen.capture_keys]]` (`top_level = true`, or `type` and `members`): turns on
 //!   capture-keys for the root's map, or for those members of the struct of that unqualified
-//!   name (SEMANTICS §9); other maps keep no keys. (`--feature capture-keys` alone, with no
-//!   such entry, captures the keys of every map.)
+//!   name (docs/semantics.md, "Captured keys"); other maps keep no keys. (`--feature capture-keys`
+//!   alone, with no such entry, captures the keys of every map.)
 //!
 //! Everything else oid's file may hold (paths, headers, container definitions) is about how
 //! oid compiles its code and is ignored; an unknown key is no error, as in oid.

@@ -107,7 +107,8 @@ pub fn refusal(step: &str, caps: &[Cap]) -> String {
     match missing(caps) {
         Some(names) => format!(
             "{step} needs {names}, which this process lacks: run as root, or give this copy of \
-             oi-trace `setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep` (README: Running without root)"
+             oi-trace `setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep` (docs/privileges.md, \
+             \"Running without root\")"
         ),
         None => format!(
             "{step} was refused by the kernel although {} are held",

@@ -1,4 +1,4 @@
-//! Containers described as data (README "Describing containers"): a small-buffer vector that
+//! Containers described as data (docs/containers.md): a small-buffer vector that
 //! exists only in a test fixture, described in a TOML file written here, measured exactly
 //! (the fixture's own numbers) at -O0 and -O2, jit and remote byte-identical; descriptions
 //! that do not fit the program are one-line errors naming the file and line, exit 2.

@@ -1,5 +1,5 @@
 //! Journeys: `oi-trace --mode remote` on live g++ fixtures, compared with the numbers each
-//! fixture computes about itself (SEMANTICS.md), exact equality. The footprint pipeline is
+//! fixture computes about itself (docs/semantics.md), exact equality. The footprint pipeline is
 //! also tested without the CLI in `oi-user` (`interp::live_tests`), with the same fixtures.
 
 mod footprint_common;

@@ -12,7 +12,7 @@
 //! the registers the program reads, `rsp` and `rbp` alone (glibc's `free` on the `je` after its
 //! `test`, libstdc++'s `operator new` on its first `push` past `endbr64`), because any other
 //! instruction is stepped out of line, a second exception that costs ~15× the first on a VM
-//! (README, Performance). Beyond it:
+//! (docs/performance.md, "What bounds the figures"). Beyond it:
 //! - a free (`free`, every `operator delete`, `dallocx` …) nothing: it is counted at its entry;
 //! - a C allocation function (`malloc`, `calloc`, `realloc`, `posix_memalign`, `aligned_alloc`,
 //!   jemalloc's `*allocx`, `tc_malloc` …) a uretprobe: no C++ exception unwinds through C code,

@@ -1,7 +1,7 @@
 //! `std::deque<T>` (80 bytes): a map of block pointers (`_M_map`, `_M_map_size` slots) and two
 //! iterators (`_M_cur, _M_first, _M_last, _M_node`). Blocks hold 512 / sizeof T elements
 //! (one if T ≥ 512 bytes). Charged: the object, every map slot, every block, minus the
-//! elements (SEMANTICS.md §6).
+//! elements (docs/semantics.md, "libstdc++ node sizes").
 
 use super::{LayoutError, field};
 use crate::typegraph::{TypeGraph, TypeId};

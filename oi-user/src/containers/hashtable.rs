@@ -1,8 +1,8 @@
 //! The four `std::unordered_*` containers: `_M_h` is a `_Hashtable` with `_M_buckets`,
 //! `_M_bucket_count`, the singly linked list head `_M_before_begin._M_nxt` and
 //! `_M_element_count`. Nodes are a next pointer, then the value at round(8, alignof V). The
-//! charged node size always includes the cached hash word (SEMANTICS.md §6), whatever
-//! libstdc++ really allocates.
+//! charged node size always includes the cached hash word (docs/semantics.md,
+//! "libstdc++ node sizes"), whatever libstdc++ really allocates.
 
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};

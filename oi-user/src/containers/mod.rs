@@ -3,8 +3,9 @@
 //! Each family file knows three things: how to find its fields in the container's own DWARF
 //! layout (by member name after base flattening, so custom allocators and stateful
 //! comparators shift nothing by guesswork), how the interpreter walks it in target memory,
-//! and how its size is charged (SEMANTICS.md §4, §6). Recognition is by the qualified DWARF
-//! name (§2): the name itself or the name followed by `<`.
+//! and how its size is charged (docs/semantics.md, "Kind by kind",
+//! "libstdc++ node sizes"). Recognition is by the qualified DWARF name (docs/semantics.md,
+//! "Type names"): the name itself or the name followed by `<`.
 
 pub mod adapter;
 pub mod array;
@@ -99,7 +100,7 @@ impl ContainerKind {
         })
     }
 
-    /// Whether the node shows `pointer` (SEMANTICS.md §4).
+    /// Whether the node shows `pointer` (docs/semantics.md, "Kind by kind").
     pub fn is_map(self) -> bool {
         matches!(
             self,
@@ -190,7 +191,7 @@ pub fn uint(bytes: &[u8], off: u64, size: u64) -> Option<u64> {
     Some(u64::from_le_bytes(w))
 }
 
-/// round(x, a) of SEMANTICS.md §6.
+/// round(x, a) of docs/semantics.md, "libstdc++ node sizes".
 pub fn round_up(x: u64, a: u64) -> u64 {
     let a = a.max(1);
     x.div_ceil(a) * a

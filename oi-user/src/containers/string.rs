@@ -1,7 +1,7 @@
 //! `std::__cxx11::basic_string<CharT>` (32 bytes): `_M_dataplus._M_p`, `_M_string_length`,
 //! and a union of the 16-byte SSO buffer with `_M_allocated_capacity`. Inline (SSO) iff the
 //! data pointer points inside the object; charged 32 + capacity·sizeof(CharT) when on the
-//! heap (no +1 for the terminator, SEMANTICS.md §4).
+//! heap (no +1 for the terminator, docs/semantics.md, "Structs and standard containers").
 
 use super::{LayoutError, field, unexpected};
 use crate::typegraph::{TypeGraph, TypeId, layout};

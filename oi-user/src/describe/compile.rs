@@ -95,7 +95,7 @@ pub struct Swiss {
 }
 
 impl DescribedArray {
-    /// exclusiveSize (README "What is charged"): sizeof + heap − len · sizeof(elem).
+    /// exclusiveSize (docs/containers.md, "What is charged"): sizeof + heap − len · sizeof(elem).
     pub fn exclusive(&self, len: u64, heap: u64) -> u64 {
         self.size
             .saturating_add(heap)

@@ -2,7 +2,7 @@
 //! against one instantiation, compiled to an [`Expr`] (fields as offset/width reads of the
 //! object, `sizeof`/`alignof`/`offsetof`/template values folded to constants).
 //!
-//! Semantics (the README's "Expressions"): unsigned 64-bit wrapping arithmetic, `x / 0` and
+//! Semantics (docs/containers.md, "Expressions"): unsigned 64-bit wrapping arithmetic, `x / 0` and
 //! `x % 0` are 0, `>>` is logical, shifts use the low 6 bits of the count, comparisons are
 //! signed 64-bit and give 1 or 0. [`Expr::eval`] is the reference the JIT must match
 //! bit for bit. Never panics on any input: parse errors are values.

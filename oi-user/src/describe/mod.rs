@@ -1,6 +1,6 @@
-//! Containers described as data: TOML descriptions (the format is the README's "Describing
-//! containers"), matched against the type graph while the plan is built and compiled into
-//! plan ops that the interpreter, the JIT and the decoder already share.
+//! Containers described as data: TOML descriptions (the format is docs/containers.md),
+//! matched against the type graph while the plan is built and compiled into plan ops that the
+//! interpreter, the JIT and the decoder already share.
 //!
 //! The steps, one file each:
 //! - [`parse`]: TOML → [`Description`]s with parsed expressions and the file/line of every

@@ -179,7 +179,7 @@ impl Description {
     }
 
     /// Whether the qualified DWARF name is this container: the name itself or it followed
-    /// by `<` (as built-in containers are recognised, SEMANTICS.md §2).
+    /// by `<` (as built-in containers are recognised, docs/semantics.md, "Type names").
     pub fn matches(&self, qualified: &str) -> bool {
         name_matches(&self.name, qualified)
     }

@@ -1,5 +1,5 @@
 //! `[[union]]`: a union whose active member a discriminator names (a tagged union, protobuf's
-//! oneof), walked as that member (README "Describing containers", **Unions**). The rule names
+//! oneof), walked as that member (docs/containers.md, "Unions"). The rule names
 //! the class holding the union (`in`), the union member (`member`, or `"*"`: each union of
 //! several members, numbered `{i}` in order), the discriminator (a member path of the holder,
 //! an integer or enum; a step may index an array: `_oneof_case_[{i}]`), and the cases: listed

@@ -348,7 +348,7 @@ impl Write for Counter {
 #[test]
 fn basic_structs_strings_vectors_and_abi() {
     let runs = run_fixture("footprint_basic", &["-O1"]);
-    // Key order of a node (SEMANTICS.md §1), checked on the raw text.
+    // Key order of a node (docs/semantics.md, "JSON shape"), checked on the raw text.
     let text = &runs[0].0;
     assert!(text.starts_with(r#"[{"size":"#), "{text}");
     let order = [

@@ -19,7 +19,8 @@ pub enum WalkError {
     Corrupt { addr: u64, what: String },
 }
 
-/// Most addresses remembered for sharing / cycle detection (SEMANTICS.md §7).
+/// Most addresses remembered for sharing / cycle detection (docs/semantics.md,
+/// "Pointers, sharing and cycles").
 pub const VISITED_CAPACITY: usize = 131_072;
 /// Largest single read we agree to make (a bigger one means a corrupt length).
 const MAX_ARRAY_BYTES: u64 = 1 << 30;

@@ -40,10 +40,10 @@
 //! ## Bounds (kept identical to the interpreter's, or the streams would differ)
 //! Element counts ≤ `interp::walk::MAX_ELEMENTS`, 1 GiB per array read, 129-deep red-black
 //! descent, nesting ≤ [`MAX_DEPTH`] (the interpreter's limit), captured keys ≤ 1 MiB, deque map
-//! checks, and the visited set of SEMANTICS.md §7: one per root, seeded with the root's
-//! address unless its bit in `frame.unseeded` is set, 131,072 addresses at most. The set
-//! lives in `frame.scratch` (≥ [`SCRATCH_BYTES`]) as an open-addressing table whose slots
-//! carry a generation tag: each root takes the next generation, so a fresh sample costs
+//! checks, and the visited set of docs/semantics.md, "Pointers, sharing and cycles": one per root,
+//! seeded with the root's address unless its bit in `frame.unseeded` is set, 131,072 addresses at
+//! most. The set lives in `frame.scratch` (≥ [`SCRATCH_BYTES`]) as an open-addressing table whose
+//! slots carry a generation tag: each root takes the next generation, so a fresh sample costs
 //! nothing to reset (start from zeroed memory and keep `frame.generation` between calls).
 //! OIL's optimistic count-only walker (`in_process::LocalWalker::compile_totals_optimistic`)
 //! has no table: it assumes every insertion succeeds, records the keys (32 at most) in its

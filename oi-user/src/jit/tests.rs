@@ -691,7 +691,7 @@ fn jit_string_runs_decode_to_the_fixture_strings() {
     full_sweep("probe_strings", &[], make_n("run_strings", 4 * kinds + 3));
 }
 
-/// The fixture's `SmallVec`, described as a user would (README "Describing containers"),
+/// The fixture's `SmallVec`, described as a user would (docs/containers.md),
 /// with expressions that exercise the operators the JIT compiles.
 pub(crate) const SMALLVEC_TOML: &str = r#"
 [[container]]

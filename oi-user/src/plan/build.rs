@@ -1,6 +1,6 @@
-//! Type graph → plan. Decides every static fact of the output per use site: names (§3),
-//! typeNames (§2), staticSize, is_primitive (§8), which pointers are chased (§7), and each
-//! container's layout (from `containers`).
+//! Type graph → plan. Decides every static fact of the output per use site: names, typeNames,
+//! staticSize, is_primitive, which pointers are chased (each under its heading in
+//! docs/semantics.md), and each container's layout (from `containers`).
 
 use std::collections::HashMap;
 
@@ -21,12 +21,14 @@ pub enum PlanError {
     Incomplete(String),
 }
 
-/// Options that change the walk (SEMANTICS.md §7, §9).
+/// Options that change the walk (docs/semantics.md, "Pointers, sharing and cycles",
+/// "Captured keys").
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub chase_raw_pointers: bool,
-    /// Record the keys of std::map / std::unordered_map as `data` (SEMANTICS.md §9): of
-    /// every one, unless OI's configuration selects some (`capture_top`, `capture_members`).
+    /// Record the keys of std::map / std::unordered_map as `data` (docs/semantics.md,
+    /// "Captured keys"): of every one, unless OI's configuration selects some (`capture_top`,
+    /// `capture_members`).
     pub capture_keys: bool,
     /// `[[codegen.capture_keys]] top_level = true`: the root's map.
     pub capture_top: bool,
@@ -547,7 +549,8 @@ impl<'t> PlanBuilder<'t> {
         let tg = self.tg;
         let mut members = layout::flatten(tg, r);
         // Members the configuration excludes go before padding is computed: their bytes
-        // become the struct's padding (SEMANTICS.md §5).
+        // become the struct's padding (docs/semantics.md,
+        // "Structs, bases, padding, unions").
         if let Some(name) = tg.as_struct(r).and_then(|st| st.name.as_deref()) {
             let dropped = |m: &layout::FlatMember| {
                 self.opts
@@ -566,7 +569,8 @@ impl<'t> PlanBuilder<'t> {
             let name = m.name.clone().unwrap_or_else(|| format!("__oi_anon_{idx}"));
             let mut type_names = names::type_names_with_typedefs(tg, m.ty, &self.anon);
             let declared = &tg.get(m.ty).kind;
-            // GCC's vptr is never chased, whatever the options (SEMANTICS.md §4).
+            // GCC's vptr is never chased, whatever the options (docs/semantics.md,
+            // "Pointers, sharing and cycles").
             let is_vptr = m.name.as_deref().is_some_and(|n| n.starts_with("_vptr."));
             let owned = if is_vptr || m.bit_size.is_some() {
                 None
@@ -704,7 +708,8 @@ impl<'t> PlanBuilder<'t> {
             K::Map | K::MultiMap | K::UnorderedMap | K::UnorderedMultiMap => {
                 let (k, v) = (self.arg(r, 0)?, self.arg(r, 1)?);
                 let (psize, palign, second) = rbtree::pair_shape(tg, k, v);
-                // SEMANTICS.md §9: std::map and std::unordered_map only, not the multimaps.
+                // std::map and std::unordered_map only, not the multimaps (docs/semantics.md,
+                // "Captured keys").
                 let capture = (self.captures(capture_here)
                     && matches!(kind, K::Map | K::UnorderedMap))
                 .then(|| self.capture(k))

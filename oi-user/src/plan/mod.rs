@@ -120,7 +120,7 @@ impl Scalar {
     }
 }
 
-/// How a map key is captured into `data` (SEMANTICS.md §9).
+/// How a map key is captured into `data` (docs/semantics.md, "Captured keys").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Capture {
     /// Integral / enum / other scalar key of this byte size, as an unsigned number.

@@ -1,6 +1,6 @@
-//! OI-compatible JSON (SEMANTICS.md §1), written while decoding: keys in the fixed order, one
-//! array per sample, one line unless pretty-printed. Two keys are ours, not OI's, and appear
-//! only where they apply: `heapBlock` (a chased raw pointer that charges the heap block it
+//! OI-compatible JSON (docs/semantics.md, "JSON shape"), written while decoding: keys in the fixed
+//! order, one array per sample, one line unless pretty-printed. Two keys are ours, not OI's, and
+//! appear only where they apply: `heapBlock` (a chased raw pointer that charges the heap block it
 //! starts; its usable bytes), written right after `pointer`, and `notWalked` (a union that
 //! was not walked, its members unmeasured: its staticSize), in the same place; OI's readers
 //! ignore both.

@@ -65,7 +65,7 @@ pub struct NodeOut<'a> {
     pub not_walked: bool,
 }
 
-/// A captured key (SEMANTICS.md §9).
+/// A captured key (docs/semantics.md, "Captured keys").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Data {
     Number(u64),

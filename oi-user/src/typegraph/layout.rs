@@ -1,5 +1,6 @@
-//! Struct layout per SEMANTICS.md §5: base flattening (a recognised-container base becomes the
-//! member `__oi_parent`), member removal (unions, incomplete types), and padding.
+//! Struct layout per docs/semantics.md, "Structs, bases, padding, unions": base flattening (a
+//! recognised-container base becomes the member `__oi_parent`), member removal (unions, incomplete
+//! types), and padding.
 
 use super::{Kind, TypeGraph, TypeId};
 
@@ -35,7 +36,7 @@ fn flatten_into(tg: &TypeGraph, id: TypeId, base_bits: u64, out: &mut Vec<FlatMe
     }
     for b in &st.bases {
         if b.is_virtual {
-            continue; // no constant offset (SEMANTICS §11 leaves virtual bases open)
+            continue; // no constant offset (docs/semantics.md, "Left open": virtual bases)
         }
         let bits = base_bits + b.offset * 8;
         if tg.as_struct(b.ty).is_some_and(|s| s.container.is_some()) {

@@ -4,7 +4,7 @@
 //! handled because every DWARF type gets its id before its contents are built.
 //!
 //! Pure data: no DWARF handles, no process access. [`layout`] flattens bases and computes
-//! padding; [`names`] spells type names per SEMANTICS.md §2.
+//! padding; [`names`] spells type names per docs/semantics.md, "Type names".
 
 pub mod abi;
 pub mod build;
@@ -43,8 +43,9 @@ pub enum PrimKind {
 
 #[derive(Debug, Clone)]
 pub enum Kind {
-    /// Integer, floating or bool; `name` is already the SEMANTICS spelling (`int32_t`),
-    /// `dwarf_name` the compiler's (`long unsigned int`), for names people read.
+    /// Integer, floating or bool; `name` is already the spelling of docs/semantics.md,
+    /// "Type names" (`int32_t`), `dwarf_name` the compiler's (`long unsigned int`), for names
+    /// people read.
     Primitive {
         name: String,
         prim: PrimKind,

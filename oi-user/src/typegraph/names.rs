@@ -1,6 +1,6 @@
-//! Type names as SEMANTICS.md §2 spells them: primitives from encoding and size, containers
-//! respelled from their template arguments, anonymous types numbered `__oi_anon_N` by a
-//! pre-order walk from each root.
+//! Type names as docs/semantics.md, "Type names", spells them: primitives from encoding and
+//! size, containers respelled from their template arguments, anonymous types numbered `__oi_anon_N`
+//! by a pre-order walk from each root.
 
 use std::collections::{HashMap, HashSet};
 
@@ -39,8 +39,9 @@ pub fn primitive(encoding: u64, size: u64) -> (String, PrimKind) {
     }
 }
 
-/// Numbers of the anonymous types reachable from one root (§2): every struct/class/union,
-/// enum and typedef takes the next number when first reached in a pre-order walk.
+/// Numbers of the anonymous types reachable from one root (docs/semantics.md, "Type names"):
+/// every struct/class/union, enum and typedef takes the next number when first reached in a
+/// pre-order walk.
 #[derive(Debug, Default, Clone)]
 pub struct AnonNames {
     numbers: HashMap<TypeId, usize>,
@@ -100,7 +101,7 @@ pub fn qualified_or_anon(tg: &TypeGraph, id: TypeId) -> String {
     spell(tg, id, &AnonNames::default())
 }
 
-/// The spelled name of a type (typedefs resolved), per §2.
+/// The spelled name of a type (typedefs resolved), per docs/semantics.md, "Type names".
 pub fn spell(tg: &TypeGraph, id: TypeId, anon: &AnonNames) -> String {
     spell_depth(tg, id, anon, 0)
 }
@@ -238,8 +239,8 @@ pub fn type_names_with_typedefs(tg: &TypeGraph, id: TypeId, anon: &AnonNames) ->
     names
 }
 
-/// g++'s DWARF names of fundamental types → their spelling (§2, x86-64 sizes), for names
-/// known only as text.
+/// g++'s DWARF names of fundamental types → their spelling (docs/semantics.md, "Type names"; x86-64
+/// sizes), for names known only as text.
 const FUNDAMENTAL: &[(&str, &str)] = &[
     ("char", "int8_t"),
     ("signed char", "int8_t"),
@@ -260,10 +261,10 @@ const FUNDAMENTAL: &[(&str, &str)] = &[
 
 /// A type known only by its name: a class the DWARF declares and defines nowhere (a
 /// `std::vector<int>*` member of a program that never makes one), as g++ wrote it. A
-/// recognised container is respelled by §2's rules from the text, which is all there is:
-/// measured arguments by the same rules (fundamental types by [`FUNDAMENTAL`]), allocators
-/// and char traits respelled, other arguments by their bare name. Anything else stays as
-/// written, as any class name does.
+/// recognised container is respelled by the rules of docs/semantics.md, "Type names", from the
+/// text, which is all there is: measured arguments by the same rules (fundamental types by
+/// [`FUNDAMENTAL`]), allocators and char traits respelled, other arguments by their bare name.
+/// Anything else stays as written, as any class name does.
 fn declared_only(text: &str, depth: u32) -> String {
     let text = text.trim();
     if depth > 32 {
