@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
+    bin_name = "cargo xtask",
     about = "oi-trace's demo, bench, soak, fuzz and conformance drivers"
 )]
 struct Cli {

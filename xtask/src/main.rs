@@ -78,14 +78,18 @@ fn main() -> Result<()> {
         Task::Fuzz(f) => ("fuzz", f.args),
         Task::Conformance(f) => ("conformance", f.args),
     };
-    let asks_help = forwarded.iter().any(|a| a == "-h" || a == "--help");
-    if name != "fuzz" && !asks_help {
-        build()?;
-    }
-    run(cargo()
-        .args(["run", "--release", "--quiet", "-p", "oi-devtools", "--bin"])
-        .args(["oi-dev", "--", name])
-        .args(&forwarded))
+    // The binary the build just made: `cargo run -p oi-devtools` would resolve features for
+    // that one package and compile oi-user a second time.
+    build()?;
+    run(Command::new(target_dir().join("release/oi-dev"))
+        .arg(name)
+        .args(&forwarded)
+        .current_dir(root()))
+}
+
+/// Where cargo puts what it builds.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
 /// The workspace root: this crate's parent folder.
@@ -147,7 +151,7 @@ fn test(cargo_args: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    let bin = root().join("target/release/oi-trace");
+    let bin = target_dir().join("release/oi-trace");
     run(cargo()
         .args(["test", "--release"])
         .args(cargo_args)
