@@ -1,6 +1,6 @@
-//! What the eBPF programs of every tool share: the footprint trigger (`src/main.rs`) and the
-//! profilers (`src/bin/*.rs`, each built as an object of its own so a tool loads only its own
-//! programs and maps), and what they share: the CFI user-stack unwinder ([`stack`], whose maps
+//! What the eBPF programs of every tool share: the footprint trigger (`src/bin/footprint.rs`)
+//! and the profilers (`src/bin/*.rs`, each built as an object of its own so a tool loads only
+//! its own programs and maps), and what they share: the CFI user-stack unwinder ([`stack`], whose maps
 //! every object carries; only loaders that walk stacks size them). Kernel side only; types that
 //! cross to user space live in `oi-common`.
 #![no_std]

@@ -17,8 +17,8 @@ use std::sync::{Mutex, OnceLock};
 use oi_trace::debuginfo::Binary;
 use oi_trace::debuginfo::dwarf::{self, DwarfError};
 use oi_trace::debuginfo::type_names::demangle_type;
+use oi_trace::footprint::measure::Measurer;
 use oi_trace::jit::in_process::LocalWalker;
-use oi_trace::measure::Measurer;
 use oi_trace::plan::NodeId;
 
 use crate::Error;

@@ -16,9 +16,9 @@ use std::cell::RefCell;
 use std::ptr;
 use std::sync::atomic::Ordering;
 
+use oi_trace::footprint::measure::{OutputFormat, WALK_STACK};
 use oi_trace::interp::RemoteReader;
 use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
-use oi_trace::measure::{OutputFormat, WALK_STACK};
 use oi_trace::report;
 
 use crate::ffi::OilSteady;
@@ -281,9 +281,9 @@ fn measure_in(
 }
 
 /// The interpreter's reason, without the probe wording (`walking `arg0` failed: `).
-fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
+fn walk_reason(e: &oi_trace::footprint::measure::MeasureError) -> String {
     match e {
-        oi_trace::measure::MeasureError::Walk { source, .. } => source.to_string(),
+        oi_trace::footprint::measure::MeasureError::Walk { source, .. } => source.to_string(),
         other => other.to_string(),
     }
 }

@@ -9,13 +9,13 @@ use nix::{
     unistd::Pid,
 };
 use oi_e2e::{Fixture, FixtureBuild, SIGUSR1, maps_of, privileged};
-use oi_trace::jit::WalkFrame;
-use oi_trace::target::{
+use oi_trace::inferior::{
     Tracer,
     bootstrap::{self, Bootstrap},
     hijack::{CallEnd, Held, Segments},
     remote,
 };
+use oi_trace::jit::WalkFrame;
 
 /// rdi = frame: out[0] = *(u64*)args[0]; out_used = 8; status = 0; return 0.
 const READ_ARG0: &[u8] = &[

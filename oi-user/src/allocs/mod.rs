@@ -50,13 +50,13 @@ use crate::{
     debuginfo::{Binary, dwarf::with_debug_info},
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
+    inferior::procfs,
+    probe::monotonic_ns,
     report::{
         flame::{Folded, Picture},
         tree::thousands,
     },
-    session::monotonic_ns,
     symbolize::Symbolizer,
-    target::procfs,
 };
 use program::{FileAttachment, Program, Settings};
 use report::{Classes, Context, Report};

@@ -44,12 +44,12 @@ use crate::{
     debuginfo::{Binary, find_function},
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
+    inferior::{ProcessInfo, procfs},
     report::{
         flame::{Folded, Picture},
         tree::thousands,
     },
-    session::resolve::{self, BinaryCache},
-    target::{ProcessInfo, procfs},
+    resolve::{self, BinaryCache},
 };
 use calibrate::ProbeCost;
 use program::{Attachment, Program, Settings};

@@ -11,21 +11,21 @@ use toml::Spanned;
 use super::expr::{self, Ast};
 use super::unions::{Cases, UnionRule};
 
-/// The shipped descriptions (`containers/` at the top of the repository), embedded. Their
-/// text is part of the binary, so a changed file is a new build, and the plan cache key
-/// holds the build (`disk_cache::stable_hash`).
+/// The shipped descriptions (`oi-user/containers/`, named `containers/FILE` in messages),
+/// embedded. Their text is part of the binary, so a changed file is a new build, and the plan
+/// cache key holds the build (`disk_cache::stable_hash`).
 pub const SHIPPED: &[(&str, &str)] = &[
     (
         "containers/boost.toml",
-        include_str!("../../../containers/boost.toml"),
+        include_str!("../../containers/boost.toml"),
     ),
     (
         "containers/protobuf.toml",
-        include_str!("../../../containers/protobuf.toml"),
+        include_str!("../../containers/protobuf.toml"),
     ),
     (
         "containers/abseil.toml",
-        include_str!("../../../containers/abseil.toml"),
+        include_str!("../../containers/abseil.toml"),
     ),
 ];
 

@@ -3,7 +3,7 @@
 //! the interpreter (`interp`) into a buffer of the data segment.
 //!
 //! Never touches a process itself: [`compile`] is pure (plan in, bytes out); mapping and
-//! running the bytes is `target`'s job. [`cache::WalkerCache`] keeps compiled walkers in
+//! running the bytes is `inferior`'s job. [`cache::WalkerCache`] keeps compiled walkers in
 //! memory and under `~/.cache/oi-trace/jit`, keyed by the plan's content.
 //!
 //! The generated code makes no calls outside itself and no syscalls, and carries no

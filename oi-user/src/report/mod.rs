@@ -1181,7 +1181,7 @@ mod tests {
         let stream: Vec<u64> = (0..=MAX_DEPTH).flat_map(|_| [0x1000, 1]).collect();
         let stream = words::encode(&stream);
         let result = std::thread::Builder::new()
-            .stack_size(crate::measure::WALK_STACK)
+            .stack_size(crate::footprint::measure::WALK_STACK)
             .spawn(move || total_size(&deep, 0, &stream))
             .expect("spawn")
             .join()

@@ -6,7 +6,6 @@ mod globals;
 mod in_target;
 mod logs;
 mod reporter;
-pub mod resolve;
 
 use std::{
     collections::HashMap,
@@ -20,29 +19,28 @@ use nix::{
     sys::{
         signal::{SigSet, Signal},
         signalfd::{SfdFlags, SignalFd},
-        time::TimeSpec,
     },
-    time::{ClockId, clock_gettime},
 };
 use oi_common::{EntryRegs, Event, ProbeConfig, ProbeCounters, event, filter, flags, point};
 
+use crate::resolve::{self, BinaryCache, Resolved};
 use crate::{
-    audit::Audit,
     cgroup::Cgroup,
     cli::{Args, Mode},
     debuginfo::{code, points::PointKind},
     error::{Error, Result},
+    footprint::audit::Audit,
+    footprint::measure::{MeasureError, Measurer},
+    footprint::plan_cache::{PlanCache, Source},
+    footprint::trigger::{AttachPoint, Trigger},
+    inferior::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs, remote},
     interp::RemoteReader,
-    measure::{MeasureError, Measurer},
-    plan_cache::{PlanCache, Source},
     privileges,
-    probe::{AttachPoint, Trigger},
-    target::{ProcessInfo, Stop, Tracer, guardian::Guardian, procfs, remote},
+    probe::monotonic_ns,
 };
 use in_target::{Failure, InTarget, Phases};
 use logs::{Logs, SampleRecord};
 use reporter::{BACKLOG, Reporter, Written};
-use resolve::{BinaryCache, Resolved};
 
 /// What the user asked to trace.
 enum Scope {
@@ -1204,10 +1202,4 @@ impl SignalSet {
         }
         stop
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-pub(crate) fn monotonic_ns() -> u64 {
-    let t: TimeSpec = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap_or(TimeSpec::new(0, 0));
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }

@@ -26,14 +26,14 @@ use super::{
     reporter::{Outputs, Reporter},
 };
 use crate::{
-    audit::Audit,
     cli::{Args, Mode},
     debuginfo::{Binary, dwarf},
     error::{Error, Result},
+    footprint::audit::Audit,
+    footprint::measure::{Measurer, RootStream},
+    inferior::{ProcessInfo, Tracer, procfs},
     interp::RemoteReader,
-    measure::{Measurer, RootStream},
     privileges,
-    target::{ProcessInfo, Tracer, procfs},
 };
 
 /// One variable, found and planned.

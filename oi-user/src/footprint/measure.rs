@@ -10,7 +10,7 @@ use std::io::Write;
 
 use oi_common::EntryRegs;
 
-use crate::debuginfo::dwarf::{self, DieRef, DwarfError, ParamLocation};
+use crate::debuginfo::dwarf::{self, DwarfError, ParamLocation};
 use crate::debuginfo::{Binary, FunctionSymbol};
 use crate::debuginfo::{cfi, vtables};
 use crate::interp::memory::{LocalReader, Overlay};
@@ -21,6 +21,7 @@ use crate::report::ReportError;
 use crate::report::output::{self, Root, SampleWriter};
 use crate::report::totals::Totals;
 use crate::report::tree;
+pub use crate::resolve::CopyAt;
 use crate::typegraph::abi::{self, Location};
 use crate::typegraph::{BuildError, Builder, Kind, TypeId};
 
@@ -169,18 +170,6 @@ enum StoredLocation {
     Computed(usize, i64),
     Address(u64),
     Constant(u64),
-}
-
-/// A copy of a function probed where DWARF, not the calling convention, says where its
-/// parameters are: a clone (g++ changed its parameters) or an inlined copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CopyAt {
-    /// Its DIE: an inlined subroutine; `None` for the concrete DIE of the probed symbol.
-    pub die: Option<DieRef>,
-    /// The probed instruction, where the locations are read.
-    pub pc: u64,
-    /// `pc` is the copy's own entry (where a parameter's entry value is its register).
-    pub at_entry: bool,
 }
 
 /// One root's walk at a sample: its stream, or why it has none (the root is then printed as

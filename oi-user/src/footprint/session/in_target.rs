@@ -1,5 +1,5 @@
 //! `--mode jit`: samples walked by compiled code running inside the target, on the frozen
-//! thread, through `target::hijack`. Segments are mapped into a process at its first sample
+//! thread, through `inferior::hijack`. Segments are mapped into a process at its first sample
 //! and unmapped when oi-trace lets it go.
 //!
 //! A site of several roots has, besides its walker of all roots, one walker per root. A sample
@@ -17,18 +17,19 @@ use std::{
 use nix::errno::Errno;
 use oi_common::EntryRegs;
 
-use super::{Probe, monotonic_ns};
+use super::Probe;
+use crate::probe::monotonic_ns;
 use crate::{
-    audit::{Audit, Injection},
     error::{Error, Result},
-    interp::RemoteReader,
-    jit::{self, CompiledWalker, STATUS_FULL, WalkFrame, cache::WalkerCache},
-    measure::{Located, Measurer, RootStream},
-    target::{
+    footprint::audit::{Audit, Injection},
+    footprint::measure::{Located, Measurer, RootStream},
+    inferior::{
         bootstrap::Bootstrap,
         hijack::{CallEnd, Held, ReadBack, Segments, TscClock},
         remote::{self, RemoteError},
     },
+    interp::RemoteReader,
+    jit::{self, CompiledWalker, STATUS_FULL, WalkFrame, cache::WalkerCache},
 };
 
 /// Outputs up to this size are copied out before the sampled thread resumes.

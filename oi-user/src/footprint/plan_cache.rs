@@ -9,7 +9,7 @@
 
 use crate::debuginfo::{Binary, FunctionSymbol};
 use crate::disk_cache::{DiskCache, stable_hash};
-use crate::measure::{CopyAt, MeasureError, Measurer};
+use crate::footprint::measure::{CopyAt, MeasureError, Measurer};
 
 /// Where a measurer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

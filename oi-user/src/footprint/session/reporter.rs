@@ -27,8 +27,8 @@ use std::{
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::cli::{self, Args};
-use crate::measure::MeasureError;
-use crate::measure::{Measurer, RootStream, WALK_STACK};
+use crate::footprint::measure::MeasureError;
+use crate::footprint::measure::{Measurer, RootStream, WALK_STACK};
 use crate::report::ReportError;
 use crate::report::growth::Growth;
 use crate::report::output::{Format, SampleWriter};

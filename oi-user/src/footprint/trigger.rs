@@ -1,5 +1,6 @@
-//! The eBPF trigger from user space: load the embedded `oi-ebpf` object, configure and attach
-//! probes, read events and counters, and keep the kernel's view of seized and busy processes.
+//! The eBPF trigger from user space: load the embedded `footprint` object
+//! (`oi-ebpf/src/bin/footprint.rs`), configure and attach probes, read events and counters,
+//! and keep the kernel's view of seized and busy processes.
 //!
 //! Every point is a plain uprobe, return probes included (on the function's return
 //! instructions, see `debuginfo::code`): never a uretprobe, whose trampoline address in the
@@ -7,12 +8,10 @@
 //!
 //! A point is attached as a perf-event uprobe (the path every kernel has). Where the kernel
 //! refuses that for want of `CAP_SYS_ADMIN` (a user with only `CAP_BPF` and `CAP_PERFMON`, see
-//! `crate::privileges`), it goes through a multi-uprobe link instead (`multi`), which those two
+//! `crate::privileges`), it goes through a multi-uprobe link instead (`crate::probe::multi`), which those two
 //! suffice for.
 //!
 //! Never freezes anything itself; it only tells the kernel side which processes may be frozen.
-
-pub mod multi;
 
 use std::os::fd::{AsRawFd as _, RawFd};
 
@@ -26,16 +25,16 @@ use aya::{
 };
 use oi_common::{Event, ProbeConfig, ProbeCounters, point};
 
+use crate::probe::multi::{MultiLink, MultiProgram};
 use crate::{
     error::{Error, Result},
     kernel_features::KernelFeatures,
     privileges,
 };
-use multi::{MultiLink, MultiProgram};
 
 const ENTRY_PROGRAM: &str = "oi_entry";
 /// The eBPF object, loaded by aya and (for multi-uprobe links) by `multi`.
-const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/oi-ebpf"));
+const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/footprint"));
 
 /// Where one point of a probe goes: the instruction at `file_offset` in the file `path`.
 #[derive(Debug, Clone)]

@@ -16,9 +16,20 @@ use crate::{
         symbols::{self, Fit, Query},
     },
     error::{Error, Result},
-    measure::CopyAt,
-    target::procfs,
+    inferior::procfs,
 };
+
+/// A copy of a function probed where DWARF, not the calling convention, says where its
+/// parameters are: a clone (g++ changed its parameters) or an inlined copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CopyAt {
+    /// Its DIE: an inlined subroutine; `None` for the concrete DIE of the probed symbol.
+    pub die: Option<DieRef>,
+    /// The probed instruction, where the locations are read.
+    pub pc: u64,
+    /// `pc` is the copy's own entry (where a parameter's entry value is its register).
+    pub at_entry: bool,
+}
 
 /// What kind of copy of its function a site is.
 #[derive(Clone, Debug, PartialEq, Eq)]

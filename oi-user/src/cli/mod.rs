@@ -381,7 +381,7 @@ impl Args {
             }
         }
         if self.values {
-            f.push(crate::measure::VALUES.to_string());
+            f.push(crate::footprint::measure::VALUES.to_string());
         }
         f.extend(crate::describe::parse::load_files(&self.containers)?);
         Ok(f)
