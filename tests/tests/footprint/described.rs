@@ -3,8 +3,6 @@
 //! (the fixture's own numbers) at -O0 and -O2, jit and remote byte-identical; descriptions
 //! that do not fit the program are one-line errors naming the file and line, exit 2.
 
-mod footprint_common;
-
 use oi_e2e::{OiTrace, TempDir, privileged, run_oi_trace};
 use std::io::Write as _;
 use std::time::Duration;
@@ -71,8 +69,8 @@ fn description(dir: &TempDir, name: &str, text: &str) -> String {
 /// the line and the message, and leaves the fixture running.
 fn each_is_a_one_line_error(dir: &TempDir, name: &str, cases: &[(String, usize, &str)]) {
     for opt in ["-O0", "-O2"] {
-        let exe = footprint_common::build_fixture(name, opt);
-        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+        let exe = crate::common::build_fixture(name, opt);
+        let (mut fixture, _out, _) = crate::common::start_fixture(&exe);
         let pid = fixture.0.id().to_string();
         each_fails_in_one_line(dir, &pid, cases);
         assert!(
@@ -118,11 +116,11 @@ fn user_described_small_vector_is_measured_exactly() {
     let dir = TempDir::new("described");
     let file = description(&dir, "smallvec.toml", SMALLVEC);
     for opt in ["-O0", "-O2"] {
-        let exe = footprint_common::build_fixture("described_smallvec", opt);
-        let count = footprint_common::start_fixture(&exe).2.len();
+        let exe = crate::common::build_fixture("described_smallvec", opt);
+        let count = crate::common::start_fixture(&exe).2.len();
         let failures: Vec<String> = (0..count)
             .flat_map(|i| {
-                footprint_common::check_probe_with(
+                crate::common::check_probe_with(
                     "described_smallvec",
                     opt,
                     i,
@@ -217,7 +215,7 @@ fn shipped_boost_containers_are_measured_exactly() {
         return;
     }
     for opt in ["-O0", "-O2"] {
-        let failures = footprint_common::check_probe("footprint_boost", opt, 0);
+        let failures = crate::common::check_probe("footprint_boost", opt, 0);
         assert!(
             failures.is_empty(),
             "{opt}: mismatches:\n{}",
@@ -237,14 +235,14 @@ fn shipped_description_that_does_not_fit_is_a_warning() {
         return;
     }
     for opt in ["-O0", "-O2"] {
-        let failures = footprint_common::check_probe("shipped_misfit", opt, 0);
+        let failures = crate::common::check_probe("shipped_misfit", opt, 0);
         assert!(
             failures.is_empty(),
             "{opt}: mismatches:\n{}",
             failures.join("\n")
         );
-        let exe = footprint_common::build_fixture("shipped_misfit", opt);
-        let (mut fixture, _out, _) = footprint_common::start_fixture(&exe);
+        let exe = crate::common::build_fixture("shipped_misfit", opt);
+        let (mut fixture, _out, _) = crate::common::start_fixture(&exe);
         let pid = fixture.0.id().to_string();
         let args = ["--pid", &pid, "--uprobe", "inspect", "--count", "1"];
         let tracer = OiTrace::attached(&args);
@@ -299,12 +297,8 @@ fn user_described_tagged_unions_are_measured_exactly() {
     let dir = TempDir::new("tagged");
     let file = description(&dir, "tagged.toml", TAGGED);
     for opt in ["-O0", "-O2"] {
-        let failures = footprint_common::check_probe_with(
-            "described_tagged",
-            opt,
-            0,
-            &["--containers", &file],
-        );
+        let failures =
+            crate::common::check_probe_with("described_tagged", opt, 0, &["--containers", &file]);
         assert!(
             failures.is_empty(),
             "{opt}: mismatches:\n{}",

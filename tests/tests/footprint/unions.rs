@@ -2,8 +2,6 @@
 //! the JSON (`notWalked`), the tree and `--summary` say how many bytes sat in unions that
 //! were not walked; at -O0 and -O2, jit and remote byte-identical.
 
-mod footprint_common;
-
 use oi_e2e::{TempDir, privileged};
 use serde_json::Value;
 
@@ -21,26 +19,26 @@ fn opaque_unions_are_reported_and_single_member_unions_walked() {
         return;
     }
     for opt in ["-O0", "-O2"] {
-        let failures = footprint_common::check_probe("footprint_unions", opt, 0);
+        let failures = crate::common::check_probe("footprint_unions", opt, 0);
         assert!(
             failures.is_empty(),
             "{opt}: mismatches:\n{}",
             failures.join("\n")
         );
     }
-    let (text, _) = footprint_common::run_probe("footprint_unions", "-O2", 0, &[]);
+    let (text, _) = crate::common::run_probe("footprint_unions", "-O2", 0, &[]);
     let json: Value = serde_json::from_str(&text).expect("JSON");
     let bytes = not_walked(&json[0]);
     // The opaque member and the three in the vector: 4 × 56.
     assert_eq!(bytes, 4 * 56, "{text}");
     // The one-member unions (named and anonymous) have members and no `notWalked`.
-    let one = footprint_common::find(&json, "0/one");
+    let one = crate::common::find(&json, "0/one");
     assert!(one.get("notWalked").is_none(), "{one}");
 
     let dir = TempDir::new("unions");
     let summary = dir.file("summary.json");
     let summary_arg = summary.to_str().expect("utf8").to_string();
-    let (tree, _) = footprint_common::run_probe(
+    let (tree, _) = crate::common::run_probe(
         "footprint_unions",
         "-O2",
         0,

@@ -7,8 +7,6 @@
 //! layout predicts must be exactly what the twin allocated; the protobuf fixture's
 //! layout-derived footprint must equal the message's own `SpaceUsedLong()`.
 
-mod footprint_common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -118,7 +116,7 @@ fn absl_probes(flags: &[&str], symbols: &[&str]) {
 /// Checks the named probes of a fixture with oi-trace, JIT and `--mode remote` (identical
 /// output), against the fixture's own numbers (exact).
 fn check_probes_with(exe: &Path, symbols: &[&str], extra: &[&str]) {
-    let probes = footprint_common::start_fixture(exe).2;
+    let probes = crate::common::start_fixture(exe).2;
     let failures: Vec<String> = symbols
         .iter()
         .flat_map(|s| {
@@ -126,7 +124,7 @@ fn check_probes_with(exe: &Path, symbols: &[&str], extra: &[&str]) {
                 .iter()
                 .position(|p| p.symbol == *s)
                 .unwrap_or_else(|| panic!("{} has no probe {s}", exe.display()));
-            footprint_common::check_exe_with(exe, index, extra)
+            crate::common::check_exe_with(exe, index, extra)
         })
         .collect();
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
@@ -204,7 +202,7 @@ fn protobuf_message_measured_whole() {
     for flags in [O0, O2] {
         let exe = protobuf_fixture(flags);
         check_probes_any_map_order(&exe, WHOLE_MESSAGE, &[]);
-        let probes = footprint_common::start_fixture(&exe).2;
+        let probes = crate::common::start_fixture(&exe).2;
         for w in notes(&exe, "SPACE_USED ") {
             let space: u64 = w[1].parse().expect("SPACE_USED number");
             let index = probes
@@ -212,10 +210,10 @@ fn protobuf_message_measured_whole() {
                 .position(|p| p.symbol == w[0])
                 .unwrap_or_else(|| panic!("no probe {}", w[0]));
             let args = ["--format", "json"];
-            let (text, _) = footprint_common::run_probe_exe(&exe, index, &args);
+            let (text, _) = crate::common::run_probe_exe(&exe, index, &args);
             let json: Value =
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
-            let got = footprint_common::find(&json, "0")["size"]
+            let got = crate::common::find(&json, "0")["size"]
                 .as_u64()
                 .expect("size");
             assert!(
@@ -246,15 +244,15 @@ fn protobuf_map_with_tree_buckets_measured_exactly() {
         let space: u64 = notes(&exe, "SPACE_USED take_catalog ")[0][0]
             .parse()
             .expect("SPACE_USED number");
-        let probes = footprint_common::start_fixture(&exe).2;
+        let probes = crate::common::start_fixture(&exe).2;
         let index = probes
             .iter()
             .position(|p| p.symbol == "take_catalog")
             .expect("take_catalog probe");
-        let (text, p) = footprint_common::run_probe_exe(&exe, index, &["--format", "json"]);
+        let (text, p) = crate::common::run_probe_exe(&exe, index, &["--format", "json"]);
         let json: Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
-        let got = footprint_common::find(&json, "0")["size"]
+        let got = crate::common::find(&json, "0")["size"]
             .as_u64()
             .expect("size");
         let want = p.expect.iter().find(|e| e.1 == "size").expect("E 0 size").2;
@@ -284,7 +282,7 @@ fn protobuf_oneof_walks_the_active_member() {
     for flags in [O0, O2] {
         let exe = protobuf_fixture(flags);
         check_probes_with(&exe, ONEOF, &[]);
-        let probes = footprint_common::start_fixture(&exe).2;
+        let probes = crate::common::start_fixture(&exe).2;
         for w in notes(&exe, "SPACE_USED ")
             .iter()
             .filter(|w| ONEOF.contains(&w[0].as_str()))
@@ -294,11 +292,11 @@ fn protobuf_oneof_walks_the_active_member() {
                 .iter()
                 .position(|p| p.symbol == w[0])
                 .unwrap_or_else(|| panic!("no probe {}", w[0]));
-            let (text, _) = footprint_common::run_probe_exe(&exe, index, &["--format", "json"]);
+            let (text, _) = crate::common::run_probe_exe(&exe, index, &["--format", "json"]);
             assert!(!text.contains("notWalked"), "{flags:?} {}: {text}", w[0]);
             let json: Value =
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
-            let got = footprint_common::find(&json, "0")["size"]
+            let got = crate::common::find(&json, "0")["size"]
                 .as_u64()
                 .expect("size");
             assert_eq!(
@@ -316,7 +314,7 @@ fn protobuf_oneof_walks_the_active_member() {
 /// sorted before the outputs are compared; the walkers' byte-identity on one object is
 /// `jit::tests::jit_described_node_chains_tagged_and_owned_pointers` (and `..._with_trees`).
 fn check_probes_any_map_order(exe: &Path, symbols: &[&str], extra: &[&str]) {
-    let probes = footprint_common::start_fixture(exe).2;
+    let probes = crate::common::start_fixture(exe).2;
     let mut failures = Vec::new();
     for s in symbols {
         let index = probes
@@ -326,7 +324,7 @@ fn check_probes_any_map_order(exe: &Path, symbols: &[&str], extra: &[&str]) {
         let run = |mode: &str| {
             let mut args = vec!["--format", "json", "--mode", mode];
             args.extend_from_slice(extra);
-            let (text, p) = footprint_common::run_probe_exe(exe, index, &args);
+            let (text, p) = crate::common::run_probe_exe(exe, index, &args);
             let mut json: Value =
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
             sort_map_entries(&mut json);
@@ -339,7 +337,7 @@ fn check_probes_any_map_order(exe: &Path, symbols: &[&str], extra: &[&str]) {
             continue;
         }
         for (path, key, want) in &p.expect {
-            let got = footprint_common::find(&remote, path)[key.as_str()].as_u64();
+            let got = crate::common::find(&remote, path)[key.as_str()].as_u64();
             if got != Some(*want) {
                 failures.push(format!(
                     "{s} {path} {key}: got {got:?}, fixture says {want}"

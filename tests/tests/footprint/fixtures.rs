@@ -2,9 +2,7 @@
 //! fixture computes about itself (SEMANTICS.md), exact equality. The footprint pipeline is
 //! also tested without the CLI in `oi-user` (`interp::live_tests`), with the same fixtures.
 
-mod footprint_common;
-
-use footprint_common::check_fixture;
+use crate::common::check_fixture;
 
 #[test]
 fn structs_strings_vectors_this_by_value_and_retval() {
@@ -28,8 +26,7 @@ fn polymorphic_inheritance() {
 
 #[test]
 fn tree_format_summarises_a_million_strings() {
-    let (text, p) =
-        footprint_common::run_probe("footprint_bigvec", "-O2", 0, &["--format", "tree"]);
+    let (text, p) = crate::common::run_probe("footprint_bigvec", "-O2", 0, &["--format", "tree"]);
     let total = p
         .expect
         .iter()
@@ -84,14 +81,13 @@ fn tree_format_summarises_a_million_strings() {
 
 #[test]
 fn pretty_json_is_the_same_document() {
-    let (pretty, _) = footprint_common::run_probe(
+    let (pretty, _) = crate::common::run_probe(
         "footprint_basic",
         "-O1",
         0,
         &["--format", "json", "--pretty"],
     );
-    let (plain, _) =
-        footprint_common::run_probe("footprint_basic", "-O1", 0, &["--format", "json"]);
+    let (plain, _) = crate::common::run_probe("footprint_basic", "-O1", 0, &["--format", "json"]);
     assert_eq!(plain.lines().count(), 1);
     assert!(pretty.lines().count() > 10);
     let a: serde_json::Value = serde_json::from_str(&pretty).expect("pretty JSON");
@@ -112,10 +108,10 @@ fn container_adapters_as_oi_shows_them() {
     for opt in ["-O0", "-O2"] {
         check_fixture("footprint_adapters", opt);
     }
-    let (text, _) = footprint_common::run_probe("footprint_adapters", "-O2", 0, &[]);
+    let (text, _) = crate::common::run_probe("footprint_adapters", "-O2", 0, &[]);
     let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let names = |path: &str| {
-        let n = footprint_common::find(&json, path);
+        let n = crate::common::find(&json, path);
         (n["typeNames"].clone(), n["typePath"].clone())
     };
     let spelled = |path: &str| names(path).0[0].as_str().unwrap_or("").to_string();
@@ -146,7 +142,7 @@ fn container_adapters_as_oi_shows_them() {
         serde_json::json!(["a0", "nested", "[]", "[]", "[]"])
     );
     // The comparator is never a child: the adapter has exactly one.
-    let pq = footprint_common::find(&json, "0/pq");
+    let pq = crate::common::find(&json, "0/pq");
     assert_eq!(pq["members"].as_array().map(Vec::len), Some(1), "{pq}");
 }
 
@@ -157,12 +153,12 @@ fn container_adapters_as_oi_shows_them() {
 fn pointer_to_a_declared_only_container() {
     const PROBE: usize = 8;
     for opt in ["-O0", "-O2"] {
-        let failures = footprint_common::check_probe("footprint_types", opt, PROBE);
+        let failures = crate::common::check_probe("footprint_types", opt, PROBE);
         assert!(failures.is_empty(), "{opt}: {}", failures.join("\n"));
-        let (text, p) = footprint_common::run_probe("footprint_types", opt, PROBE, &[]);
+        let (text, p) = crate::common::run_probe("footprint_types", opt, PROBE, &[]);
         assert_eq!(p.symbol, "_Z13declared_onlyRK12DeclaredOnly");
         let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-        let never = footprint_common::find(&json, "0/never");
+        let never = crate::common::find(&json, "0/never");
         assert_eq!(
             never["typeNames"],
             serde_json::json!(["std::deque<int16_t, std::allocator<int16_t>>*"]),

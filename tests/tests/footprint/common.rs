@@ -104,7 +104,7 @@ pub fn start_fixture(exe: &Path) -> (Killed, BufReader<std::process::ChildStdout
             ["READY"] => break,
             ["NATIVE_NS", _] => {}
             // A fixture's notes about itself (its own cross-checks, a library's own count),
-            // read by the journeys that need them (tests/tests/beyond_stdlib.rs).
+            // read by the journeys that need them (tests/tests/footprint/beyond_stdlib.rs).
             [
                 "CHECK" | "SPACE_USED" | "LAYOUT" | "TREE" | "TREE_OBJECTS",
                 ..,

@@ -372,7 +372,8 @@ fn frames(svg: &str) -> (Vec<(String, u64, f64)>, u64) {
                 title = Some(title.unwrap_or_default() + &text);
             }
             Event::GeneralRef(r) if in_title => {
-                let ch = match r.as_ref() {
+                let name: &[u8] = r.as_ref();
+                let ch = match name {
                     b"lt" => "<",
                     b"gt" => ">",
                     b"amp" => "&",
