@@ -27,6 +27,7 @@
 
 pub mod ffi;
 
+mod abi;
 mod cache;
 mod guard;
 mod modules;

@@ -21,7 +21,7 @@ use oi_trace::interp::RemoteReader;
 use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
 use oi_trace::report;
 
-use crate::ffi::OilSteady;
+use crate::abi::{NOT_MEASURED, OilSteady};
 use crate::guard::{self, STATUS_FAULT, ThreadState, WalkStack};
 use crate::resolve::{Compiled, Walker};
 use crate::{Error, Format};
@@ -157,20 +157,6 @@ pub fn size_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> Option<u64
         }
         _ => None,
     }
-}
-
-/// What [`walk_steady`] returns when it did not walk: a status no walker returns.
-pub const NOT_MEASURED: OilSteady = OilSteady {
-    status: u64::MAX,
-    size: 0,
-};
-
-/// `oil_type_head::leaf_entry` of a type with no walker that `oil.h` may call directly (not
-/// compiled yet, not a leaf, given up): called like one, it returns [`NOT_MEASURED`], so
-/// that the header needs no test of its own for it and goes to `oil_size_steady`.
-#[unsafe(no_mangle)]
-pub extern "sysv64" fn oil_not_direct(_object: u64, _bias: u64) -> OilSteady {
-    NOT_MEASURED
 }
 
 /// The optimistic walker on `obj`, on the caller's stack, as it returns: `(STATUS_DONE,

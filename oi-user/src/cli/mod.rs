@@ -1,4 +1,4 @@
-//! Command-line arguments. Parsing and validation only; `session` (footprints) and the
+//! Command-line arguments. Parsing and validation only; `footprint` (footprints) and the
 //! profilers do the work. Without a tool name, oi-trace measures footprints; `oi-trace calls …`
 //! is the call-tree profiler and `oi-trace allocs …` the allocation profiler, whose options
 //! live in files of their own.
@@ -381,7 +381,7 @@ impl Args {
             }
         }
         if self.values {
-            f.push(crate::footprint::measure::VALUES.to_string());
+            f.push(crate::plan::build::VALUES.to_string());
         }
         f.extend(crate::describe::parse::load_files(&self.containers)?);
         Ok(f)

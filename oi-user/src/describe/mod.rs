@@ -39,6 +39,7 @@ pub mod compile;
 pub mod expr;
 pub mod names;
 pub mod parse;
+pub mod rule;
 pub mod unions;
 
 pub use parse::{DescribeError, Description, Descriptions};

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::expr::{self, Ast};
-use super::unions::{Cases, UnionRule};
+pub use super::rule::{At, DescribeError, name_matches};
+use super::rule::{Cases, UnionRule};
 
 /// The shipped descriptions (`oi-user/containers/`, named `containers/FILE` in messages),
 /// embedded. Their text is part of the binary, so a changed file is a new build, and the plan
@@ -28,22 +29,6 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../containers/abseil.toml"),
     ),
 ];
-
-/// A described-container error: `file:line: what`, one line (exit 2).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{file}:{line}: {what}")]
-pub struct DescribeError {
-    pub file: String,
-    pub line: usize,
-    pub what: String,
-}
-
-/// A value and the line it was written on.
-#[derive(Debug, Clone)]
-pub struct At<T> {
-    pub line: usize,
-    pub v: T,
-}
 
 #[derive(Debug, Clone)]
 pub enum FieldSpec {
@@ -192,21 +177,6 @@ impl Description {
             e.v.type_names(&mut out);
         }
         out
-    }
-}
-
-/// A qualified-name pattern: the name itself or it followed by `<`; a leading `*::` stands
-/// for any enclosing scopes (`*::Impl_` is every class named `Impl_` inside another).
-pub fn name_matches(pattern: &str, qualified: &str) -> bool {
-    let ends = |rest: &str| rest.is_empty() || rest.starts_with('<');
-    match pattern.strip_prefix('*') {
-        // `*::Impl_`: `::Impl_` outside every template argument list, then the end or `<`.
-        Some(tail) if tail.starts_with("::") => qualified.match_indices(tail).any(|(i, _)| {
-            let before = &qualified[..i];
-            before.matches('<').count() == before.matches('>').count()
-                && ends(&qualified[i + tail.len()..])
-        }),
-        _ => qualified.strip_prefix(pattern).is_some_and(ends),
     }
 }
 
@@ -730,7 +700,7 @@ pub fn parse(file: &str, text: &str) -> Result<ParsedFile, DescribeError> {
                 let mut cases = Vec::new();
                 for (key, m) in list.get_ref() {
                     let cline = line_of(text, m.span().start);
-                    let value = super::unions::parse_case_value(key)
+                    let value = super::rule::parse_case_value(key)
                         .ok_or_else(|| err(cline, format!("case `{key}` is not an integer")))?;
                     let member = Some(m.get_ref().clone()).filter(|m| m != "none");
                     cases.push(At {

@@ -48,9 +48,8 @@ impl OutputFormat {
     }
 }
 
-/// Not an OI feature but passed with them (it changes the plan, hence the caches' keys):
-/// read the scalar values the tree shows with `--values`.
-pub const VALUES: &str = "values";
+/// The feature name of `--values` (defined with the plan's options, which it sets).
+pub use crate::plan::build::VALUES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {

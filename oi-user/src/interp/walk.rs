@@ -23,12 +23,8 @@ pub enum WalkError {
 pub const VISITED_CAPACITY: usize = 131_072;
 /// Largest single read we agree to make (a bigger one means a corrupt length).
 const MAX_ARRAY_BYTES: u64 = 1 << 30;
-/// Most elements one container may report (a larger count means a corrupt object; it would
-/// also mean hundreds of millions of result nodes).
-pub const MAX_ELEMENTS: u64 = 1 << 28;
-/// Deepest nesting walked (chased pointers make it as deep as a linked list is long). Keeps
-/// the walk, and the report's replay of it, inside the walking thread's stack.
-pub const MAX_DEPTH: u32 = 50_000;
+// The limits the walkers and the decoder share are the plan's.
+pub use crate::plan::limits::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
 /// Elements read per chunk of a large array.
 const CHUNK_BYTES: u64 = 32 << 20;
 /// A Swiss table whose full control bytes do not number its `len` (the JIT's `SwissCount`).
@@ -53,8 +49,6 @@ struct ChainsFound {
 
 /// Most heap bytes a described container may claim (the decoder's bound on byte counts).
 pub const MAX_DESCRIBED_HEAP: u64 = 1 << 47;
-/// Longest captured string key.
-pub const MAX_CAPTURED_KEY: u64 = 1 << 20;
 
 pub struct Walker<'a> {
     plan: &'a Plan,

@@ -1102,7 +1102,7 @@ fn jit_every_kind_together() {
 /// `--values`: every scalar read, by both walkers alike (the plan says which).
 #[test]
 fn jit_values_agree_with_the_interpreter() {
-    let values = crate::footprint::measure::VALUES;
+    let values = crate::plan::build::VALUES;
     for (probe, object) in [
         ("probe_everything", make("everything")),
         ("probe_mixed", make("mixed")),

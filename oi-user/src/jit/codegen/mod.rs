@@ -240,7 +240,7 @@ struct Registry {
     /// A visit could not take a register of its own (inside a loop, or too many places):
     /// the entry is generated again with the recorded keys in the context.
     sites_overflow: bool,
-    /// `report::static_total` of each node, memoised.
+    /// `plan::totals::static_total` of each node, memoised.
     statics: Vec<Option<u64>>,
 }
 
@@ -369,7 +369,7 @@ impl Gen<'_, '_> {
 
     /// The inclusive size of node `id` when it reads nothing at runtime.
     fn st(&mut self, id: NodeId) -> u64 {
-        crate::report::static_total(self.plan, id, &mut self.reg.statics)
+        crate::plan::totals::static_total(self.plan, id, &mut self.reg.statics)
     }
 
     /// Adds `v` to the running total (walkers compiled with sizes only).
