@@ -157,7 +157,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         // A cgroup keeps everything.
         let mut keep = crate::privileges::AFTER_ARMING.to_vec();
         keep.extend_from_slice(crate::privileges::TO_LOAD);
-        if program.mechanism() == crate::calls::program::Mechanism::PerfEvents {
+        if program.mechanism() == crate::probe::profiler::Mechanism::PerfEvents {
             keep.push(crate::privileges::SYS_ADMIN);
         }
         crate::privileges::keep_only(&keep);

@@ -25,13 +25,13 @@ use oi_common::allocs::{
 
 use super::hooks::Site;
 use crate::{
-    calls::program::{
-        Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
-        raise_limits,
-    },
     error::{Error, Result},
     event_loop::StderrLog,
     probe::multi::MultiProgram,
+    probe::profiler::{
+        Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
+        raise_limits,
+    },
     unwind::Unwinder,
 };
 

@@ -1,9 +1,11 @@
-//! The eBPF side every tool shares: multi-uprobe links (`multi`) and the kernel's clock.
+//! The eBPF side every tool shares: loading a profiler's object and attaching, detaching its
+//! programs (`profiler`), multi-uprobe links (`multi`), and the kernel's clock.
 //!
 //! Knows nothing of any one tool's programs or maps: a tool's loader (footprint's trigger,
 //! `allocs::program`, `calls::program`) says what to load and where to attach it.
 
 pub mod multi;
+pub mod profiler;
 
 use nix::sys::time::TimeSpec;
 use nix::time::{ClockId, clock_gettime};
