@@ -108,19 +108,7 @@ fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
 fn sum_cpus<'a>(per_cpu: impl Iterator<Item = &'a SiteStats>) -> SiteStats {
     let mut total = SiteStats::default();
     for s in per_cpu {
-        total.allocs += s.allocs;
-        total.bytes += s.bytes;
-        total.usable_bytes += s.usable_bytes;
-        total.frees += s.frees;
-        total.freed_bytes += s.freed_bytes;
-        total.freed_usable_bytes += s.freed_usable_bytes;
-        for (sum, n) in total.lifetimes.iter_mut().zip(s.lifetimes) {
-            *sum += n;
-        }
-        total.est_allocs += s.est_allocs;
-        total.est_bytes += s.est_bytes;
-        total.est_frees += s.est_frees;
-        total.est_freed_bytes += s.est_freed_bytes;
+        total += s;
     }
     total
 }
