@@ -22,12 +22,14 @@ pub mod growth;
 pub mod json;
 pub mod output;
 pub mod picture;
+mod sized;
 pub mod totals;
 pub mod tree;
 
 use crate::plan::limits::{MAX_CAPTURED_KEY, MAX_DEPTH, MAX_ELEMENTS};
 pub use crate::plan::totals::{static_total, static_unions};
 use crate::plan::{Capture, Node, NodeId, Op, Plan, stream as words};
+pub use sized::{Sized, size_root, total_size};
 use std::borrow::Cow;
 
 #[derive(Debug, thiserror::Error)]
@@ -152,102 +154,6 @@ pub fn decode(
     size_root(plan, root, stream)?.print(sink)
 }
 
-/// A root whose first pass succeeded: every size is known and nothing has been printed yet,
-/// so a stream that cannot be decoded fails before its root reaches a printer (its place in
-/// the output then says so, see `output`).
-pub struct Sized<'a> {
-    plan: &'a Plan,
-    root: NodeId,
-    stream: &'a [u8],
-    sizes: Vec<u64>,
-    statics: Vec<Option<u64>>,
-    /// Bytes of this sample in unions that were not walked (opaque: not one member, no
-    /// description), found by the first pass.
-    pub unions: u64,
-}
-
-/// The first pass of [`decode`]: checks the stream and computes the inclusive sizes.
-pub fn size_root<'a>(
-    plan: &'a Plan,
-    root: NodeId,
-    stream: &'a [u8],
-) -> Result<Sized<'a>, ReportError> {
-    let mut statics = vec![None; plan.nodes.len()];
-    let mut measure = Decoder {
-        plan,
-        stream,
-        pos: 0,
-        sizes: Vec::new(),
-        cursor: 0,
-        sink: None,
-        path: Vec::new(),
-        statics: &mut statics,
-        depth: 0,
-        record: true,
-        unions: 0,
-        union_memo: Vec::new(),
-        pointers: words::PointerDelta::default(),
-        vector_string: None,
-    };
-    measure.node(root, None)?;
-    let sizes = std::mem::take(&mut measure.sizes);
-    let unions = measure.unions;
-    Ok(Sized {
-        plan,
-        root,
-        stream,
-        sizes,
-        statics,
-        unions,
-    })
-}
-
-impl Sized<'_> {
-    /// The second pass: hands every node to `sink`.
-    pub fn print(mut self, sink: &mut dyn Sink) -> Result<(), ReportError> {
-        let mut print = Decoder {
-            plan: self.plan,
-            stream: self.stream,
-            pos: 0,
-            sizes: self.sizes,
-            cursor: 0,
-            sink: Some(sink),
-            path: Vec::new(),
-            statics: &mut self.statics,
-            depth: 0,
-            record: true,
-            unions: 0,
-            union_memo: Vec::new(),
-            pointers: words::PointerDelta::default(),
-            vector_string: None,
-        };
-        print.node(self.root, None)?;
-        Ok(())
-    }
-}
-
-/// Total size of one root (first pass only); for tests and summaries.
-pub fn total_size(plan: &Plan, root: NodeId, stream: &[u8]) -> Result<u64, ReportError> {
-    let mut statics = vec![None; plan.nodes.len()];
-    let mut d = Decoder {
-        plan,
-        stream,
-        pos: 0,
-        sizes: Vec::new(),
-        cursor: 0,
-        sink: None,
-        path: Vec::new(),
-        statics: &mut statics,
-        depth: 0,
-        record: false,
-        unions: 0,
-        union_memo: Vec::new(),
-        pointers: words::PointerDelta::default(),
-        vector_string: None,
-    };
-    d.node(root, None)
-}
-
 /// What a node's children are, once its own words are read.
 enum Children<'p> {
     None,
@@ -297,6 +203,34 @@ struct Decoder<'a, 's> {
     pointers: words::PointerDelta,
     /// The words of the next string of a vector of strings, read by `print_children`.
     vector_string: Option<(u64, u64)>,
+}
+
+impl<'a, 's> Decoder<'a, 's> {
+    /// A decoder at the start of `stream`: nothing read, sized or printed yet. `record`: keep
+    /// the sizes for a second pass.
+    fn start(
+        plan: &'a Plan,
+        stream: &'a [u8],
+        statics: &'s mut Vec<Option<u64>>,
+        record: bool,
+    ) -> Self {
+        Decoder {
+            plan,
+            stream,
+            pos: 0,
+            sizes: Vec::new(),
+            cursor: 0,
+            sink: None,
+            path: Vec::new(),
+            statics,
+            depth: 0,
+            record,
+            unions: 0,
+            union_memo: Vec::new(),
+            pointers: words::PointerDelta::default(),
+            vector_string: None,
+        }
+    }
 }
 
 impl<'a> Decoder<'a, '_> {
