@@ -45,13 +45,13 @@ use std::{
 use oi_common::allocs::{MAX_BUCKETS, MAX_THREAD_SLOTS};
 
 use crate::{
-    calls::{Scope, files_of, select::File},
     cli::allocs::{AllocsArgs, AllocsFormat},
     debuginfo::{Binary, dwarf::with_debug_info},
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
     inferior::procfs,
     probe::monotonic_ns,
+    probe::scope::{File, Scope, files_of},
     report::{
         flame::{Folded, Picture},
         tree::thousands,

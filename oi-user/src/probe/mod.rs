@@ -1,11 +1,13 @@
 //! The eBPF side every tool shares: loading a profiler's object and attaching, detaching its
-//! programs (`profiler`), multi-uprobe links (`multi`), and the kernel's clock.
+//! programs (`profiler`), multi-uprobe links (`multi`), what a profiler traces (`scope`: the
+//! processes and the files they run), and the kernel's clock.
 //!
 //! Knows nothing of any one tool's programs or maps: a tool's loader (footprint's trigger,
 //! `allocs::program`, `calls::program`) says what to load and where to attach it.
 
 pub mod multi;
 pub mod profiler;
+pub mod scope;
 
 use nix::sys::time::TimeSpec;
 use nix::time::{ClockId, clock_gettime};
