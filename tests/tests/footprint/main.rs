@@ -2,8 +2,9 @@
 //! live g++ fixtures measured exactly (`fixtures`, `beyond_stdlib`, `described`, `unions`,
 //! `floats`, `globals`, `heap_blocks`, `multi_arg`, `oi_config`, `output`, `real_binaries`,
 //! `real_program`, `mapped_files`), the trigger (`trigger`), the walker inside the target
-//! (`jit`), what is injected and who may (`trust`), and how runs end when users or targets
-//! misbehave (`bad_input`, `races`). `common` starts fixtures and compares their own numbers.
+//! (`jit`), and how runs end when users or targets misbehave (`bad_input`, `races`). What is
+//! injected and who may is `tests/tests/trust`, a binary of its own. `common` starts fixtures
+//! and compares their own numbers.
 
 mod bad_input;
 mod beyond_stdlib;
@@ -22,5 +23,4 @@ mod races;
 mod real_binaries;
 mod real_program;
 mod trigger;
-mod trust;
 mod unions;

@@ -5,6 +5,10 @@
 //! it is told which are missing; once armed, oi-trace keeps only what sampling takes. A path
 //! a traced process turns into a link out of its root is never followed, and debug information
 //! over the limit is refused before it is read.
+//!
+//! A test binary of its own, apart from the other footprint journeys: the peak memory of an
+//! oi-trace it starts is read with wait4, and a child is charged the memory of the process that
+//! spawned it until it execs, so the test process must not hold other journeys' data then.
 
 use std::{
     os::unix::{
