@@ -38,13 +38,13 @@ use object::{Object as _, ObjectSymbol as _, SymbolKind};
 use oi_common::allocs::{cookie, function};
 
 use crate::{
-    calls::{select::File, sites::condition_code},
     debuginfo::{
         Binary,
         cfi::function_range,
-        code::{self, Part, ReturnKind},
+        code::{self, Part, ReturnKind, condition_code},
         symbols::{file_offset_of, plt_target},
     },
+    probe::scope::File,
 };
 
 /// One probe: an offset in a file and its cookie.

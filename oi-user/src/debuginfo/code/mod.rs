@@ -726,6 +726,23 @@ fn hex(raw: &[u8]) -> String {
         .join(" ")
 }
 
+/// The condition code (0-15, the low nibble of `0x7X` / `0x0F 0x8X`) of a conditional jump,
+/// after any prefixes.
+pub fn condition_code(bytes: &[u8]) -> Option<u8> {
+    let mut i = 0;
+    while matches!(
+        bytes.get(i),
+        Some(0x2e | 0x3e | 0x66 | 0x67 | 0xf2 | 0xf3 | 0x40..=0x4f)
+    ) {
+        i += 1;
+    }
+    match (*bytes.get(i)?, bytes.get(i + 1)) {
+        (op @ 0x70..=0x7f, _) => Some(op & 0xf),
+        (0x0f, Some(&op @ 0x80..=0x8f)) => Some(op & 0xf),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
