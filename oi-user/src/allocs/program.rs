@@ -30,7 +30,7 @@ use crate::{
     probe::multi::MultiProgram,
     probe::profiler::{
         Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
-        raise_limits,
+        raise_limits, sum_counters,
     },
     unwind::Unwinder,
 };
@@ -388,13 +388,7 @@ impl Program {
     /// Reads every site, every live block and the counters.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
-        for (i, slot) in snapshot.counters.iter_mut().enumerate() {
-            *slot = self
-                .counters
-                .get(&(i as u32), 0)
-                .map(|per_cpu| per_cpu.iter().sum())
-                .unwrap_or(0);
-        }
+        sum_counters(&self.counters, &mut snapshot.counters);
         // Each stored stack's site, and index 0 (id 0: allocations without a stored stack); a
         // site with nothing counted (its allocation failed) is left out.
         let site_of = |index: u32| {

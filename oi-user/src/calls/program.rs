@@ -23,7 +23,7 @@ use crate::{
     error::{Error, Result},
     event_loop::StderrLog,
     probe::multi::MultiProgram,
-    probe::profiler::{attach_program, detach_program, load_profiler, raise_limits},
+    probe::profiler::{attach_program, detach_program, load_profiler, raise_limits, sum_counters},
 };
 
 const PROGRAM: &str = "oi_calls";
@@ -181,13 +181,7 @@ impl Program {
     /// Reads every node with its aggregates, the counters and the globals.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
-        for (i, slot) in snapshot.counters.iter_mut().enumerate() {
-            *slot = self
-                .counters
-                .get(&(i as u32), 0)
-                .map(|per_cpu| per_cpu.iter().sum())
-                .unwrap_or(0);
-        }
+        sum_counters(&self.counters, &mut snapshot.counters);
         snapshot.globals = self.snapshot_globals();
         for (key, id) in self.nodes.iter().flatten() {
             if id >= self.max_nodes {

@@ -1,8 +1,8 @@
 //! A profiler's eBPF object from user space, the steps `calls` and `allocs` share: load it
 //! (and ready it for multi-uprobe links where the kernel has them), attach one of its programs
-//! to file offsets (a link per batch, or one perf event per offset), detach, and raise the
-//! process limits loading needs. Knows no program's maps or settings: a tool's `program.rs`
-//! does.
+//! to file offsets (a link per batch, or one perf event per offset), detach, sum its per-CPU
+//! counters, and raise the process limits loading needs. Knows no program's maps or settings:
+//! a tool's `program.rs` does.
 
 use std::{
     path::Path,
@@ -11,6 +11,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
@@ -255,5 +256,16 @@ pub fn raise_limits() {
                 libc::setrlimit(libc::RLIMIT_NOFILE, &current);
             }
         }
+    }
+}
+
+/// A snapshot of a per-CPU counter array: each slot of `out` the sum of that counter over the
+/// CPUs (a program adds on the CPU it runs on); a counter that cannot be read is 0.
+pub fn sum_counters(map: &PerCpuArray<MapData, u64>, out: &mut [u64]) {
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = map
+            .get(&(i as u32), 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0);
     }
 }
