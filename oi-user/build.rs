@@ -1,7 +1,7 @@
 //! Compiles `oi-ebpf` for the BPF target (nightly, `-Z build-std=core`, bpf-linker) and leaves
 //! one object per eBPF binary in OUT_DIR, where the tools embed them with
-//! `include_bytes_aligned!`: `oi-ebpf` (the footprint trigger, `src/main.rs`) and one object per
-//! `src/bin/NAME.rs` (a profiler's programs and maps), so a tool loads only its own.
+//! `include_bytes_aligned!`: one object per `src/bin/NAME.rs` (`footprint`, the trigger; a
+//! profiler's programs and maps), so a tool loads only its own.
 //!
 //! This is aya-build's recipe with one change: `-C target-cpu=v3`. The trigger needs the value
 //! returned by an atomic fetch-and-add (exact hit numbers), which BPF has only from ISA v3
@@ -84,9 +84,9 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The eBPF binaries of the crate: `oi-ebpf` (`src/main.rs`) and every `src/bin/NAME.rs`.
+/// The eBPF binaries of the crate: every `src/bin/NAME.rs`.
 fn ebpf_binaries(ebpf_dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    let mut names = vec!["oi-ebpf".to_string()];
+    let mut names = Vec::new();
     let bin_dir = ebpf_dir.join("src/bin");
     if let Ok(entries) = std::fs::read_dir(&bin_dir) {
         for entry in entries {

@@ -15,7 +15,7 @@ use std::{
 
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use oi_trace::debuginfo::{Binary, FunctionSymbol, find_function, symbols};
-use oi_trace::measure::Measurer;
+use oi_trace::footprint::measure::Measurer;
 
 use crate::{FORMATS, report, synth};
 

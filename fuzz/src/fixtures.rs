@@ -16,7 +16,7 @@ use std::{
 };
 
 use oi_trace::debuginfo::{Binary, find_function};
-use oi_trace::measure::{Measurer, OutputFormat, WALK_STACK};
+use oi_trace::footprint::measure::{Measurer, OutputFormat, WALK_STACK};
 
 use crate::{FORMATS, report, synth};
 

@@ -11,7 +11,7 @@ pub mod synth;
 
 use std::io::{self, Write};
 
-use oi_trace::measure::{Measurer, OutputFormat};
+use oi_trace::footprint::measure::{Measurer, OutputFormat};
 
 /// Most bytes of report one input may produce. A JSON report is as long as the element
 /// counts in the stream say (that is its format), so a few bytes of input may legitimately

@@ -241,6 +241,26 @@ pub struct SiteStats {
     pub est_freed_bytes: u64,
 }
 
+/// Adds another count of the same site (another CPU's, or another stack's of the same
+/// place): every field, lifetimes bucket by bucket.
+impl core::ops::AddAssign<&SiteStats> for SiteStats {
+    fn add_assign(&mut self, s: &SiteStats) {
+        self.allocs += s.allocs;
+        self.bytes += s.bytes;
+        self.usable_bytes += s.usable_bytes;
+        self.frees += s.frees;
+        self.freed_bytes += s.freed_bytes;
+        self.freed_usable_bytes += s.freed_usable_bytes;
+        for (sum, n) in self.lifetimes.iter_mut().zip(s.lifetimes) {
+            *sum += n;
+        }
+        self.est_allocs += s.est_allocs;
+        self.est_bytes += s.est_bytes;
+        self.est_frees += s.est_frees;
+        self.est_freed_bytes += s.est_freed_bytes;
+    }
+}
+
 /// Indices of the per-CPU counter array (user space sums the CPUs).
 pub mod counter {
     /// Probe hits of threads in scope.

@@ -1,6 +1,6 @@
-//! What the eBPF programs of every tool share: the footprint trigger (`src/main.rs`) and the
-//! profilers (`src/bin/*.rs`, each built as an object of its own so a tool loads only its own
-//! programs and maps), and what they share: the CFI user-stack unwinder ([`stack`], whose maps
+//! What the eBPF programs of every tool share: the footprint trigger (`src/bin/footprint.rs`)
+//! and the profilers (`src/bin/*.rs`, each built as an object of its own so a tool loads only
+//! its own programs and maps), and what they share: the CFI user-stack unwinder ([`stack`], whose maps
 //! every object carries; only loaders that walk stacks size them). Kernel side only; types that
 //! cross to user space live in `oi-common`.
 #![no_std]
@@ -13,6 +13,37 @@
 pub mod stack;
 
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
+
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, generated::bpf_get_current_ancestor_cgroup_id},
+    maps::PerCpuArray,
+};
+
+/// CLOCK_MONOTONIC in ns (`bpf_ktime_get_ns`), the clock user space reads too.
+#[inline(always)]
+pub fn clock() -> u64 {
+    // SAFETY: a plain helper call.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Adds one to slot `index` of a per-CPU counter array (no atomics: one CPU runs one program
+/// at a time).
+#[inline(always)]
+pub fn count(counters: &PerCpuArray<u64>, index: u32) {
+    if let Some(c) = counters.get_ptr_mut(index) {
+        // SAFETY: this CPU's slot of a per-CPU array.
+        unsafe { *c += 1 };
+    }
+}
+
+/// Whether the current task is in the cgroup `id`, `level` levels below the root: the scope
+/// of a run over a cgroup (the load-time globals `CGROUP_ID` and `CGROUP_LEVEL`).
+#[inline(always)]
+pub fn in_cgroup(level: u32, id: u64) -> bool {
+    // SAFETY: a plain helper call without pointers.
+    let ancestor = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) };
+    ancestor == id
+}
 
 /// Adds `n` to a counter shared by all CPUs and returns the new value.
 ///

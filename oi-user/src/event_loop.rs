@@ -22,7 +22,7 @@ use tokio::{
 
 use crate::{
     error::{Error, Result},
-    target::procfs,
+    inferior::procfs,
 };
 
 /// How often [`Profiler::housekeeping`] runs: often enough that a `--count` or a new process is

@@ -1,33 +1,40 @@
 //! oi-trace as a library: every stage of the pipeline, so that the binary, the tests and the
 //! benchmarks call the same code. `main.rs` only parses arguments and wires these together.
-//!
-//! Pure stages (no process is touched): `debuginfo`, `typegraph`, `containers`, `plan`,
-//! `report`. Stages with side effects: `probe` (eBPF), `target` (ptrace), `interp` (reads
-//! target memory through a `MemoryReader`).
 
+// The tools. Each one reaches the core below, never another tool.
+/// `oi-trace allocs`: heap allocations by call stack.
 pub mod allocs;
-pub mod audit;
+/// `oi-trace calls`: call trees and latencies of chosen functions.
 pub mod calls;
+/// `oi-trace` (footprints): exact memory footprints of live objects at a probed function.
+pub mod footprint;
+
+// What the command line and the tools share to run: arguments, the profilers' event loop,
+// errors, privileges and the kernel's features. No measuring here.
 pub mod cgroup;
 pub mod cli;
+pub mod error;
+pub mod event_loop;
+pub mod kernel_features;
+pub mod privileges;
+
+// The core, pure stages (no process is touched): from an ELF file and its DWARF to types,
+// container descriptions, walk plans, walkers and reports.
 pub mod containers;
 pub mod debuginfo;
 pub mod describe;
 pub mod disk_cache;
-pub mod error;
-pub mod event_loop;
-pub mod interp;
 pub mod jit;
-pub mod kernel_features;
-pub mod measure;
 pub mod oi_config;
 pub mod plan;
-pub mod plan_cache;
-pub mod privileges;
-pub mod probe;
 pub mod report;
-pub mod session;
+pub mod resolve;
 pub mod symbolize;
-pub mod target;
 pub mod typegraph;
+
+// The core stages with side effects: the eBPF probe layer, the live process (ptrace, /proc),
+// reading its memory, and unwinding its stacks.
+pub mod inferior;
+pub mod interp;
+pub mod probe;
 pub mod unwind;

@@ -6,7 +6,7 @@ use clap::{Parser as _, error::ErrorKind};
 use oi_trace::{
     allocs, calls,
     cli::{Cli, Tool},
-    session,
+    footprint::session,
 };
 
 fn main() -> ExitCode {

@@ -10,6 +10,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+pub use crate::abi::OilSteady;
 use crate::{Error, Format, Options, TypeWalker};
 
 /// The opaque handle C++ holds: a [`TypeWalker`]'s compiled entry.
@@ -161,15 +162,6 @@ pub unsafe extern "C" fn oil_size(
     }
 }
 
-/// What [`oil_size_steady`] returns (in rax:rdx): the walker's status and, when it is 0
-/// (`STATUS_DONE`), the inclusive size; any other status means "call [`oil_size`]", which
-/// takes the general path (and gives the same number).
-#[repr(C)]
-pub struct OilSteady {
-    pub status: u64,
-    pub size: u64,
-}
-
 /// The steady state of `oil::size` when `oil.h` cannot call the walker itself (a walker
 /// that is no leaf, a thread's first call, a handler check that is due): the optimistic
 /// walker entered on the caller's stack
@@ -191,7 +183,7 @@ pub unsafe extern "C" fn oil_size_steady(
     thread: *mut crate::guard::ThreadState,
 ) -> OilSteady {
     if ty.is_null() || thread.is_null() {
-        return crate::run::NOT_MEASURED;
+        return crate::abi::NOT_MEASURED;
     }
     // SAFETY: handles are `&'static Compiled` cast by `oil_type_lookup`, never freed; the
     // thread state is the caller's, for this thread only.
@@ -249,7 +241,8 @@ const _: () = assert!(std::mem::size_of::<crate::guard::ThreadState>() == 24);
 const _: () = {
     use std::mem::offset_of;
 
-    use crate::resolve::{Compiled, SteadyHead};
+    use crate::abi::SteadyHead;
+    use crate::resolve::Compiled;
     assert!(offset_of!(Compiled, head) == 0);
     assert!(offset_of!(SteadyHead, leaf_entry) == 0);
     assert!(offset_of!(SteadyHead, bias) == 8);

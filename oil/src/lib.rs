@@ -27,6 +27,7 @@
 
 pub mod ffi;
 
+mod abi;
 mod cache;
 mod guard;
 mod modules;
@@ -147,7 +148,8 @@ pub fn lookup(
     features.sort();
     features.dedup();
     // An unknown feature is an error before any file is read.
-    oi_trace::measure::options_for(&features).map_err(|e| Error::Build(e.to_string()))?;
+    oi_trace::footprint::measure::options_for(&features)
+        .map_err(|e| Error::Build(e.to_string()))?;
     let module = hints
         .first()
         .and_then(|&h| modules::by_addresses(&[h], false).pop())

@@ -17,11 +17,12 @@ use std::sync::{Mutex, OnceLock};
 use oi_trace::debuginfo::Binary;
 use oi_trace::debuginfo::dwarf::{self, DwarfError};
 use oi_trace::debuginfo::type_names::demangle_type;
+use oi_trace::footprint::measure::Measurer;
 use oi_trace::jit::in_process::LocalWalker;
-use oi_trace::measure::Measurer;
 use oi_trace::plan::NodeId;
 
 use crate::Error;
+use crate::abi::SteadyHead;
 use crate::guard;
 use crate::modules::{self, Module};
 
@@ -37,21 +38,6 @@ impl Walker {
         let direct = guard::register_code(local.code_range());
         Self { local, direct }
     }
-}
-
-/// What `oil.h`'s steady state reads of a type, at the start of its handle (an `oil_type*`
-/// is a `&'static Compiled`): the layout is part of the interface (`oil_type_head` there).
-#[repr(C)]
-pub struct SteadyHead {
-    /// The optimistic walker's entry when it is a leaf that may be called directly
-    /// (`LocalWalker::leaf_entry`, registered with `guard::register_leaf_entry`), otherwise
-    /// and once given up (as [`Compiled::steady_entry`]) `run::oil_not_direct`, which
-    /// returns a status that sends `oil.h` to its slow path.
-    pub leaf_entry: AtomicUsize,
-    /// [`Compiled::bias`], the entry's second argument.
-    pub bias: u64,
-    /// `guard::handlers_changed`: no direct call while it is raised.
-    pub handlers_changed: &'static AtomicBool,
 }
 
 /// Everything a measurement of one (type, features) needs, built once.
@@ -92,7 +78,7 @@ impl Compiled {
     /// or nested deeper than a caller's stack allows): sizes take the exact walker.
     pub fn give_up_optimistic(&self) {
         self.head.leaf_entry.store(
-            crate::run::oil_not_direct as *const () as usize,
+            crate::abi::oil_not_direct as *const () as usize,
             Ordering::Relaxed,
         );
         self.steady_entry.store(0, Ordering::Relaxed);
@@ -200,7 +186,7 @@ pub fn compile(
                 return Ok(Compiled {
                     head: SteadyHead {
                         leaf_entry: AtomicUsize::new(
-                            crate::run::oil_not_direct as *const () as usize,
+                            crate::abi::oil_not_direct as *const () as usize,
                         ),
                         bias: module.bias,
                         handlers_changed: guard::handlers_changed(),

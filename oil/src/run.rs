@@ -16,12 +16,12 @@ use std::cell::RefCell;
 use std::ptr;
 use std::sync::atomic::Ordering;
 
+use oi_trace::footprint::measure::{OutputFormat, WALK_STACK};
 use oi_trace::interp::RemoteReader;
 use oi_trace::jit::{self, RECOMMENDED_STACK, SCRATCH_BYTES, WalkFrame};
-use oi_trace::measure::{OutputFormat, WALK_STACK};
 use oi_trace::report;
 
-use crate::ffi::OilSteady;
+use crate::abi::{NOT_MEASURED, OilSteady};
 use crate::guard::{self, STATUS_FAULT, ThreadState, WalkStack};
 use crate::resolve::{Compiled, Walker};
 use crate::{Error, Format};
@@ -159,20 +159,6 @@ pub fn size_steady(c: &Compiled, obj: usize, st: &mut ThreadState) -> Option<u64
     }
 }
 
-/// What [`walk_steady`] returns when it did not walk: a status no walker returns.
-pub const NOT_MEASURED: OilSteady = OilSteady {
-    status: u64::MAX,
-    size: 0,
-};
-
-/// `oil_type_head::leaf_entry` of a type with no walker that `oil.h` may call directly (not
-/// compiled yet, not a leaf, given up): called like one, it returns [`NOT_MEASURED`], so
-/// that the header needs no test of its own for it and goes to `oil_size_steady`.
-#[unsafe(no_mangle)]
-pub extern "sysv64" fn oil_not_direct(_object: u64, _bias: u64) -> OilSteady {
-    NOT_MEASURED
-}
-
 /// The optimistic walker on `obj`, on the caller's stack, as it returns: `(STATUS_DONE,
 /// total)`, or another status (a fault, a shared pointee...), or [`NOT_MEASURED`] (not
 /// compiled yet, given up, no room on this stack). Decides nothing: [`size_steady`] does.
@@ -281,9 +267,9 @@ fn measure_in(
 }
 
 /// The interpreter's reason, without the probe wording (`walking `arg0` failed: `).
-fn walk_reason(e: &oi_trace::measure::MeasureError) -> String {
+fn walk_reason(e: &oi_trace::footprint::measure::MeasureError) -> String {
     match e {
-        oi_trace::measure::MeasureError::Walk { source, .. } => source.to_string(),
+        oi_trace::footprint::measure::MeasureError::Walk { source, .. } => source.to_string(),
         other => other.to_string(),
     }
 }

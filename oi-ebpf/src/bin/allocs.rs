@@ -49,11 +49,8 @@ use aya_ebpf::{
     EbpfContext, Global,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        generated::{
-            bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_prandom_u32,
-            bpf_loop,
-        },
+        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        generated::{bpf_get_attach_cookie, bpf_get_prandom_u32, bpf_loop},
     },
     macros::{map, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -68,7 +65,7 @@ use oi_common::{
     calls::cookie::condition_holds,
     stack::MAX_FRAMES,
 };
-use oi_ebpf::stack::user_stack;
+use oi_ebpf::{clock, count, in_cgroup, stack::user_stack};
 
 // Set by the loader (`EbpfLoader::override_global`) before the program is verified.
 /// The traced process (pid mode), 0 in cgroup mode.
@@ -269,7 +266,7 @@ pub fn oi_allocs_mapped(ctx: ProbeContext) -> u32 {
         }
     }
     if hold.expired != 0 || hold.done == 0 {
-        count(counter::HOLDS_EXPIRED);
+        count(&COUNTERS, counter::HOLDS_EXPIRED);
         info!(
             &ctx,
             "mapping change {} of pid {}: let go before user space hooked it", sequence, tgid
@@ -314,7 +311,7 @@ fn on_hit(ctx: &ProbeContext) {
     if !in_scope((pid_tgid >> 32) as u32) {
         return;
     }
-    count(counter::HITS);
+    count(&COUNTERS, counter::HITS);
     // SAFETY: the context pointer is the one the kernel passed to this program.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     // SAFETY: `regs` is the pt_regs the kernel passed to this program, readable for its run.
@@ -353,9 +350,7 @@ fn in_scope(tgid: u32) -> bool {
     if target != 0 {
         return tgid == target;
     }
-    // SAFETY: a plain helper call without pointers.
-    let ancestor = unsafe { bpf_get_current_ancestor_cgroup_id(CGROUP_LEVEL.load() as i32) };
-    ancestor == CGROUP_ID.load()
+    in_cgroup(CGROUP_LEVEL.load(), CGROUP_ID.load())
 }
 
 /// The first instruction of a hooked function.
@@ -378,7 +373,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             // The thread's pending free: the same request when this is a free of the same
             // pointer from inside it; stale otherwise (replaced below).
             if function::is_free(function) && rdi == o.arg && o.sp >= sp {
-                count(counter::NESTED);
+                count(&COUNTERS, counter::NESTED);
                 return;
             }
         } else if o.sp > sp {
@@ -389,7 +384,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
                 // SAFETY: as above.
                 unsafe { (*open).inner_sp = sp };
             }
-            count(counter::NESTED);
+            count(&COUNTERS, counter::NESTED);
             debug!(
                 ctx,
                 "nested allocator call at sp {:x} inside the one at {:x}: counted once", sp, o.sp
@@ -402,10 +397,10 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
                 (*open).tail = 0;
                 (*open).flags |= (cookie::flags(cookie) & cookie::INNER_CLOSED) as u32;
             }
-            count(counter::NESTED);
+            count(&COUNTERS, counter::NESTED);
             return;
         } else {
-            count(counter::ABANDONED);
+            count(&COUNTERS, counter::ABANDONED);
             debug!(
                 ctx,
                 "allocator call (kind {}) at sp {:x} was left without its return (entry of kind {} at sp {:x})",
@@ -433,7 +428,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             }
             return;
         }
-        count(counter::THREADS_FULL);
+        count(&COUNTERS, counter::THREADS_FULL);
         return;
     }
     let mut open = Open {
@@ -465,7 +460,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         open.sampled = 1;
         (open.stack, open.site) = capture_stack(ctx, pid_tgid);
     } else {
-        count(counter::SKIPPED);
+        count(&COUNTERS, counter::SKIPPED);
     }
     // An allocation's slot is looked up again rather than kept from above: a pointer held
     // across the stack walk multiplies the states the verifier explores beyond its limit.
@@ -474,7 +469,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
         // SAFETY: as above.
         unsafe { *slot = open };
     } else {
-        count(counter::THREADS_FULL);
+        count(&COUNTERS, counter::THREADS_FULL);
         warn!(
             ctx,
             "thread table full: a call of pid_tgid {} not tracked", pid_tgid
@@ -551,7 +546,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
         unsafe { (*open).tail = 1 };
     } else if open_sp < sp {
         close(open);
-        count(counter::ABANDONED);
+        count(&COUNTERS, counter::ABANDONED);
     }
 }
 
@@ -573,11 +568,11 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
     }
     close(open);
     if o.sp < sp {
-        count(counter::ABANDONED);
+        count(&COUNTERS, counter::ABANDONED);
         return;
     }
     let Some(result) = result else {
-        count(counter::UNSEEN);
+        count(&COUNTERS, counter::UNSEEN);
         return;
     };
     allocated(&o, result, pid_tgid as u32);
@@ -601,7 +596,7 @@ fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
     }
     close(open);
     if o.sp < entry_sp {
-        count(counter::ABANDONED);
+        count(&COUNTERS, counter::ABANDONED);
         return;
     }
     allocated(&o, result, pid_tgid as u32);
@@ -651,14 +646,14 @@ fn allocated(o: &Open, result: u64, tid: u32) {
     let block = match o.function as u64 {
         function::POSIX_MEMALIGN => {
             if result != 0 {
-                count(counter::FAILED);
+                count(&COUNTERS, counter::FAILED);
                 return;
             }
             // SAFETY: a user-memory read through the helper, which fails cleanly.
             match unsafe { bpf_probe_read_user(o.arg as *const u64) } {
                 Ok(p) => p,
                 Err(_) => {
-                    count(counter::UNSEEN);
+                    count(&COUNTERS, counter::UNSEEN);
                     return;
                 }
             }
@@ -670,7 +665,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
                     free_block(o.arg, now);
                 } else {
                     // Failed: the old block is untouched.
-                    count(counter::FAILED);
+                    count(&COUNTERS, counter::FAILED);
                 }
                 return;
             }
@@ -680,7 +675,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         _ => result,
     };
     if block == 0 {
-        count(counter::FAILED);
+        count(&COUNTERS, counter::FAILED);
         return;
     }
     if o.sampled == 0 {
@@ -728,7 +723,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         }
         if held == block {
             // Its free was missed: count the old block freed now; the new one goes to `LIVE`.
-            count(counter::REUSED);
+            count(&COUNTERS, counter::REUSED);
             free_block(block, now);
         }
     }
@@ -738,7 +733,7 @@ fn allocated(o: &Open, result: u64, tid: u32) {
         Ok(()) => live_in_hash(1),
         // EEXIST: its free was missed; count the old block freed now.
         Err(-17) => {
-            count(counter::REUSED);
+            count(&COUNTERS, counter::REUSED);
             info!(
                 &(),
                 "block {:x} allocated again before its free was seen", block
@@ -746,11 +741,11 @@ fn allocated(o: &Open, result: u64, tid: u32) {
             free_block(block, now);
             match LIVE.insert(&block, &b, 0) {
                 Ok(()) => live_in_hash(1),
-                Err(_) => count(counter::DROPPED),
+                Err(_) => count(&COUNTERS, counter::DROPPED),
             }
         }
         Err(_) => {
-            count(counter::DROPPED);
+            count(&COUNTERS, counter::DROPPED);
             info!(&(), "live table full: block {:x} not tracked", block);
         }
     }
@@ -840,7 +835,7 @@ fn free_block(ptr: u64, now: u64) {
         return;
     }
     let Some(b) = take_live(ptr) else {
-        count(counter::UNKNOWN_FREES);
+        count(&COUNTERS, counter::UNKNOWN_FREES);
         debug!(
             &(),
             "free of {:x}: not allocated while attached (unknown free)", ptr
@@ -978,7 +973,7 @@ fn capture_stack(ctx: &ProbeContext, pid_tgid: u64) -> (u64, u32) {
         None => store_stack(h, stack),
     };
     if site == 0 {
-        count(counter::STACKS_FULL);
+        count(&COUNTERS, counter::STACKS_FULL);
         return (0, 0);
     }
     // SAFETY: as above.
@@ -1030,21 +1025,6 @@ fn times(a: u64, b: u64) -> u64 {
     let low = al * bl;
     let product = low.wrapping_add(cross << 32);
     if product < low { u64::MAX } else { product }
-}
-
-#[inline(always)]
-fn clock() -> u64 {
-    // SAFETY: a plain helper call.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-/// Adds to a per-CPU counter (no atomics: one CPU runs one program at a time).
-#[inline(always)]
-fn count(index: u32) {
-    if let Some(c) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: this CPU's slot of a per-CPU array.
-        unsafe { *c += 1 };
-    }
 }
 
 /// Adds `n` to a counter shared by all CPUs and returns the new value.

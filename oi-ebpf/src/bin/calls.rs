@@ -34,8 +34,8 @@ use aya_ebpf::{
     EbpfContext, Global,
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        generated::{bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_loop},
+        bpf_get_current_pid_tgid,
+        generated::{bpf_get_attach_cookie, bpf_loop},
     },
     macros::{map, uprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -46,6 +46,7 @@ use oi_common::calls::{
     Frame, HISTOGRAM_BUCKETS, MAX_DEPTH, MAX_THREADS, NO_NODE, NodeKey, NodeStats, RING_BYTES,
     ROOT, Record, ThreadState, cookie, counter, global, record,
 };
+use oi_ebpf::{clock, count, in_cgroup};
 
 // Set by the loader (`EbpfLoader::set_global`) before the program is verified; read-only here.
 /// The traced process (pid mode), 0 in cgroup mode.
@@ -126,14 +127,14 @@ fn on_hit(ctx: &ProbeContext) {
     let target = cookie::target(cookie);
     let Some(state) = THREADS.get_ptr_mut(pid_tgid) else {
         if kind == cookie::WINDOW {
-            count(counter::HITS_INSIDE);
+            count(&COUNTERS, counter::HITS_INSIDE);
             open_window(pid_tgid, function, target, sp);
         } else {
-            count(counter::HITS_OUTSIDE);
+            count(&COUNTERS, counter::HITS_OUTSIDE);
         }
         return;
     };
-    count(counter::HITS_INSIDE);
+    count(&COUNTERS, counter::HITS_INSIDE);
     match kind {
         cookie::ENTRY | cookie::WINDOW | cookie::INSTANT => {
             on_entry(state, pid_tgid, kind, function, target, sp)
@@ -160,9 +161,7 @@ fn in_scope(tgid: u32) -> bool {
     if target != 0 {
         return false;
     }
-    // SAFETY: a plain helper call without pointers.
-    let ancestor = unsafe { bpf_get_current_ancestor_cgroup_id(CGROUP_LEVEL.load() as i32) };
-    ancestor == CGROUP_ID.load()
+    in_cgroup(CGROUP_LEVEL.load(), CGROUP_ID.load())
 }
 
 /// The thread enters the window function with no window open: a new shadow stack.
@@ -176,7 +175,7 @@ fn open_window(pid_tgid: u64, function: u32, target: u32, sp: u64) {
     let window = add(opened, 1);
     let limit = WINDOW_LIMIT.load();
     if limit != 0 && window > limit && !ours {
-        count(counter::WINDOWS_SKIPPED);
+        count(&COUNTERS, counter::WINDOWS_SKIPPED);
         if window == limit + 1 {
             info!(&(), "--count {} reached: no more windows open", limit);
         }
@@ -197,7 +196,7 @@ fn open_window(pid_tgid: u64, function: u32, target: u32, sp: u64) {
         .insert(pid_tgid, unsafe { &*scratch }, BPF_NOEXIST as u64)
         .is_err()
     {
-        count(counter::THREADS_FULL);
+        count(&COUNTERS, counter::THREADS_FULL);
         warn!(
             &(),
             "thread table full: window {} of pid_tgid {} not opened", window, pid_tgid
@@ -269,7 +268,7 @@ fn on_tail(state: *mut ThreadState, pid_tgid: u64, function: u32, target: u32, s
         return;
     }
     if top_function != function {
-        count(counter::UNMATCHED);
+        count(&COUNTERS, counter::UNMATCHED);
     }
     if target != cookie::NO_FUNCTION {
         // SAFETY: as in `on_entry`.
@@ -372,7 +371,7 @@ extern "C" fn unwind_step(_index: u64, ctx: *mut c_void) -> i64 {
         // tail-jumped into it. (A flag, not a count: the verifier must see the loop's state
         // repeat.)
         if top_function != u.function {
-            count(counter::UNMATCHED);
+            count(&COUNTERS, counter::UNMATCHED);
             warn!(
                 &(),
                 "return of function {} met the frame of function {}", u.function, top_function
@@ -397,7 +396,7 @@ fn push(state: *mut ThreadState, function: u32, sp: u64) -> Option<*mut Frame> {
         unsafe { (*frame(state, depth - 1)?).node }
     };
     if depth >= MAX_FRAMES.load() {
-        count(counter::DEEPER);
+        count(&COUNTERS, counter::DEEPER);
         if let Some(stats) = stats(parent) {
             // SAFETY: `stats` points into an array map value; shared, so added atomically.
             add(unsafe { &raw mut (*stats).deeper }, 1);
@@ -407,7 +406,7 @@ fn push(state: *mut ThreadState, function: u32, sp: u64) -> Option<*mut Frame> {
     let slot = frame(state, depth)?;
     let node = node_of(parent, function);
     if node == NO_NODE {
-        count(counter::NODES_FULL);
+        count(&COUNTERS, counter::NODES_FULL);
     }
     // SAFETY: as in `on_entry`.
     unsafe {
@@ -455,7 +454,7 @@ fn pop(state: *mut ThreadState, now: u64, abandoned: bool) {
         }
     }
     if abandoned {
-        count(counter::ABANDONED);
+        count(&COUNTERS, counter::ABANDONED);
         debug!(
             &(),
             "frame of function {} closed by the stack pointer after {} ns", f.function, duration
@@ -491,7 +490,7 @@ fn pop(state: *mut ThreadState, now: u64, abandoned: bool) {
             _pad: 0,
         };
         if RECORDS.output::<Record>(&call, 0).is_err() {
-            count(counter::TRACE_LOST);
+            count(&COUNTERS, counter::TRACE_LOST);
         }
     }
     // SAFETY: as in `on_entry`.
@@ -592,21 +591,6 @@ fn bucket(ns: u64) -> u32 {
         }
     }
     if ns == 0 { 0 } else { b + 1 }
-}
-
-#[inline(always)]
-fn clock() -> u64 {
-    // SAFETY: a plain helper call.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-/// Adds to a per-CPU counter (no atomics: one CPU runs one program at a time).
-#[inline(always)]
-fn count(index: u32) {
-    if let Some(c) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: this CPU's slot of a per-CPU array.
-        unsafe { *c += 1 };
-    }
 }
 
 /// Adds `n` to a counter shared by all CPUs and returns the new value.

@@ -45,18 +45,18 @@ use std::{
 use oi_common::allocs::{MAX_BUCKETS, MAX_THREAD_SLOTS};
 
 use crate::{
-    calls::{Scope, files_of, select::File},
     cli::allocs::{AllocsArgs, AllocsFormat},
     debuginfo::{Binary, dwarf::with_debug_info},
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
+    inferior::procfs,
+    probe::monotonic_ns,
+    probe::scope::{File, Scope, files_of},
     report::{
         flame::{Folded, Picture},
         tree::thousands,
     },
-    session::monotonic_ns,
     symbolize::Symbolizer,
-    target::procfs,
 };
 use program::{FileAttachment, Program, Settings};
 use report::{Classes, Context, Report};
@@ -157,7 +157,7 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         // A cgroup keeps everything.
         let mut keep = crate::privileges::AFTER_ARMING.to_vec();
         keep.extend_from_slice(crate::privileges::TO_LOAD);
-        if program.mechanism() == crate::calls::program::Mechanism::PerfEvents {
+        if program.mechanism() == crate::probe::profiler::Mechanism::PerfEvents {
             keep.push(crate::privileges::SYS_ADMIN);
         }
         crate::privileges::keep_only(&keep);

@@ -25,13 +25,13 @@ use oi_common::allocs::{
 
 use super::hooks::Site;
 use crate::{
-    calls::program::{
-        Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
-        raise_limits,
-    },
     error::{Error, Result},
     event_loop::StderrLog,
     probe::multi::MultiProgram,
+    probe::profiler::{
+        Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
+        raise_limits, sum_counters,
+    },
     unwind::Unwinder,
 };
 
@@ -108,19 +108,7 @@ fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
 fn sum_cpus<'a>(per_cpu: impl Iterator<Item = &'a SiteStats>) -> SiteStats {
     let mut total = SiteStats::default();
     for s in per_cpu {
-        total.allocs += s.allocs;
-        total.bytes += s.bytes;
-        total.usable_bytes += s.usable_bytes;
-        total.frees += s.frees;
-        total.freed_bytes += s.freed_bytes;
-        total.freed_usable_bytes += s.freed_usable_bytes;
-        for (sum, n) in total.lifetimes.iter_mut().zip(s.lifetimes) {
-            *sum += n;
-        }
-        total.est_allocs += s.est_allocs;
-        total.est_bytes += s.est_bytes;
-        total.est_frees += s.est_frees;
-        total.est_freed_bytes += s.est_freed_bytes;
+        total += s;
     }
     total
 }
@@ -400,13 +388,7 @@ impl Program {
     /// Reads every site, every live block and the counters.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
-        for (i, slot) in snapshot.counters.iter_mut().enumerate() {
-            *slot = self
-                .counters
-                .get(&(i as u32), 0)
-                .map(|per_cpu| per_cpu.iter().sum())
-                .unwrap_or(0);
-        }
+        sum_counters(&self.counters, &mut snapshot.counters);
         // Each stored stack's site, and index 0 (id 0: allocations without a stored stack); a
         // site with nothing counted (its allocation failed) is left out.
         let site_of = |index: u32| {

@@ -17,7 +17,11 @@ use oi_common::allocs::{MAX_BUCKETS, SiteStats, WEIGHT_ONE, counter};
 use serde::Serialize;
 
 use super::{names, program::Snapshot};
-use crate::{report::tree::thousands, symbolize::Symbolizer, unwind::UnwindStats};
+use crate::{
+    report::tree::{human, thousands},
+    symbolize::Symbolizer,
+    unwind::UnwindStats,
+};
 
 /// A site's aggregates merged over its stack ids, the oldest live block's time, its type.
 type Merged = (SiteStats, Option<u64>, Option<String>);
@@ -150,7 +154,7 @@ pub fn build(
         let entry = merged
             .entry(frames)
             .or_insert((SiteStats::default(), None, type_name));
-        add_stats(&mut entry.0, stats);
+        entry.0 += stats;
         if let Some(t) = oldest.get(id) {
             entry.1 = Some(entry.1.map_or(*t, |o: u64| o.min(*t)));
         }
@@ -308,22 +312,6 @@ fn estimates(s: &SiteStats) -> SiteStats {
     out
 }
 
-fn add_stats(into: &mut SiteStats, s: &SiteStats) {
-    into.allocs += s.allocs;
-    into.bytes += s.bytes;
-    into.usable_bytes += s.usable_bytes;
-    into.frees += s.frees;
-    into.freed_bytes += s.freed_bytes;
-    into.freed_usable_bytes += s.freed_usable_bytes;
-    into.est_allocs += s.est_allocs;
-    into.est_bytes += s.est_bytes;
-    into.est_frees += s.est_frees;
-    into.est_freed_bytes += s.est_freed_bytes;
-    for (a, b) in into.lifetimes.iter_mut().zip(&s.lifetimes) {
-        *a += b;
-    }
-}
-
 /// The frames of a site (innermost first, inlined frames included, the allocator's own left
 /// out, cut after `main`) and the type its allocator frames name.
 fn site_frames(
@@ -367,21 +355,6 @@ fn classes_of(stack: &[Arc<str>], known: &std::collections::HashSet<String>) -> 
     out
 }
 
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 fn bucket_labels(bounds: &[f64]) -> Vec<String> {
     let mut labels: Vec<String> = bounds.iter().map(|b| format!("<{}s", b)).collect();
     if let Some(last) = bounds.last() {
@@ -401,10 +374,10 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
          ({}); unknown frees: {}; dropped: {}",
         report.elapsed_s,
         thousands(t.allocs),
-        human_bytes(t.bytes),
+        human(t.bytes),
         thousands(t.frees),
         thousands(t.live_allocs),
-        human_bytes(t.live_bytes),
+        human(t.live_bytes),
         thousands(t.unknown_frees),
         thousands(t.dropped),
     );
@@ -414,11 +387,11 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
         let _ = writeln!(
             out,
             "  {:>10}  {:>8} allocs  {:>8} frees  live {:>8} ({}){}",
-            human_bytes(s.bytes),
+            human(s.bytes),
             thousands(s.allocs),
             thousands(s.frees),
             thousands(s.live_allocs),
-            human_bytes(s.live_bytes),
+            human(s.live_bytes),
             s.type_name
                 .as_ref()
                 .map_or(String::new(), |t| format!("  type {t}"))
@@ -444,9 +417,9 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
             let _ = writeln!(
                 out,
                 "  {:>10}  {:>8} allocs  live {:>10}  {}",
-                human_bytes(ty.bytes),
+                human(ty.bytes),
                 thousands(ty.allocs),
-                human_bytes(ty.live_bytes),
+                human(ty.live_bytes),
                 ty.type_name
             );
         }
@@ -457,9 +430,9 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
             let _ = writeln!(
                 out,
                 "  {:>10}  {:>8} allocs  live {:>10}  {}",
-                human_bytes(c.bytes),
+                human(c.bytes),
                 thousands(c.allocs),
-                human_bytes(c.live_bytes),
+                human(c.live_bytes),
                 c.class
             );
         }
@@ -472,7 +445,7 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
             let _ = writeln!(
                 out,
                 "  {:>10}  {:>8} blocks  {}  {}",
-                human_bytes(s.live_bytes),
+                human(s.live_bytes),
                 thousands(s.live_allocs),
                 s.oldest_live_s
                     .map_or("-".to_string(), |a| format!("{a:.1} s old")),
@@ -489,8 +462,8 @@ mod tests {
 
     #[test]
     fn bytes_and_labels() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(bucket_labels(&[1.0, 5.0]), vec!["<1s", "<5s", ">=5s"]);
     }
 }

@@ -29,27 +29,24 @@ pub mod sites;
 pub mod tree;
 
 use std::{
-    collections::HashMap,
     io::Write as _,
     path::PathBuf,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use oi_common::calls::{MAX_DEPTH, Record, cookie, counter, global, record};
 
 use crate::{
-    cgroup::Cgroup,
     cli::calls::{CallsArgs, TreeFormat},
-    debuginfo::{Binary, find_function},
+    debuginfo::find_function,
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
+    probe::scope::{Scope, files_of},
     report::{
         flame::{Folded, Picture},
         tree::thousands,
     },
-    session::resolve::{self, BinaryCache},
-    target::{ProcessInfo, procfs},
+    resolve::{self, BinaryCache},
 };
 use calibrate::ProbeCost;
 use program::{Attachment, Program, Settings};
@@ -191,50 +188,6 @@ fn validate(args: &CallsArgs) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The processes traced (shared by the profilers).
-pub(crate) struct Scope {
-    pub pid: Option<i32>,
-    pub cgroup: Option<Cgroup>,
-    /// The processes whose files are instrumented (the pid, or the cgroup's members now).
-    pub processes: Vec<i32>,
-    /// `pid 4242 (shopd)` or `cgroup /sys/fs/cgroup/shop.slice`, for messages.
-    pub place: String,
-}
-
-impl Scope {
-    pub(crate) fn resolve(args: &crate::cli::profiler::ScopeArgs) -> Result<Self> {
-        match (args.pid, &args.cgroup) {
-            (Some(pid), _) => {
-                let info = ProcessInfo::inspect(pid)?;
-                Ok(Self {
-                    pid: Some(pid),
-                    cgroup: None,
-                    processes: vec![pid],
-                    place: format!("pid {pid} ({})", info.comm),
-                })
-            }
-            (None, Some(path)) => {
-                let cgroup = Cgroup::resolve(path)?;
-                let processes = cgroup.processes();
-                if processes.is_empty() {
-                    return Err(Error::input(format!(
-                        "cgroup {} has no process: the functions to hook are found in the \
-                         files its processes run",
-                        cgroup.path.display()
-                    )));
-                }
-                Ok(Self {
-                    place: format!("cgroup {}", cgroup.path.display()),
-                    pid: None,
-                    cgroup: Some(cgroup),
-                    processes,
-                })
-            }
-            (None, None) => Err(Error::input("give --pid PID or --cgroup PATH")),
-        }
-    }
 }
 
 /// What is instrumented: files, functions, their probes.
@@ -410,49 +363,6 @@ impl Target {
             .get(id as usize)
             .map_or("[unknown]", |f| f.name.as_str())
     }
-}
-
-/// The distinct files the processes execute code from (each opened once, by device and inode);
-/// the allocation profiler hooks the same files.
-pub(crate) fn files_of(processes: &[i32]) -> Result<Vec<File>> {
-    let mut files = Vec::new();
-    let mut seen: HashMap<(u64, u64), ()> = HashMap::new();
-    for &pid in processes {
-        let Ok(paths) = procfs::executable_files(pid) else {
-            continue;
-        };
-        for procfs::MappedFile {
-            target: target_path,
-            host: host_path,
-        } in paths
-        {
-            let Some(id) = procfs::file_id(&host_path) else {
-                continue;
-            };
-            if seen.insert(id, ()).is_some() {
-                continue;
-            }
-            let Ok(binary) = Binary::open(&host_path) else {
-                continue;
-            };
-            files.push(File {
-                target_path,
-                host_path,
-                binary: Arc::new(binary),
-            });
-        }
-    }
-    if files.is_empty() {
-        return Err(Error::input(format!(
-            "cannot read the files of {} (is it still running?)",
-            processes
-                .iter()
-                .map(|p| format!("pid {p}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    Ok(files)
 }
 
 /// Attaches every file's probes, saying on stderr how far it got when it takes a while.

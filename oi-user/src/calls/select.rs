@@ -23,21 +23,12 @@
 //!
 //! Pure: reads files, never touches a process.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::collections::HashMap;
 
 use wildmatch::WildMatch;
 
-use crate::debuginfo::{Binary, FunctionSymbol, symbols::defined_functions};
-
-/// One file whose functions are candidates.
-#[derive(Clone)]
-pub struct File {
-    /// The path as the target process names it.
-    pub target_path: PathBuf,
-    /// The same file reachable from our mount namespace (what a uprobe is attached to).
-    pub host_path: PathBuf,
-    pub binary: Arc<Binary>,
-}
+use crate::debuginfo::{FunctionSymbol, symbols::defined_functions};
+pub use crate::probe::scope::File;
 
 /// A function to instrument.
 #[derive(Debug, Clone)]

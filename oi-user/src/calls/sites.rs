@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use oi_common::calls::cookie;
 
 use super::select::{ColdParts, Function};
-use crate::debuginfo::code::{self, Part, Refusal, ReturnKind, Unprobeable};
+use crate::debuginfo::code::{self, Part, Refusal, ReturnKind, Unprobeable, condition_code};
 
 /// One probe: an offset in a file and its cookie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,23 +175,6 @@ fn function_sites(
     })
 }
 
-/// The condition code (0-15, the low nibble of `0x7X` / `0x0F 0x8X`) of a conditional jump,
-/// after any prefixes.
-pub fn condition_code(bytes: &[u8]) -> Option<u8> {
-    let mut i = 0;
-    while matches!(
-        bytes.get(i),
-        Some(0x2e | 0x3e | 0x66 | 0x67 | 0xf2 | 0xf3 | 0x40..=0x4f)
-    ) {
-        i += 1;
-    }
-    match (*bytes.get(i)?, bytes.get(i + 1)) {
-        (op @ 0x70..=0x7f, _) => Some(op & 0xf),
-        (0x0f, Some(&op @ 0x80..=0x8f)) => Some(op & 0xf),
-        _ => None,
-    }
-}
-
 fn code_of(file: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
     if size == 0 {
         return None;
@@ -199,17 +182,4 @@ fn code_of(file: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
     let start = usize::try_from(offset).ok()?;
     let end = start.checked_add(usize::try_from(size).ok()?)?;
     file.get(start..end)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn condition_codes_of_short_and_near_jumps() {
-        assert_eq!(condition_code(&[0x75, 0x10]), Some(0x5)); // jne rel8
-        assert_eq!(condition_code(&[0x0f, 0x84, 0, 0, 0, 0]), Some(0x4)); // je rel32
-        assert_eq!(condition_code(&[0xf2, 0x0f, 0x8f, 0, 0, 0, 0]), Some(0xf)); // bnd jg
-        assert_eq!(condition_code(&[0xe9, 0, 0, 0, 0]), None); // jmp
-    }
 }

@@ -28,9 +28,9 @@
 //! fields, and its elements are walked by the same loops as the built-in containers (a
 //! described array of PODs costs what a `std::vector` costs). Descriptions are part of
 //! what a plan is derived from, so their text is part of the plan cache key. Shipped
-//! descriptions (`containers/*.toml` at the top of the repository) are embedded with
-//! `include_str!`: a copied binary carrying capabilities needs no data directory and reads
-//! none it was not handed on its command line.
+//! descriptions (`oi-user/containers/*.toml`, named `containers/FILE` in messages) are
+//! embedded with `include_str!`: a copied binary carrying capabilities needs no data directory
+//! and reads none it was not handed on its command line.
 //!
 //! Never reads the target: everything here is static. Never overrides a built-in
 //! libstdc++ container (those keep their own, tested, code).
@@ -39,6 +39,7 @@ pub mod compile;
 pub mod expr;
 pub mod names;
 pub mod parse;
+pub mod rule;
 pub mod unions;
 
 pub use parse::{DescribeError, Description, Descriptions};

@@ -10,14 +10,10 @@
 //! the instantiation (its qualified DWARF name). What cannot be found is simply absent here;
 //! `compile` then reports the description's line.
 
-use std::collections::HashMap;
-
 use super::parse::Description;
+pub use super::rule::NamedTypes;
 use crate::debuginfo::dwarf::DebugInfo;
 use crate::typegraph::{Builder, Kind, TemplateArg, Type, TypeGraph, TypeId};
-
-/// Spelled type name (patterns already substituted) → its type in the graph.
-pub type NamedTypes = HashMap<String, TypeId>;
 
 /// C base types by g++'s DWARF spelling: (DW_ATE encoding, size).
 const BASE_TYPES: &[(&str, u64, u64)] = &[

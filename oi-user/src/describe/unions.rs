@@ -12,65 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use super::names::NamedTypes;
-use super::parse::{At, DescribeError, name_matches};
+pub use super::rule::{Cases, UnionRule, parse_case_value};
+use super::rule::{DescribeError, NamedTypes};
 use crate::typegraph::{Kind, TypeGraph, TypeId, layout, names};
-
-/// One `[[union]]` rule as written.
-#[derive(Debug, Clone)]
-pub struct UnionRule {
-    pub file: String,
-    /// Line of `in` (errors about the whole rule point here).
-    pub line: usize,
-    pub holder: String,
-    pub member: At<String>,
-    pub discriminator: At<String>,
-    pub cases: Cases,
-    /// Shipped (embedded): a rule that does not fit is a warning, the union stays opaque.
-    pub shipped: bool,
-}
-
-#[derive(Debug, Clone)]
-pub enum Cases {
-    /// `value = "member"` (a member of the union, or "none": walks nothing).
-    Listed(Vec<At<(u64, Option<String>)>>),
-    /// The enumerators of enum `name` are the cases: the one spelled as `enumerator` with
-    /// `{Case}` the protoc CamelCase of a union member's name is that member's value; any
-    /// other enumerator (`KIND_NOT_SET`) walks nothing. Patterns: `{scope}` (the holder's
-    /// enclosing scope), `{Union}` (the union member's name in CamelCase).
-    Enum {
-        line: usize,
-        name: String,
-        enumerator: String,
-    },
-}
-
-impl UnionRule {
-    pub fn error(&self, line: usize, what: impl Into<String>) -> DescribeError {
-        DescribeError {
-            file: self.file.clone(),
-            line,
-            what: what.into(),
-        }
-    }
-
-    pub fn matches(&self, qualified: &str) -> bool {
-        name_matches(&self.holder, qualified)
-    }
-}
-
-/// A case key: decimal, `0x` hex, or negative decimal (two's complement, cut to the
-/// discriminator's width when compiled).
-pub fn parse_case_value(key: &str) -> Option<u64> {
-    let k = key.trim();
-    if let Some(h) = k.strip_prefix("0x") {
-        return u64::from_str_radix(h, 16).ok();
-    }
-    if let Some(n) = k.strip_prefix('-') {
-        return n.parse::<u64>().ok().map(|v| v.wrapping_neg());
-    }
-    k.parse().ok()
-}
 
 /// A field name in CamelCase as protoc forms it (`UnderscoresToCamelCase`): the first letter
 /// and every letter after `_` or a digit upper-cased, `_` dropped; the trailing `_` of a

@@ -17,8 +17,8 @@ use oi_common::EntryRegs;
 use serde_json::Value;
 
 use crate::debuginfo::{Binary, find_function};
+use crate::footprint::measure::{Measurer, OutputFormat};
 use crate::interp::RemoteReader;
-use crate::measure::{Measurer, OutputFormat};
 
 /// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
 pub fn build_fixture(name: &str, flags: &[&str]) -> PathBuf {
@@ -521,7 +521,7 @@ fn plan_of(
     exe: &Path,
     symbol: &str,
     args: &[&str],
-) -> Result<String, crate::measure::MeasureError> {
+) -> Result<String, crate::footprint::measure::MeasureError> {
     let binary = Binary::open(exe).expect("open");
     let sym = find_function(&binary, symbol)
         .expect("symbols")

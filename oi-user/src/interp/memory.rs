@@ -67,7 +67,7 @@ impl RemoteReader {
 
 impl MemoryReader for RemoteReader {
     fn heap_ranges(&self) -> Vec<(u64, u64)> {
-        super::heap::ranges_of(self.pid.as_raw())
+        super::heap_ranges::ranges_of(self.pid.as_raw())
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {

@@ -5,6 +5,7 @@
 //! deque blocks go out in one `process_vm_readv` with many iovecs.
 
 pub mod heap;
+pub mod heap_ranges;
 pub mod memory;
 pub mod walk;
 

@@ -3,7 +3,7 @@
 //! the interpreter (`interp`) into a buffer of the data segment.
 //!
 //! Never touches a process itself: [`compile`] is pure (plan in, bytes out); mapping and
-//! running the bytes is `target`'s job. [`cache::WalkerCache`] keeps compiled walkers in
+//! running the bytes is `inferior`'s job. [`cache::WalkerCache`] keeps compiled walkers in
 //! memory and under `~/.cache/oi-trace/jit`, keyed by the plan's content.
 //!
 //! The generated code makes no calls outside itself and no syscalls, and carries no
@@ -320,38 +320,9 @@ fn check_plan(plan: &Plan, roots: &[NodeId]) -> Result<(), JitError> {
 
 /// Every node a plan node refers to exists (code generation indexes them freely).
 fn check_references(plan: &Plan) -> Result<(), JitError> {
-    use crate::plan::Op;
     let n = plan.nodes.len();
     for node in &plan.nodes {
-        let refs: Vec<NodeId> = match &node.op {
-            Op::Leaf | Op::Bitfield | Op::String(_) => vec![],
-            Op::Struct { members, .. } => members.iter().map(|m| m.1).collect(),
-            Op::Array { elem, .. }
-            | Op::Vector { elem, .. }
-            | Op::VectorBool { elem, .. }
-            | Op::Deque { elem, .. }
-            | Op::List { elem, .. }
-            | Op::RbTree { elem, .. }
-            | Op::Hashtable { elem, .. }
-            | Op::Described { elem, .. }
-            | Op::Optional { elem, .. } => vec![*elem],
-            Op::Pair { first, second } => vec![first.1, second.1],
-            Op::Entry { key, value, .. } => vec![key.1, value.1],
-            Op::Variant { alternatives, .. } => alternatives.clone(),
-            Op::Union { cases, .. } => cases.iter().filter_map(|c| c.1.map(|m| m.1)).collect(),
-            Op::SmartPtr { target, .. }
-            | Op::RefWrap { target, .. }
-            | Op::RawPointer { target }
-            | Op::HeapPointer { target, .. } => target.iter().copied().collect(),
-            Op::Poly {
-                candidates,
-                fallback,
-            } => candidates
-                .iter()
-                .map(|c| c.2)
-                .chain(std::iter::once(*fallback))
-                .collect(),
-        };
+        let refs = node.op.children();
         if let Some(&bad) = refs.iter().find(|&&r| r >= n) {
             return Err(JitError::NoSuchNode(bad));
         }

@@ -17,8 +17,8 @@ use oi_common::EntryRegs;
 
 use super::*;
 use crate::debuginfo::{Binary, find_function};
+use crate::footprint::measure::{MeasureError, Measurer};
 use crate::interp::RemoteReader;
-use crate::measure::{MeasureError, Measurer};
 
 /// The fixture library, loaded once per test process.
 struct Lib {
@@ -1102,7 +1102,7 @@ fn jit_every_kind_together() {
 /// `--values`: every scalar read, by both walkers alike (the plan says which).
 #[test]
 fn jit_values_agree_with_the_interpreter() {
-    let values = crate::measure::VALUES;
+    let values = crate::plan::build::VALUES;
     for (probe, object) in [
         ("probe_everything", make("everything")),
         ("probe_mixed", make("mixed")),

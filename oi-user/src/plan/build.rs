@@ -21,6 +21,10 @@ pub enum PlanError {
     Incomplete(String),
 }
 
+/// Not an OI feature but passed with them (it changes the plan, hence the caches' keys):
+/// read the scalar values the tree shows with `--values`.
+pub const VALUES: &str = "values";
+
 /// Options that change the walk (docs/semantics.md, "Pointers, sharing and cycles",
 /// "Captured keys").
 #[derive(Debug, Clone, Default)]

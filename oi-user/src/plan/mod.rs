@@ -43,7 +43,9 @@
 //! The JIT writes the same bytes into its data segment; the stream is the contract.
 
 pub mod build;
+pub mod limits;
 pub mod stream;
+pub mod totals;
 
 pub use build::{PlanBuilder, PlanError};
 
@@ -250,6 +252,43 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// Every node this one refers to, in order: members, elements, alternatives, cases,
+    /// pointees, candidates and the fallback. The one list the plan, the JIT and the checks
+    /// share, so a new `Op` cannot be missed by one of them.
+    pub fn children(&self) -> Vec<NodeId> {
+        match self {
+            Op::Leaf | Op::Bitfield | Op::String(_) => vec![],
+            Op::Struct { members, .. } => members.iter().map(|m| m.1).collect(),
+            Op::Array { elem, .. }
+            | Op::Vector { elem, .. }
+            | Op::VectorBool { elem, .. }
+            | Op::Deque { elem, .. }
+            | Op::List { elem, .. }
+            | Op::RbTree { elem, .. }
+            | Op::Hashtable { elem, .. }
+            | Op::Described { elem, .. }
+            | Op::Optional { elem, .. } => vec![*elem],
+            Op::Pair { first, second } => vec![first.1, second.1],
+            Op::Entry { key, value, .. } => vec![key.1, value.1],
+            Op::Variant { alternatives, .. } => alternatives.clone(),
+            Op::Union { cases, .. } => cases.iter().filter_map(|c| c.1.map(|m| m.1)).collect(),
+            Op::SmartPtr { target, .. }
+            | Op::RefWrap { target, .. }
+            | Op::RawPointer { target }
+            | Op::HeapPointer { target, .. } => target.iter().copied().collect(),
+            Op::Poly {
+                candidates,
+                fallback,
+            } => candidates
+                .iter()
+                .map(|c| c.2)
+                .chain(std::iter::once(*fallback))
+                .collect(),
+        }
+    }
+}
+
 impl Plan {
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id]
@@ -331,29 +370,15 @@ impl Plan {
 
     fn children_of_container(&self, id: NodeId) -> Vec<NodeId> {
         match &self.nodes[id].op {
-            Op::Vector { elem, .. }
-            | Op::VectorBool { elem, .. }
-            | Op::Deque { elem, .. }
-            | Op::List { elem, .. }
-            | Op::RbTree { elem, .. }
-            | Op::Hashtable { elem, .. }
-            | Op::Described { elem, .. }
-            | Op::Optional { elem, .. } => vec![*elem],
-            Op::Variant { alternatives, .. } => alternatives.clone(),
-            Op::Union { cases, .. } => cases.iter().filter_map(|c| c.1.map(|m| m.1)).collect(),
-            Op::Poly {
-                candidates,
-                fallback,
-            } => candidates
-                .iter()
-                .map(|c| c.2)
-                .chain(std::iter::once(*fallback))
-                .collect(),
-            Op::SmartPtr { target, .. }
-            | Op::RefWrap { target, .. }
-            | Op::RawPointer { target }
-            | Op::HeapPointer { target, .. } => target.iter().copied().collect(),
-            _ => vec![],
+            // Held by value (classified through `dynamic_of`'s own recursion) or none.
+            Op::Leaf
+            | Op::Bitfield
+            | Op::String(_)
+            | Op::Struct { .. }
+            | Op::Array { .. }
+            | Op::Pair { .. }
+            | Op::Entry { .. } => vec![],
+            op => op.children(),
         }
     }
 }

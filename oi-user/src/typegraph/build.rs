@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use gimli::constants as dw;
 
+use super::kinds;
 use super::{Base, Kind, Member, StructType, TemplateArg, Type, TypeGraph, TypeId};
-use crate::containers;
 use crate::debuginfo::dwarf::{Attr, DebugInfo, DieRef, DwarfError};
 
 #[derive(Debug, thiserror::Error)]
@@ -282,7 +282,7 @@ impl<'d, 'a> Builder<'d, 'a> {
             .as_deref()
             .map(|n| n.split('<').next().unwrap_or(n).to_string());
         let mut st = StructType {
-            container: name.as_deref().and_then(containers::recognise),
+            container: name.as_deref().and_then(kinds::recognise),
             name,
             bare_name,
             is_union,

@@ -8,13 +8,14 @@
 
 pub mod abi;
 pub mod build;
+pub mod kinds;
 pub mod layout;
 pub mod names;
 pub mod readable;
 
 pub use build::{BuildError, Builder};
 
-use crate::containers::ContainerKind;
+use kinds::ContainerKind;
 
 /// Index of a type in a [`TypeGraph`].
 pub type TypeId = usize;

@@ -4,8 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::kinds::ContainerKind;
 use super::{Kind, PrimKind, TemplateArg, TypeGraph, TypeId, layout};
-use crate::containers::ContainerKind;
 
 /// Spelling of a DWARF base type (`DW_AT_encoding`, byte size).
 pub fn primitive(encoding: u64, size: u64) -> (String, PrimKind) {
@@ -282,7 +282,7 @@ fn declared_only(text: &str, depth: u32) -> String {
     let Some((head, args)) = template_args(text) else {
         return text.to_string();
     };
-    let Some(kind) = crate::containers::recognise(text) else {
+    let Some(kind) = super::kinds::recognise(text) else {
         return text.to_string();
     };
     let measured = kind.measured_args();

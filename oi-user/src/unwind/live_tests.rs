@@ -329,7 +329,7 @@ fn track_picks_up_a_dlopen() {
     assert_eq!(names[..CHAIN.len()], *CHAIN, "{frames:x?}");
     // The hop's frame is the dlopen'ed copy's.
     let hop = frames[CHAIN.iter().position(|f| *f == "chain_a").expect("chain_a") - 1];
-    let mapped = crate::target::procfs::mappings(pid as i32).expect("maps");
+    let mapped = crate::inferior::procfs::mappings(pid as i32).expect("maps");
     let in_lib = mapped
         .iter()
         .find(|m| m.start <= hop && hop < m.end)
@@ -375,7 +375,7 @@ fn rows_that_do_not_fit_are_counted() {
     let exe = build(&["-O2", "-fomit-frame-pointer"]);
     let fixture = start(&exe);
     let pid = fixture.0.id();
-    let files = crate::target::procfs::executable_files(pid as i32).expect("files");
+    let files = crate::inferior::procfs::executable_files(pid as i32).expect("files");
     let sizes: Vec<u64> = files
         .iter()
         .map(|f| {

@@ -15,7 +15,7 @@
 //! mappings (at most `MAX_MAPPINGS`) pointing into the array. [`Unwinder::track`] re-reads
 //! `/proc/PID/maps` and does nothing else when the executable mappings did not change, so it
 //! can run every second to pick up `dlopen`. Files are read the way the rest of the tracer
-//! reads them (`target::procfs::reachable_path`): deleted binaries, other mount namespaces.
+//! reads them (`inferior::procfs::reachable_path`): deleted binaries, other mount namespaces.
 //! Everything is bounded: rows that do not fit the array, mappings beyond `MAX_MAPPINGS`, are
 //! counted in `rows_dropped`; their frames are then stepped by the frame pointer.
 //!
@@ -36,7 +36,7 @@ use oi_common::stack::{
 use crate::{
     debuginfo::{Binary, cfi},
     error::{Error, Result},
-    target::procfs,
+    inferior::procfs,
 };
 
 const ROWS_MAP: &str = "UNWIND_ROWS";

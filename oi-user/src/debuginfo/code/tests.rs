@@ -453,3 +453,11 @@ fn entry_probe_moves_on_to_an_emulated_instruction() {
     };
     assert_eq!(moved(&free, &[RDI], &[cold]), 0);
 }
+
+#[test]
+fn condition_codes_of_short_and_near_jumps() {
+    assert_eq!(condition_code(&[0x75, 0x10]), Some(0x5)); // jne rel8
+    assert_eq!(condition_code(&[0x0f, 0x84, 0, 0, 0, 0]), Some(0x4)); // je rel32
+    assert_eq!(condition_code(&[0xf2, 0x0f, 0x8f, 0, 0, 0, 0]), Some(0xf)); // bnd jg
+    assert_eq!(condition_code(&[0xe9, 0, 0, 0, 0]), None); // jmp
+}

@@ -240,7 +240,7 @@ struct Registry {
     /// A visit could not take a register of its own (inside a loop, or too many places):
     /// the entry is generated again with the recorded keys in the context.
     sites_overflow: bool,
-    /// `report::static_total` of each node, memoised.
+    /// `plan::totals::static_total` of each node, memoised.
     statics: Vec<Option<u64>>,
 }
 
@@ -369,7 +369,7 @@ impl Gen<'_, '_> {
 
     /// The inclusive size of node `id` when it reads nothing at runtime.
     fn st(&mut self, id: NodeId) -> u64 {
-        crate::report::static_total(self.plan, id, &mut self.reg.statics)
+        crate::plan::totals::static_total(self.plan, id, &mut self.reg.statics)
     }
 
     /// Adds `v` to the running total (walkers compiled with sizes only).
@@ -896,22 +896,4 @@ fn gen_node_fn(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::covered;
-
-    #[test]
-    fn a_byte_is_covered_by_loads_around_it_at_most_a_page_apart() {
-        // In a loaded word, or between two: covered.
-        assert!(covered(&[16], 16));
-        assert!(covered(&[16], 23));
-        assert!(covered(&[0x30, 0x38, 0x40, 0x68], 0x50));
-        // The two words span exactly a page: still covered; a byte more, not.
-        assert!(covered(&[0, 4088], 100));
-        assert!(!covered(&[0, 4089], 100));
-        // Only on one side, or none: not covered.
-        assert!(!covered(&[0x30, 0x38, 0x40], 0x50));
-        assert!(!covered(&[0x68], 0x50));
-        assert!(!covered(&[], 0));
-        assert!(!covered(&[16], 24));
-    }
-}
+mod tests;

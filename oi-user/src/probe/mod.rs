@@ -1,0 +1,19 @@
+//! The eBPF side every tool shares: loading a profiler's object and attaching, detaching its
+//! programs (`profiler`), multi-uprobe links (`multi`), what a profiler traces (`scope`: the
+//! processes and the files they run), and the kernel's clock.
+//!
+//! Knows nothing of any one tool's programs or maps: a tool's loader (footprint's trigger,
+//! `allocs::program`, `calls::program`) says what to load and where to attach it.
+
+pub mod multi;
+pub mod profiler;
+pub mod scope;
+
+use nix::sys::time::TimeSpec;
+use nix::time::{ClockId, clock_gettime};
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+pub(crate) fn monotonic_ns() -> u64 {
+    let t: TimeSpec = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap_or(TimeSpec::new(0, 0));
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
