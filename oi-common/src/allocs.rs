@@ -279,7 +279,8 @@ pub mod counter {
     /// Allocator calls not tracked because the thread table had no slot.
     pub const THREADS_FULL: u32 = 6;
     /// Allocator calls left without their return (an exception through `operator new`, a
-    /// longjmp).
+    /// longjmp): calls of functions that can be left that way, whose return is not probed by
+    /// the kernel's return probes.
     pub const ABANDONED: u32 = 7;
     /// Allocations whose result no probe could see (a tail call out of the allocator).
     pub const UNSEEN: u32 = 8;
@@ -293,7 +294,12 @@ pub mod counter {
     /// Mapping changes (`_dl_debug_state`) whose thread was let go before user space had
     /// looked at the new files (`MAPPED_HOLD_NS`).
     pub const HOLDS_EXPIRED: u32 = 12;
-    pub const COUNT: u32 = 13;
+    /// Calls of C allocation functions (uretprobed) whose return the kernel did not report:
+    /// nothing unwinds through C code, so the thread's next allocator call at the same or a
+    /// higher stack pointer means the return probe did not run (the kernel keeps at most 64
+    /// pending returns per thread and drops one it cannot allocate).
+    pub const RETURNS_MISSED: u32 = 13;
+    pub const COUNT: u32 = 14;
 }
 
 /// The longest a thread that reports a change of its process's mappings (the dynamic

@@ -168,6 +168,16 @@ static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static LAST_STACK: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
+/// Slot 0: 1 while the program counts. User space sets it once every probe of the files
+/// found at start is attached, and clears it before detaching them: attaching and detaching
+/// go link by link (entries, then the uretprobes, file by file), and a call entered while
+/// only some of its probes are there would be opened and never closed (an entry whose
+/// uretprobe is not attached yet, an `operator new` whose `malloc` is not hooked yet), or
+/// closed by the wrong return. A call entered before arming is not seen, its return is
+/// ignored (no open call), and its nested calls are counted as outermost.
+#[map]
+static ARMED: Array<u64> = Array::with_max_entries(1, 0);
+
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
@@ -308,7 +318,7 @@ extern "C" fn hold_step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
 #[inline(always)]
 fn on_hit(ctx: &ProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !in_scope((pid_tgid >> 32) as u32) {
+    if !in_scope((pid_tgid >> 32) as u32) || ARMED.get(0) != Some(&1) {
         return;
     }
     count(&COUNTERS, counter::HITS);
@@ -400,7 +410,7 @@ fn on_entry(ctx: &ProbeContext, pid_tgid: u64, cookie: u64, sp: u64) {
             count(&COUNTERS, counter::NESTED);
             return;
         } else {
-            count(&COUNTERS, counter::ABANDONED);
+            count(&COUNTERS, left_without_return(o.flags));
             debug!(
                 ctx,
                 "allocator call (kind {}) at sp {:x} was left without its return (entry of kind {} at sp {:x})",
@@ -537,7 +547,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
         return;
     };
     // SAFETY: as in `on_entry`.
-    let (open_sp, f) = unsafe { ((*open).sp, (*open).function) };
+    let (open_sp, f, flags) = unsafe { ((*open).sp, (*open).function, (*open).flags) };
     if function::is_free(f as u64) {
         return;
     }
@@ -546,7 +556,7 @@ fn on_tail(pid_tgid: u64, sp: u64) {
         unsafe { (*open).tail = 1 };
     } else if open_sp < sp {
         close(open);
-        count(&COUNTERS, counter::ABANDONED);
+        count(&COUNTERS, left_without_return(flags));
     }
 }
 
@@ -568,7 +578,7 @@ fn on_leave(pid_tgid: u64, sp: u64, result: Option<u64>) {
     }
     close(open);
     if o.sp < sp {
-        count(&COUNTERS, counter::ABANDONED);
+        count(&COUNTERS, left_without_return(o.flags));
         return;
     }
     let Some(result) = result else {
@@ -596,7 +606,7 @@ fn on_return(pid_tgid: u64, entry_sp: u64, result: u64, function: u64) {
     }
     close(open);
     if o.sp < entry_sp {
-        count(&COUNTERS, counter::ABANDONED);
+        count(&COUNTERS, left_without_return(o.flags));
         return;
     }
     allocated(&o, result, pid_tgid as u32);
@@ -617,6 +627,18 @@ fn closes_outer(open: *mut Open, o: &Open, entry_sp: u64, result: u64, function:
     }
     close(open);
     allocated(o, result, tid);
+}
+
+/// The counter of an open call (flags `flags`) that the thread left without its return: a C
+/// allocation function cannot be left by an exception, so its uretprobe did not run
+/// (`RETURNS_MISSED`); any other was left by an exception or a longjmp (`ABANDONED`).
+#[inline(always)]
+fn left_without_return(flags: u32) -> u32 {
+    if flags as u64 & cookie::C_RETURN != 0 {
+        counter::RETURNS_MISSED
+    } else {
+        counter::ABANDONED
+    }
 }
 
 /// The thread's open call, if it is inside one (or has a pending free).

@@ -142,6 +142,13 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
             }
         }
     }
+    // Counting starts with every probe in place (see `Program::arm`).
+    if let Err(e) = program.arm(true) {
+        for a in attachments {
+            program.detach(a);
+        }
+        return Err(e);
+    }
     // Libraries dlopened from now on are hooked before their code runs (see
     // `Run::record`).
     for file in files.iter().filter(|f| is_dynamic_linker(&f.host_path)) {
@@ -207,6 +214,8 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
     drop(state);
     // Symbolize while the processes still map their files, but after the probes are gone:
     // the target runs at full speed again first. Nothing handles a dlopen any more either.
+    // Counting stops before any probe goes, so that the counts are those of one set of probes.
+    let _ = program.arm(false);
     program.detach_dynamic_linkers();
     for a in attachments {
         program.detach(a);
@@ -453,6 +462,12 @@ fn summary(report: &Report, args: &AllocsArgs) {
     warn(
         c.abandoned,
         "allocator call(s) left without a return (an exception or longjmp)",
+    );
+    warn(
+        c.returns_missed,
+        "C allocator call(s) whose return the kernel did not report (its uretprobe did not \
+         run: more than 64 pending returns on the thread, or none could be allocated); their \
+         blocks are not counted",
     );
     warn(
         c.reused,

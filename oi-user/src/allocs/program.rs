@@ -93,6 +93,8 @@ pub struct Program {
     live_slots: Array<MapData, LiveSlot>,
     counters: PerCpuArray<MapData, u64>,
     mapped: Array<MapData, u64>,
+    /// The program's `ARMED` switch.
+    armed: Array<MapData, u64>,
     mapped_events: Option<RingBuf<MapData>>,
     /// The probes on dynamic linkers' `_dl_debug_state`.
     dl_links: Vec<UProbeLinkId>,
@@ -236,6 +238,7 @@ impl Program {
             live_slots: Array::try_from(take("LIVE_SLOTS")?).map_err(map_err("LIVE_SLOTS"))?,
             counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
             mapped: Array::try_from(take("MAPPED")?).map_err(map_err("MAPPED"))?,
+            armed: Array::try_from(take("ARMED")?).map_err(map_err("ARMED"))?,
             mapped_events: Some(
                 RingBuf::try_from(take("MAPPED_EVENTS")?).map_err(map_err("MAPPED_EVENTS"))?,
             ),
@@ -296,6 +299,15 @@ impl Program {
         Ok(())
     }
 
+    /// Starts (`true`) or stops counting: armed once every probe of the files found at start
+    /// is attached, disarmed before any is detached, so that no call is seen with only some
+    /// of its probes in place.
+    pub fn arm(&mut self, on: bool) -> Result<()> {
+        self.armed
+            .set(0, u64::from(on), 0)
+            .map_err(map_err("ARMED"))
+    }
+
     /// Lets go of every thread waiting for mapping change `sequence` and those before it.
     pub fn mapped_handled(&mut self, sequence: u64) {
         let _ = self.mapped.set(mapped::HANDLED, sequence, 0);
@@ -331,24 +343,17 @@ impl Program {
         let pairs = |s: &[&Site]| -> Vec<(u64, u64)> {
             s.iter().map(|s| (s.file_offset, s.cookie)).collect()
         };
-        let entries = attach_program_as(
-            &mut self.ebpf,
-            PROGRAM,
-            self.multi.as_ref(),
-            path,
-            &pairs(&others),
-            pid,
-            false,
-            progress,
-        )?;
+        // The uretprobes first: a call entered while its file has entry probes but no
+        // uretprobes yet would stay open (see the program's `ARMED`, which covers the files
+        // found at start; a file mapped later is attached while armed).
+        let name = match self.mechanism {
+            Mechanism::MultiLink => PROGRAM,
+            Mechanism::PerfEvents => RETURN_PROGRAM,
+        };
         let returns = if returns.is_empty() {
             None
         } else {
-            let name = match self.mechanism {
-                Mechanism::MultiLink => PROGRAM,
-                Mechanism::PerfEvents => RETURN_PROGRAM,
-            };
-            match attach_program_as(
+            Some(attach_program_as(
                 &mut self.ebpf,
                 name,
                 self.multi.as_ref(),
@@ -357,12 +362,24 @@ impl Program {
                 pid,
                 true,
                 progress,
-            ) {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    detach_program(&mut self.ebpf, PROGRAM, entries);
-                    return Err(e);
+            )?)
+        };
+        let entries = match attach_program_as(
+            &mut self.ebpf,
+            PROGRAM,
+            self.multi.as_ref(),
+            path,
+            &pairs(&others),
+            pid,
+            false,
+            progress,
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                if let Some(returns) = returns {
+                    detach_program(&mut self.ebpf, name, returns);
                 }
+                return Err(e);
             }
         };
         Ok(FileAttachment {

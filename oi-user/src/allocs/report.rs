@@ -81,7 +81,11 @@ pub struct Counters {
     pub nested_calls: u64,
     pub failed: u64,
     pub unseen: u64,
+    /// Calls of an `operator new` left by an exception or a longjmp (never a C function's).
     pub abandoned: u64,
+    /// Calls of a C allocation function whose return the kernel's uretprobe did not report
+    /// (their blocks are not counted).
+    pub returns_missed: u64,
     pub reused: u64,
     pub stacks_full: u64,
     pub sites_full: u64,
@@ -258,6 +262,7 @@ pub fn build(
             failed: c(counter::FAILED),
             unseen: c(counter::UNSEEN),
             abandoned: c(counter::ABANDONED),
+            returns_missed: c(counter::RETURNS_MISSED),
             reused: c(counter::REUSED),
             stacks_full: c(counter::STACKS_FULL),
             sites_full: c(counter::SITES_FULL),

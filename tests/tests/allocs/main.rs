@@ -7,7 +7,8 @@
 //! Every run leaves the fixture running, untraced, and able to finish. The `allocs_dlopen`
 //! fixture loads a plugin with its own `operator new` after oi-trace has attached. The
 //! `allocs_collide` fixture places two threads' ids exactly one thread-table size apart
-//! (with `pid_max` raised for the journey) and has them inside allocator calls at once.
+//! (with `pid_max` raised for the journey) and has them inside allocator calls at once. The
+//! `allocs_threads` fixture keeps three threads allocating and freeing while oi-trace attaches.
 
 use std::{
     collections::BTreeMap,
@@ -957,5 +958,68 @@ fn collide_journeys(extra: &[&str]) {
             "the warning: {:#?}",
             out.stderr
         );
+    }
+}
+
+/// The `allocs_threads` fixture: two threads allocating through the same paths (strings,
+/// vector growth, map nodes, strings handed over) while a third frees what they hand over,
+/// all three busy while oi-trace attaches; then a counted phase. 20 runs at -O0 and at -O2
+/// without frame pointers: every count is the fixture's own, no call is left open (none was
+/// abandoned or lost its return), and nothing blames an exception or a longjmp.
+#[test]
+fn threads_busy_while_attaching_counted_exactly() {
+    if !privileged() {
+        return;
+    }
+    for (variant, flags) in [
+        ("allocs_threads_o0", &["-O0"][..]),
+        ("allocs_threads_o2", &["-O2", "-fomit-frame-pointer"][..]),
+    ] {
+        let binary = FixtureBuild::new("allocs_threads")
+            .variant(variant, flags)
+            .build();
+        for run in 0..20 {
+            let mut fixture = Fixture::start(&binary, &[]);
+            let pid = fixture.pid.to_string();
+            let (printed, out) =
+                traced_run(&mut fixture, &["allocs", "--pid", &pid, "--format", "json"]);
+            assert!(fixture.finish().success());
+            let report = json(out.stdout.trim());
+            let want = printed.sites["total"];
+            // The counted rounds' sites (the rounds before SIGUSR1 are counted too, as far as
+            // they ran attached).
+            let mut got = [0u64; 5];
+            for site in report["sites"].as_array().expect("sites") {
+                let in_counted = site["stack"]
+                    .as_array()
+                    .expect("a stack")
+                    .iter()
+                    .any(|f| f.as_str() == Some("shop::counted"));
+                if in_counted {
+                    for (k, key) in ["allocs", "frees", "bytes", "live_allocs", "live_bytes"]
+                        .iter()
+                        .enumerate()
+                    {
+                        got[k] += site[key].as_u64().expect("a count");
+                    }
+                }
+            }
+            let what = format!(
+                "{variant}, run {run}: {} {}",
+                report["totals"], report["counters"]
+            );
+            assert_eq!(
+                got, want,
+                "[allocs, frees, bytes, live_allocs, live_bytes] in {what}"
+            );
+            for key in ["abandoned", "returns_missed", "threads_full"] {
+                assert_eq!(report["counters"][key], 0, "{key} in {what}");
+            }
+            assert!(
+                !out.stderr.iter().any(|l| l.contains("longjmp")),
+                "{what}: {:#?}",
+                out.stderr
+            );
+        }
     }
 }
