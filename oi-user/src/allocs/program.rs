@@ -1,6 +1,6 @@
 //! The allocation program from user space: load `oi-ebpf/src/bin/allocs.rs` with this run's
-//! settings, attach it to the hooks of each file (through the call-tree profiler's attach
-//! code: multi-uprobe links where the kernel has them, the uretprobes as a second link with the
+//! settings, attach it to the hooks of each file (through the probe layer,
+//! `probe::profiler`: multi-uprobe links where the kernel has them, the uretprobes as a second link with the
 //! return flag, or as perf events of the program's uretprobe twin elsewhere), and read what its
 //! maps hold.
 //!

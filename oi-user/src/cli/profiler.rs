@@ -1,6 +1,5 @@
-//! Options every profiler shares (`oi-trace calls`, and the allocation profiler to come): what
-//! to trace, for how long, how often to report, how loudly; and the parsers of times and lists
-//! they use.
+//! Options every profiler shares (`oi-trace calls` and `oi-trace allocs`): what to trace, for
+//! how long, how often to report, how loudly; and the parsers of times and lists they use.
 
 use std::{path::PathBuf, time::Duration};
 
