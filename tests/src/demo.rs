@@ -20,7 +20,7 @@ use nix::{
     unistd::Pid,
 };
 
-use crate::{Fixture, FixtureBuild, oi_trace_bin, workspace_root};
+use crate::{Fixture, FixtureBuild, oi_trace_bin, shell_quoted, workspace_root};
 
 /// The function whose `this`, the shop's ledger, the footprint measures.
 pub const LEDGER_PROBE: &str = "shop::Ledger::inspect";
@@ -153,7 +153,7 @@ fn heading(out: &mut dyn Write, step: &str, what: &str) -> io::Result<()> {
 fn step(out: &mut dyn Write, program: &Path, args: &[&str]) -> io::Result<()> {
     let line: Vec<String> = std::iter::once(shown(program))
         .chain(args.iter().map(|a| a.to_string()))
-        .map(|a| quoted(&a))
+        .map(|a| shell_quoted(&a))
         .collect();
     let line = line.join(" ");
     writeln!(out, "$ {line}")?;
@@ -212,17 +212,4 @@ fn shown(path: &Path) -> String {
         .unwrap_or(path)
         .display()
         .to_string()
-}
-
-/// `arg` as a shell reads it back: bare when it holds no character the shell treats apart.
-fn quoted(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-+=:,./@%".contains(c));
-    if plain {
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', r"'\''"))
-    }
 }

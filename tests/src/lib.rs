@@ -683,3 +683,32 @@ impl Lcg {
         (self.0 >> 33) % n
     }
 }
+
+/// `arg` as a POSIX shell reads it back: bare when it holds no character the shell treats
+/// apart, else in single quotes. For the commands the demo and the conformance harness print
+/// for people to copy.
+pub fn shell_quoted(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-+=:,./@%".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quoted;
+
+    #[test]
+    fn quotes_for_the_shell() {
+        assert_eq!(shell_quoted("--arg"), "--arg");
+        assert_eq!(shell_quoted("arg0,arg1"), "arg0,arg1");
+        assert_eq!(shell_quoted("a b"), "'a b'");
+        assert_eq!(shell_quoted("it's"), r"'it'\''s'");
+        assert_eq!(shell_quoted(""), "''");
+    }
+}

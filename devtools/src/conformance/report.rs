@@ -229,7 +229,7 @@ pub fn write_case_files(results: &Path, case: &Case, outcome: &Outcome) -> Resul
     let command = match &outcome.command {
         Some(command) => command
             .iter()
-            .map(|a| shell_quote(a))
+            .map(|a| oi_e2e::shell_quoted(a))
             .collect::<Vec<_>>()
             .join(" "),
         None => "(oi-trace did not run)".to_string(),
@@ -257,31 +257,9 @@ pub fn write_case_files(results: &Path, case: &Case, outcome: &Outcome) -> Resul
     Ok(())
 }
 
-/// `arg` as a POSIX shell reads it back.
-fn shell_quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
-    if plain {
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', r"'\''"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::{super::cases::parse_suite, *};
-
-    #[test]
-    fn quotes_for_the_shell() {
-        assert_eq!(shell_quote("--arg"), "--arg");
-        assert_eq!(shell_quote("arg0,arg1"), "arg0,arg1");
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
-    }
 
     #[test]
     fn table_counts_suites_totals_and_score() {
