@@ -62,12 +62,17 @@ enum Task {
 
 fn main() -> Result<()> {
     let task = Cli::parse().task;
-    let warm_up = (!matches!(task, Task::Setup)).then(warm_up);
-    setup::run()?;
-    if let Some(Some(mut child)) = warm_up {
-        // Its errors, if any, show again in the build itself.
+    let mut warm_up = (!matches!(task, Task::Setup)).then(warm_up).flatten();
+    let set_up = setup::run();
+    if let Some(child) = &mut warm_up {
+        // A failed setup stops the warm-up rather than leave it compiling after xtask exits.
+        // The warm-up's own errors, if any, show again in the build itself.
+        if set_up.is_err() {
+            let _ = child.kill();
+        }
         let _ = child.wait();
     }
+    set_up?;
     let (name, forwarded) = match task {
         Task::Setup => return Ok(()),
         Task::Build => return build(),
