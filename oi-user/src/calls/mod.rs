@@ -10,8 +10,10 @@
 //! longjmp and tail calls never corrupt it, and adds each completed call to the tree node keyed
 //! by (parent node, function) in kernel maps: no event per call, except the calls of the first
 //! `--trace-entries` windows for `--chrome`. User space attaches (one multi-uprobe link per
-//! batch where the kernel has them), waits in the core's event loop, then rebuilds the tree
-//! (`tree`) and prints it (`report`).
+//! batch where the kernel has them), arms the program once every probe is in place (a call
+//! that starts while only some are would get a partial tree; one already running is not
+//! counted), waits in the core's event loop, disarms it before detaching, then rebuilds the
+//! tree (`tree`) and prints it (`report`).
 //!
 //! Honest overhead: before attaching to the target, the cost of a hit is measured on
 //! oi-trace's own functions with the same program (`calibrate`); the report gives the hits and
@@ -90,6 +92,12 @@ pub fn run(args: &CallsArgs) -> Result<()> {
 
     let attach_start = Instant::now();
     let attachments = attach(&mut program, &target, &scope)?;
+    if let Err(e) = program.arm(true) {
+        for attachment in attachments {
+            program.detach(attachment);
+        }
+        return Err(e);
+    }
     if scope.pid.is_some() {
         // One process, attached: what is left (reading its maps and files to name functions,
         // detaching) takes no eBPF or admin capability. A cgroup's new processes would.
@@ -141,6 +149,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
     );
     drop(state);
     // The target runs at full speed again before anything is read or printed.
+    let _ = program.arm(false);
     let still_inside = program.threads_inside().len();
     for attachment in attachments {
         program.detach(attachment);
@@ -489,12 +498,7 @@ impl Profiler for Run<'_> {
             ),
             TreeFormat::Json => write_json(
                 &mut out,
-                self.target,
-                self.scope,
-                elapsed,
-                hits,
-                &roots,
-                None,
+                &json_report(self.target, self.scope, elapsed, hits, &roots),
             ),
         };
         let _ = out.flush();
@@ -544,27 +548,30 @@ fn hidden_line(hidden: usize, args: &CallsArgs) -> String {
     }
 }
 
-fn write_json(
-    out: &mut dyn std::io::Write,
-    target: &Target,
+/// The JSON report of the tree so far; the final one adds histograms and counters.
+fn json_report<'a>(
+    target: &'a Target,
     scope: &Scope,
     elapsed_s: f64,
     probe_hits: u64,
-    roots: &[CallNode],
-    histograms: Option<Vec<report::JsonHistogram<'_>>>,
-) -> std::io::Result<()> {
+    roots: &'a [CallNode],
+) -> JsonReport<'a> {
     let tree = roots
         .first()
         .map_or_else(|| JsonNode::empty(&target.entry_name), JsonNode::of);
-    let json = JsonReport {
+    JsonReport {
         entry: &target.entry_name,
         pid: scope.pid,
         elapsed_s: (elapsed_s * 1000.0).round() / 1000.0,
         probe_hits,
         tree,
-        histograms,
-    };
-    serde_json::to_writer(&mut *out, &json)?;
+        histograms: None,
+        counters: None,
+    }
+}
+
+fn write_json(out: &mut dyn std::io::Write, json: &JsonReport<'_>) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, json)?;
     writeln!(out)
 }
 
@@ -582,6 +589,18 @@ fn finish(
     let hits = hits_inside + c(counter::HITS_OUTSIDE);
     let (roots, hidden) = build_tree(target, snapshot, args);
     let elapsed_s = outcome.elapsed.as_secs_f64();
+    let counters = report::JsonCounters {
+        abandoned: c(counter::ABANDONED),
+        unmatched: c(counter::UNMATCHED),
+        deeper: c(counter::DEEPER),
+        nodes_full: c(counter::NODES_FULL),
+        threads_full: c(counter::THREADS_FULL),
+        windows_skipped: c(counter::WINDOWS_SKIPPED),
+        entered_before_attaching: c(counter::ENTERED_BEFORE_ATTACHING),
+        still_inside: outcome.still_inside as u64,
+        exited_inside: outcome.exited_inside,
+        trace_lost: c(counter::TRACE_LOST) + outcome.traced_lost,
+    };
     let write_error = |what: &str, path: &PathBuf, e: std::io::Error| {
         Error::internal(format!("writing {what} {}: {e}", path.display()))
     };
@@ -628,15 +647,12 @@ fn finish(
                     })
                     .collect()
             });
-            write_json(
-                &mut out,
-                target,
-                scope,
-                elapsed_s,
-                hits,
-                &roots,
-                json_histograms,
-            )
+            let json = JsonReport {
+                histograms: json_histograms,
+                counters: Some(counters),
+                ..json_report(target, scope, elapsed_s, hits, &roots)
+            };
+            write_json(&mut out, &json)
         }
     };
     let _ = printed.and_then(|()| out.flush());
@@ -717,42 +733,46 @@ fn finish(
         }
     };
     warn(
-        c(counter::NODES_FULL),
+        counters.nodes_full,
         &format!(
             "call(s) not timed: the node table was full (--max-nodes {})",
             args.max_nodes
         ),
     );
     warn(
-        c(counter::THREADS_FULL),
+        counters.threads_full,
         "call(s) of the entry not timed: too many threads inside it at once",
     );
     warn(
-        c(counter::DEEPER),
+        counters.deeper,
         "call(s) below --depth counted on their deepest node, not timed",
     );
     warn(
-        c(counter::ABANDONED),
+        counters.abandoned,
         "call(s) left by an exception or longjmp, timed until the stack showed it",
     );
     warn(
-        c(counter::TRACE_LOST) + outcome.traced_lost,
+        counters.trace_lost,
         "call record(s) of --chrome lost (ring buffer full)",
     );
     warn(
-        c(counter::UNMATCHED),
+        counters.unmatched,
         "return(s) that matched another function's frame (please report: a probe was missed)",
     );
     warn(
-        c(counter::WINDOWS_SKIPPED),
+        counters.entered_before_attaching,
+        "call(s) of the entry already running when the probes were armed, not counted",
+    );
+    warn(
+        counters.windows_skipped,
         "call(s) of the entry not counted: --count was reached",
     );
     warn(
-        outcome.still_inside as u64,
+        counters.still_inside,
         "call(s) of the entry still running at the end, not counted",
     );
     warn(
-        outcome.exited_inside,
+        counters.exited_inside,
         "thread(s) exited inside the entry; their open calls were dropped",
     );
     Ok(())
