@@ -90,6 +90,16 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         while ring.next().is_some() {}
     }
 
+    let total_probes: usize = target.sites.iter().map(Vec::len).sum();
+    eprintln!(
+        "oi-trace: probing {} function(s) beneath {} ({} probes): each call of one of them \
+         will cost about {} (two hits), and each hit outside a call of the entry about {}",
+        thousands(target.functions.len() as u64),
+        target.entry_name,
+        thousands(total_probes as u64),
+        human_ns((2.0 * cost.inside_ns).round() as u64),
+        human_ns(cost.outside_ns.round() as u64),
+    );
     let attach_start = Instant::now();
     let attachments = attach(&mut program, &target, &scope)?;
     if let Err(e) = program.arm(true) {
@@ -548,6 +558,18 @@ fn hidden_line(hidden: usize, args: &CallsArgs) -> String {
     }
 }
 
+/// How much of `total_ns` the probes' `estimate_ns` is: `about X`, or, when the calibration's
+/// cost per hit (measured on a quiet moment of oi-trace's own code) times the hits exceeds the
+/// whole (hits are cheaper under load, or they overlap sleeps of other threads), `nearly all`:
+/// a part never exceeds its whole.
+fn probe_share(estimate_ns: f64, total_ns: u64) -> String {
+    if estimate_ns > total_ns as f64 {
+        "nearly all".to_string()
+    } else {
+        format!("about {}", human_ns(estimate_ns as u64))
+    }
+}
+
 /// The JSON report of the tree so far; the final one adds histograms and counters.
 fn json_report<'a>(
     target: &'a Target,
@@ -717,12 +739,12 @@ fn finish(
     let cost = outcome.cost;
     eprintln!(
         "oi-trace: probe cost measured at start: {} per hit inside a call of the entry, {} \
-         outside (a bare call: {}); about {} of the {} spent in {} is probe cost ({} hits), \
+         outside (a bare call: {}); {} of the {} spent in {} is probe cost ({} hits), \
          nothing subtracted",
         human_ns(cost.inside_ns.round() as u64),
         human_ns(cost.outside_ns.round() as u64),
         human_ns(cost.bare_call_ns.round() as u64),
-        human_ns((inside_entry as f64 * cost.inside_ns) as u64),
+        probe_share(inside_entry as f64 * cost.inside_ns, entry_total),
         human_ns(entry_total),
         target.entry_name,
         thousands(inside_entry)
@@ -776,4 +798,15 @@ fn finish(
         "thread(s) exited inside the entry; their open calls were dropped",
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_share;
+
+    #[test]
+    fn a_part_never_exceeds_its_whole() {
+        assert_eq!(probe_share(38_710e6, 23_510_000_000), "nearly all");
+        assert_eq!(probe_share(1_500.0, 23_510), "about 1.5 µs");
+    }
 }
