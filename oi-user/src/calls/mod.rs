@@ -65,7 +65,11 @@ const SWEEP: Duration = Duration::from_secs(1);
 pub fn run(args: &CallsArgs) -> Result<()> {
     validate(args)?;
     let scope = Scope::resolve(&args.scope)?;
-    let target = Target::resolve(args, &scope)?;
+    profile(args, &scope).map_err(|e| scope.explain(e))
+}
+
+fn profile(args: &CallsArgs, scope: &Scope) -> Result<()> {
+    let target = Target::resolve(args, scope)?;
     let settings = Settings {
         target_tgid: scope.pid.map(|p| p as u32),
         cgroup: scope.cgroup.as_ref().map(|c| (c.id, c.level)),
@@ -101,7 +105,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         human_ns(cost.outside_ns.round() as u64),
     );
     let attach_start = Instant::now();
-    let attachments = attach(&mut program, &target, &scope)?;
+    let attachments = attach(&mut program, &target, scope)?;
     if let Err(e) = program.arm(true) {
         for attachment in attachments {
             program.detach(attachment);
@@ -115,14 +119,15 @@ pub fn run(args: &CallsArgs) -> Result<()> {
     }
     let probes: usize = attachments.iter().map(|a| a.probes).sum();
     let armed = format!(
-        "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}); \
-         a probe hit costs {} here",
+        "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}), armed \
+         {} ms after start; a probe hit costs {} here",
         thousands(probes as u64),
         thousands(target.functions.len() as u64),
         target.entry_name,
         scope.place,
         attach_start.elapsed().as_millis(),
         program.mechanism(),
+        crate::uptime::elapsed().as_millis(),
         human_ns(cost.inside_ns.round() as u64),
     );
 
@@ -131,7 +136,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         program: &mut program,
         target: &target,
         args,
-        scope: &scope,
+        scope,
         started,
         traced: Vec::new(),
         traced_lost: 0,
@@ -176,7 +181,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         traced_lost,
         exited_inside,
     };
-    finish(args, &scope, &target, &program, &outcome, &traced)
+    finish(args, scope, &target, &program, &outcome, &traced)
 }
 
 fn validate(args: &CallsArgs) -> Result<()> {
