@@ -134,6 +134,7 @@ mod tests {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         });
         p.compute_dynamic();
         p

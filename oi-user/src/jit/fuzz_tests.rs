@@ -261,6 +261,7 @@ fn random_plan(r: &mut Rng) -> Plan {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         });
     }
     p.compute_dynamic();
@@ -728,6 +729,7 @@ fn oil_walks_in_the_child_hand_over_and_fault_as_oil_sees_them() {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     };
     let mut plan = Plan {
         nodes: vec![node(0), node(1)],

@@ -71,6 +71,8 @@ pub struct PlanBuilder<'t> {
     capture_here: bool,
     /// Set by `op` when it made an opaque union, for the node it builds.
     opaque_union_here: bool,
+    /// Set by `op` when it met a standard container it does not know, for the node it builds.
+    foreign_here: bool,
     /// Types descriptions name by spelling, found in DWARF beforehand (`describe::names`).
     named: crate::describe::names::NamedTypes,
 }
@@ -88,6 +90,7 @@ impl<'t> PlanBuilder<'t> {
             poly: HashMap::new(),
             capture_here: false,
             opaque_union_here: false,
+            foreign_here: false,
             named: Default::default(),
         }
     }
@@ -219,6 +222,7 @@ impl<'t> PlanBuilder<'t> {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         })
     }
 
@@ -293,9 +297,11 @@ impl<'t> PlanBuilder<'t> {
     /// Gives node `id` the op of resolved type `r` (and says if it is an opaque union).
     fn set_op(&mut self, id: NodeId, r: TypeId) -> Result<(), PlanError> {
         self.opaque_union_here = false;
+        self.foreign_here = false;
         let op = self.op(r)?;
         self.plan.nodes[id].op = op;
         self.plan.nodes[id].opaque_union = std::mem::take(&mut self.opaque_union_here);
+        self.plan.nodes[id].foreign = std::mem::take(&mut self.foreign_here);
         Ok(())
     }
 
@@ -366,11 +372,29 @@ impl<'t> PlanBuilder<'t> {
                         }
                         Err(e) => return Err(e.into()),
                     },
-                    None => self.structure(r)?,
+                    None => match st.name.as_deref() {
+                        Some(n) if crate::typegraph::kinds::unknown_standard(n) => self.foreign(n),
+                        _ => self.structure(r)?,
+                    },
                 },
             },
             _ => Op::Leaf,
         })
+    }
+
+    /// A standard container of a library whose layout oi-trace does not know: never a plain
+    /// struct (its members are the library's internals, and its heap would go uncounted), but
+    /// a node not walked (E = S) and one warning per type.
+    fn foreign(&mut self, name: &str) -> Op {
+        let line = format!(
+            "{name} is a container of a standard library oi-trace does not know; \
+             not walked (its heap is not counted; JSON notWalked)"
+        );
+        if !self.plan.warnings.contains(&line) {
+            self.plan.warnings.push(line);
+        }
+        self.foreign_here = true;
+        Op::Leaf
     }
 
     /// A union with exactly one member (protobuf's `union { Impl_ _impl_; }`) is walked as

@@ -87,6 +87,10 @@ pub struct Node {
     /// opaque, E = S; the report says how many bytes sat in such unions.
     #[serde(default)]
     pub opaque_union: bool,
+    /// A container of a standard library oi-trace does not know (`typegraph::kinds::
+    /// unknown_standard`): not walked, E = S, JSON `notWalked`; never a plain-struct total.
+    #[serde(default)]
+    pub foreign: bool,
 }
 
 /// A scalar read for `--values`: its size in bytes (1, 2, 4, 8 or 16) and how to show it.

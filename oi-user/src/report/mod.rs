@@ -64,7 +64,8 @@ pub struct NodeOut<'a> {
     /// With `--values`: the scalar's words (low, high; high is 0 below 16 bytes).
     pub value: Option<(u64, u64)>,
     /// A union not walked: opaque (`Node::opaque_union`), or discriminated by a value no
-    /// case of its `[[union]]` rule names (JSON `notWalked`: its staticSize).
+    /// case of its `[[union]]` rule names; or a container of a standard library oi-trace
+    /// does not know (`Node::foreign`). JSON `notWalked`: its staticSize.
     pub not_walked: bool,
 }
 
@@ -381,7 +382,7 @@ impl<'a> Decoder<'a, '_> {
             length_capacity: lc,
             has_children,
             value,
-            not_walked: not_walked || n.opaque_union,
+            not_walked: not_walked || n.opaque_union || n.foreign,
         };
         if let Some(sink) = self.sink.as_mut() {
             sink.begin(&out)?;

@@ -212,6 +212,12 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
 
 /// `run_probe` on a fixture binary built elsewhere.
 pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe) {
+    let (text, p, _) = run_probe_stderr(exe, index, extra);
+    (text, p)
+}
+
+/// `run_probe_exe`, also returning everything oi-trace printed on stderr.
+pub fn run_probe_stderr(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe, String) {
     let (mut fixture, _out, mut probes) = start_fixture(exe);
     let p = probes.swap_remove(index);
     let mut cmd = Command::new(oi_trace());
@@ -237,12 +243,14 @@ pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe
     // Wait until the probes are armed, then let the fixture run.
     let mut err = BufReader::new(tracer.0.stderr.take().expect("stderr"));
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut before = String::new();
     loop {
         let mut line = String::new();
         assert!(
             err.read_line(&mut line).expect("stderr") > 0,
-            "oi-trace exited: {line}"
+            "oi-trace exited: {before}{line}"
         );
+        before.push_str(&line);
         if line.contains("attached") {
             break;
         }
@@ -266,11 +274,11 @@ pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe
         .expect("sample");
     let status = tracer.0.wait().expect("wait oi-trace");
     drop(stdin);
+    let stderr = before + &stderr_rest.join().unwrap_or_default();
     if !status.success() {
-        let stderr = stderr_rest.join().unwrap_or_default();
         panic!("oi-trace failed: {status}\n{stderr}");
     }
-    (text, p)
+    (text, p, stderr)
 }
 
 /// Checks every probe of a fixture, one oi-trace run each.

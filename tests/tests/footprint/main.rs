@@ -1,5 +1,5 @@
 //! The footprint tool (`oi-trace` with no subcommand) end to end, one module per journey:
-//! live g++ fixtures measured exactly (`fixtures`, `beyond_stdlib`, `described`, `unions`,
+//! live g++ fixtures measured exactly (`fixtures`, `foreign`, `beyond_stdlib`, `described`, `unions`,
 //! `floats`, `globals`, `heap_blocks`, `multi_arg`, `oi_config`, `output`, `real_binaries`,
 //! `real_program`, `mapped_files`), the trigger (`trigger`), the walker inside the target
 //! (`jit`), and how runs end when users or targets misbehave (`bad_input`, `races`). What is
@@ -12,6 +12,7 @@ mod common;
 mod described;
 mod fixtures;
 mod floats;
+mod foreign;
 mod globals;
 mod heap_blocks;
 mod jit;
