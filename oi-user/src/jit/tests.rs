@@ -406,6 +406,7 @@ fn unique_ptr_op(target: usize) -> crate::plan::Op {
     crate::plan::Op::SmartPtr {
         offset: 0,
         target: Some(target),
+        control: None,
     }
 }
 

@@ -25,6 +25,11 @@ pub enum PlanError {
 /// read the scalar values the tree shows with `--values`.
 pub const VALUES: &str = "values";
 
+/// Not OI features either, passed with them for the same reason: the sizing (`--sizes`).
+/// Without either, a plan follows OI's rules (`Sizing::Oi`).
+pub const SIZES_REAL: &str = "sizes-real";
+pub const SIZES_OI: &str = "sizes-oi";
+
 /// Options that change the walk (docs/semantics.md, "Pointers, sharing and cycles",
 /// "Captured keys").
 #[derive(Debug, Clone, Default)]
@@ -48,6 +53,8 @@ pub struct Options {
     pub ignored_members: Vec<(String, String)>,
     /// Containers described as data (`describe`): the shipped ones and `--containers`.
     pub descriptions: crate::describe::Descriptions,
+    /// The rules that charge containers' bytes (`--sizes`).
+    pub sizing: super::Sizing,
 }
 
 type MemoKey = (TypeId, &'static str);
@@ -83,7 +90,10 @@ impl<'t> PlanBuilder<'t> {
     pub fn new(tg: &'t TypeGraph, opts: Options) -> Self {
         Self {
             tg,
-            plan: Plan::default(),
+            plan: Plan {
+                sizing: opts.sizing,
+                ..Plan::default()
+            },
             opts,
             anon: names::AnonNames::default(),
             memo: HashMap::new(),
@@ -433,6 +443,7 @@ impl<'t> PlanBuilder<'t> {
         self.plan.nodes[id].op = Op::SmartPtr {
             offset: 0,
             target: Some(target),
+            control: None,
         };
         self.plan.nodes[id].readable = format!("{}*", readable::readable(self.tg, r));
         Ok(id)
@@ -554,6 +565,7 @@ impl<'t> PlanBuilder<'t> {
             self.plan.nodes[id].op = Op::SmartPtr {
                 offset: 0,
                 target: Some(target),
+                control: None,
             };
             id
         } else {
@@ -625,6 +637,7 @@ impl<'t> PlanBuilder<'t> {
                 self.plan.nodes[id].op = Op::SmartPtr {
                     offset: 0,
                     target: Some(target),
+                    control: None,
                 };
                 id
             } else if m.bit_size.is_some() {
@@ -728,7 +741,13 @@ impl<'t> PlanBuilder<'t> {
             K::UnorderedSet | K::UnorderedMultiSet => {
                 let t = self.arg(r, 0)?;
                 Op::Hashtable {
-                    layout: hashtable::layout(tg, r, tg.size(t), tg.align(t))?,
+                    layout: hashtable::layout(
+                        tg,
+                        r,
+                        tg.size(t),
+                        tg.align(t),
+                        self.hash_cached(r)?,
+                    )?,
                     elem: self.child(t, "[]")?,
                     is_map: false,
                 }
@@ -744,7 +763,7 @@ impl<'t> PlanBuilder<'t> {
                 .transpose()?;
                 let hashed = matches!(kind, K::UnorderedMap | K::UnorderedMultiMap);
                 let (op, node_size) = if hashed {
-                    let l = hashtable::layout(tg, r, psize, palign)?;
+                    let l = hashtable::layout(tg, r, psize, palign, self.hash_cached(r)?)?;
                     (
                         Op::Hashtable {
                             layout: l,
@@ -836,9 +855,17 @@ impl<'t> PlanBuilder<'t> {
                     smart_ptr::shared_ptr_offset(tg, r)?
                 };
                 let t = self.arg(r, 0)?;
+                let target = self.pointee(t, "ptr_val")?;
+                let control = match (kind, target) {
+                    (K::SharedPtr, Some(_)) if self.opts.sizing == super::Sizing::Real => {
+                        Some(smart_ptr::control_block(tg, r, t)?)
+                    }
+                    _ => None,
+                };
                 Op::SmartPtr {
                     offset,
-                    target: self.pointee(t, "ptr_val")?,
+                    target,
+                    control,
                 }
             }
             K::WeakPtr => Op::Leaf,
@@ -857,6 +884,15 @@ impl<'t> PlanBuilder<'t> {
                     target: self.pointee(t, "ref_val")?,
                 }
             }
+        })
+    }
+
+    /// Whether the nodes of unordered container `r` hold the hash code: under OI's rules
+    /// always; under real sizes as its library decided (`hashtable::caches_hash`).
+    fn hash_cached(&self, r: TypeId) -> Result<bool, PlanError> {
+        Ok(match self.opts.sizing {
+            super::Sizing::Oi => true,
+            super::Sizing::Real => hashtable::caches_hash(self.tg, r)?,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Helpers for the footprint journeys: build a `tests/fixtures/footprint_*.cpp` fixture, read
 //! the expectations it prints about itself, run `oi-trace --mode remote` on it for one probe,
-//! and compare the JSON sample with the fixture's numbers (exact equality).
+//! and compare the JSON sample with the fixture's numbers (exact equality). The fixtures
+//! compute OI's rules, so runs pass `--sizes oi` unless a journey gives `--sizes` itself.
 //!
 //! Fixture protocol (see `tests/fixtures/footprint_basic.cpp`): lines
 //! `PROBE <entry|return> <symbol> <args> <features|->`, each followed by `E <path> <key>
@@ -231,6 +232,10 @@ pub fn run_probe_stderr(exe: &Path, index: usize, extra: &[&str]) -> (String, Pr
         .arg(&p.symbol)
         .args(["--arg", &p.args, "--count", "1"])
         .args(extra);
+    // The fixtures compute OI's rules (docs/semantics.md) unless a journey asks for others.
+    if !extra.contains(&"--sizes") {
+        cmd.args(["--sizes", "oi"]);
+    }
     for f in &p.features {
         cmd.args(["--feature", f]);
     }
