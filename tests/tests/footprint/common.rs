@@ -31,6 +31,18 @@ fn workspace() -> PathBuf {
 
 /// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
 pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
+    build_fixture_with(name, opt, "g++", &[], "")
+}
+
+/// [`build_fixture`] with another compiler and flags (`clang++`, `-stdlib=libc++`), into a
+/// file named with `suffix`.
+pub fn build_fixture_with(
+    name: &str,
+    opt: &str,
+    compiler: &str,
+    flags: &[&str],
+    suffix: &str,
+) -> PathBuf {
     // Tests run in parallel threads and share fixtures: build one at a time.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
@@ -39,19 +51,20 @@ pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
         .join(format!("{name}.cpp"));
     let dir = workspace().join("target/fixtures");
     std::fs::create_dir_all(&dir).expect("create target/fixtures");
-    let exe = dir.join(format!("{name}{}", opt.trim_start_matches('-')));
+    let exe = dir.join(format!("{name}{suffix}{}", opt.trim_start_matches('-')));
     let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     if mtime(&exe).is_none() || mtime(&exe) < mtime(&src) {
-        let out = Command::new("g++")
+        let out = Command::new(compiler)
             .args(["-g", "-std=c++17", opt])
+            .args(flags)
             .arg(&src)
             .arg("-o")
             .arg(&exe)
             .output()
-            .expect("run g++");
+            .unwrap_or_else(|e| panic!("run {compiler}: {e}"));
         assert!(
             out.status.success(),
-            "g++: {}",
+            "{compiler}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

@@ -1,7 +1,8 @@
 //! Containers of a standard library oi-trace does not know (a g++ fixture that spells its
-//! types as libc++ does, `std::__1::vector`): never walked as plain structs. Each is a node
-//! not walked (`notWalked`, exclusiveSize = staticSize), one warning names each type, and the
-//! footprint counts no member of theirs; at -O0 and -O2, jit and remote byte-identical.
+//! types as libc++ does, `std::__1::vector`, and a real clang++/libc++ build): never walked
+//! as plain structs. Each is a node not walked (`notWalked`, exclusiveSize = staticSize), one
+//! warning names each type, and the footprint counts no member of theirs; at -O0 and -O2, jit
+//! and remote byte-identical.
 
 use crate::common::{build_fixture, check_probe, run_probe_stderr};
 use oi_e2e::privileged;
@@ -35,5 +36,45 @@ fn unknown_standard_containers_warn_once_and_are_not_walked() {
             tree.contains("unknown standard library, not walked"),
             "{opt}: {tree}"
         );
+    }
+}
+
+/// The real thing: `footprint_owned` built with clang++ and libc++ (`cargo xtask setup`
+/// installs both). Every libc++ container of its struct is a node not walked, each type is
+/// named once on stderr, and the footprint is the struct's own bytes, never a plain-struct
+/// walk of libc++'s internals.
+#[test]
+fn libcxx_containers_are_not_walked_as_plain_structs() {
+    if !privileged() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let exe = crate::common::build_fixture_with(
+            "footprint_owned",
+            opt,
+            "clang++",
+            &["-stdlib=libc++"],
+            "_libcxx",
+        );
+        let (text, _, stderr) = run_probe_stderr(&exe, 0, &["--format", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let root = &json[0];
+        assert_eq!(root["size"], root["staticSize"], "{opt}: {text}");
+        let members = root["members"].as_array().expect("members");
+        assert_eq!(members.len(), 14, "{opt}: {text}");
+        for m in members {
+            assert_eq!(m["notWalked"], m["staticSize"], "{opt}: {m}");
+            assert_eq!(m["members"], serde_json::json!([]), "{opt}: {m}");
+        }
+        // One warning per distinct type: the three shared_ptr<string> members share one.
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("oi-trace: warning: std::__1::"))
+            .collect();
+        assert_eq!(warnings.len(), 12, "{opt}:\n{stderr}");
+        let mut distinct = warnings.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), warnings.len(), "{opt}:\n{stderr}");
     }
 }
