@@ -717,7 +717,24 @@ impl Walker<'_> {
                     None => self.emit(u64::MAX),
                 }
             }
-            Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
+            Op::SmartPtr {
+                offset,
+                target,
+                control,
+            } => {
+                let ptr = word(obj, *offset, addr)?;
+                let tag = plan.visit_tag(*target);
+                let descend = ptr != 0 && target.is_some() && self.visit(ptr ^ tag);
+                self.emit_pointer(ptr);
+                self.emit(u64::from(descend));
+                if let Some(c) = control {
+                    self.emit(c.kind(ptr, word(obj, c.offset, addr)?));
+                }
+                if let (true, Some(t)) = (descend, target) {
+                    self.walk_at(*t, ptr)?;
+                }
+            }
+            Op::RefWrap { offset, target } => {
                 let ptr = word(obj, *offset, addr)?;
                 let tag = plan.visit_tag(*target);
                 let descend = ptr != 0 && target.is_some() && self.visit(ptr ^ tag);

@@ -18,6 +18,7 @@ fn plan(op: Op, elem_dynamic: bool) -> Plan {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     });
     // Element: a string when it must be walked, else an int.
     let elem_op = if elem_dynamic {
@@ -41,6 +42,7 @@ fn plan(op: Op, elem_dynamic: bool) -> Plan {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     });
     p.compute_dynamic();
     p
