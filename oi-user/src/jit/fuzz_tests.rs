@@ -151,6 +151,7 @@ fn random_plan(r: &mut Rng) -> Plan {
             (9, Some(c)) => Op::List {
                 layout: ListLayout {
                     head_off: off(r, size),
+                    next_off: 0,
                     size_off: off(r, size),
                     value_off: 16,
                     node_size: 24 + 8 * r.below(4),
@@ -162,6 +163,9 @@ fn random_plan(r: &mut Rng) -> Plan {
             (10, Some(c)) => Op::RbTree {
                 layout: RbLayout {
                     header_off: off(r, size),
+                    root_link: crate::containers::rbtree::PARENT,
+                    left_off: crate::containers::rbtree::LEFT,
+                    right_off: crate::containers::rbtree::RIGHT,
                     count_off: off(r, size),
                     value_off: 32,
                     value_size: 8 * r.below(3),

@@ -366,6 +366,15 @@ impl<'t> PlanBuilder<'t> {
                             };
                             Op::Described { layout, elem }
                         }
+                        // A standard container whose shipped description does not fit (libc++
+                        // of another version, or a class that only borrows its name): never a
+                        // plain struct, a node not walked.
+                        Err(_)
+                            if d.shipped && crate::typegraph::kinds::unknown_standard(&d.name) =>
+                        {
+                            let name = st.name.clone().unwrap_or_default();
+                            self.foreign(&name)
+                        }
                         // A shipped description written for another library version: the
                         // type is still measured, as the class it is, and the user is told.
                         Err(e) if d.shipped => {

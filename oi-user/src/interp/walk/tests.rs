@@ -97,6 +97,7 @@ fn corrupt_objects_are_errors_not_panics() {
         Op::List {
             layout: ListLayout {
                 head_off: 0,
+                next_off: 0,
                 size_off: 16,
                 value_off: 16,
                 node_size: 48,

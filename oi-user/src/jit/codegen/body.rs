@@ -179,7 +179,8 @@ impl Gen<'_, '_> {
                     return Ok(());
                 }
                 let head = self.add(addr, l.head_off);
-                let first = self.field(addr, len, l.head_off, ErrorCode::FieldOutside)?;
+                let first =
+                    self.field(addr, len, l.head_off + l.next_off, ErrorCode::FieldOutside)?;
                 let node = self.b.declare_var(I64);
                 self.b.def_var(node, first);
                 let elem = *elem;
@@ -191,7 +192,7 @@ impl Gen<'_, '_> {
                     g.fail_if(short, ErrorCode::ListShort, addr);
                     let v = g.member(cur, l.node_size, l.value_off, l.elem_size)?;
                     g.child(elem, v, l.elem_size, k)?;
-                    let next = g.field(cur, l.node_size, 0, ErrorCode::FieldOutside)?;
+                    let next = g.field(cur, l.node_size, l.next_off, ErrorCode::FieldOutside)?;
                     g.b.def_var(node, next);
                     Ok(())
                 })
@@ -217,7 +218,7 @@ impl Gen<'_, '_> {
                 let root = self.field(
                     addr,
                     len,
-                    l.header_off + rbtree::PARENT,
+                    l.header_off + l.root_link,
                     ErrorCode::FieldOutside,
                 )?;
                 self.rb_elements(*elem, &l, root, n, addr, k)
