@@ -730,3 +730,81 @@ fn pair_cost_measurement() {
         );
     }
 }
+
+/// The size-class reference against jemalloc itself: Debian's libjemalloc2 (which `cargo xtask
+/// setup` installs), asked by `nallocx(size, MALLOCX_LG_ALIGN(lg))`. jemalloc's TLS is
+/// initial-exec, which a dlopen finds room for only with glibc's optional static TLS raised at
+/// start: the test runs itself again in a child with that tunable, where the library is loaded
+/// locally (this process keeps glibc's malloc).
+#[test]
+fn the_jemalloc_reference_is_jemallocs_own_nallocx() {
+    const CHILD: &str = "OI_RECORD_NALLOCX_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "inject::record::tests::the_jemalloc_reference_is_jemallocs_own_nallocx",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=1048576")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "the child failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    // SAFETY: dlopen of a shared library by its soname, RTLD_LOCAL: its symbols do not
+    // interpose on this process's.
+    let lib = unsafe {
+        libc::dlopen(
+            c"libjemalloc.so.2".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    };
+    if lib.is_null() {
+        // SAFETY: dlerror's message is a C string valid until the next dl call.
+        let why = unsafe { std::ffi::CStr::from_ptr(libc::dlerror()) };
+        panic!("cannot load libjemalloc.so.2 (cargo xtask setup installs it): {why:?}");
+    }
+    // SAFETY: a symbol of the library just opened.
+    let sym = unsafe { libc::dlsym(lib, c"nallocx".as_ptr()) };
+    assert!(!sym.is_null());
+    // SAFETY: jemalloc's `size_t nallocx(size_t size, int flags)`.
+    let nallocx: extern "C" fn(usize, i32) -> usize = unsafe { std::mem::transmute(sym) };
+    let mut checked = 0;
+    for size in (1..20_000u64).chain([65_536, 100_000, 1 << 20, (1 << 20) + 1]) {
+        for lg in [0u32, 4, 5, 6, 8, 12, 13] {
+            let align = if lg == 0 { 0 } else { 1 << lg };
+            assert_eq!(
+                jemalloc_usable(size, align),
+                nallocx(size as usize, lg as i32) as u64,
+                "size {size} align {align}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 20_003 * 7);
+}
+
+#[test]
+fn wrappers_fit_two_kilobytes() {
+    for shape in [
+        Shape::Malloc(Align::FlagsRsi),
+        Shape::Calloc,
+        Shape::Realloc(Align::FlagsRdx),
+        Shape::ReallocArray,
+        Shape::Memalign,
+        Shape::PosixMemalign,
+        Shape::Free,
+    ] {
+        let bytes =
+            super::wrapper(shape, 0x7f00_0000_0000, 0x7f10_0000_0000, 0x7f20_0000_0000).unwrap();
+        assert!(bytes.len() <= 2048, "{shape}: {} bytes", bytes.len());
+    }
+}
