@@ -102,10 +102,40 @@ pub struct Header {
     pub _reserved2: [u64; 5],
 }
 
+impl Header {
+    /// The header's bytes as the region holds them (little-endian words; reserved words 0).
+    pub fn to_bytes(&self) -> [u8; HEADER_SIZE as usize] {
+        let mut out = [0u8; HEADER_SIZE as usize];
+        let mut put = |at: u64, v: u64| {
+            out[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(offset::MAGIC, self.magic);
+        put(offset::VERSION, self.version);
+        put(offset::SLOTS, self.slots);
+        put(offset::SLOT_MASK, self.slot_mask);
+        put(offset::TABLE_SLOTS, self.table_slots);
+        put(offset::TABLE_MASK, self.table_mask);
+        put(offset::TABLE_OFFSET, self.table_offset);
+        put(offset::NS_PER_TICK_Q32, self.ns_per_tick_q32);
+        put(offset::USABLE_RULE, self.usable_rule);
+        put(offset::BOUNDS, self.bounds);
+        for (i, b) in self.bucket_ns.iter().enumerate() {
+            put(offset::BUCKET_NS + 8 * i as u64, *b);
+        }
+        put(offset::IN_FLIGHT, self.in_flight);
+        put(offset::NO_SLOT, self.no_slot);
+        put(offset::TABLE_FULL, self.table_full);
+        out
+    }
+}
+
 /// One thread's counters. `owner` is claimed by compare-and-exchange (0 → the thread pointer)
 /// and never released: a thread that exits leaves its slot, and a later thread whose TCB has the
-/// same address (glibc reuses thread stacks) carries on counting in it; a forked child keeps
-/// its thread's slot (the region is shared, so the child's counts add to the parent's).
+/// same address (glibc reuses thread stacks) carries on counting in it. A forked child
+/// inherits the patched code and the shared region, and its thread has the parent thread's
+/// thread pointer, so both processes count into one slot: their plain adds can lose counts,
+/// and a counted call in one makes the other's concurrent calls look nested. This layout does
+/// not tell processes apart: a child must be unpatched, or given a region of its own.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadSlot {
@@ -319,6 +349,11 @@ mod tests {
         assert_eq!(h.table_offset, l.table_offset());
         assert_eq!(h.bounds, 3);
         assert_eq!(&h.bucket_ns[..4], &[10, 20, 30, 0]);
+        let bytes = h.to_bytes();
+        assert_eq!(&bytes[..8], &MAGIC.to_le_bytes());
+        assert_eq!(bytes[offset::SLOT_MASK as usize], 7);
+        assert_eq!(bytes[offset::BUCKET_NS as usize + 16], 30);
+        assert_eq!(bytes[offset::IN_FLIGHT as usize..].iter().sum::<u8>(), 0);
         let too_many = [1u64; MAX_BUCKETS + 3];
         assert_eq!(l.header(0, 0, &too_many).bounds, MAX_BUCKETS as u64);
     }

@@ -149,14 +149,7 @@ impl Local {
     ) -> Result<Local> {
         let mut data = Mapping::anonymous(layout.size() as usize)?;
         let header = layout.header(ns_per_tick_q32(), usable_rule, bucket_ns);
-        // SAFETY: `Header` is #[repr(C)] of u64 words (no padding), viewed as its bytes.
-        let header_bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&raw const header).cast::<u8>(),
-                std::mem::size_of_val(&header),
-            )
-        };
-        data.write(0, header_bytes)?;
+        data.write(0, &header.to_bytes())?;
         let mut code = Mapping::anonymous(WRAPPER_ROOM * hooks.len().max(1))?;
         let mut entries = Vec::with_capacity(hooks.len());
         for (i, &(shape, original)) in hooks.iter().enumerate() {

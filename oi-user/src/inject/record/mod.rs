@@ -14,8 +14,9 @@
 //! wrappers never touch memory outside the data part and their own frame, except
 //! posix_memalign's `*memptr` and glibc's chunk header word; they make no system call and take
 //! no lock. Thread slots outlive threads: a thread that exits leaves its slot, and a thread
-//! created later with the same TCB address counts on in it; a forked child shares the region
-//! and counts into its thread's slot.
+//! created later with the same TCB address counts on in it. A forked child shares the region
+//! and its thread's slot with its parent, which makes both processes' counts unreliable: the
+//! child must be unpatched or given its own region (`oi_common::inject::ThreadSlot`).
 
 pub mod local;
 pub mod shape;
