@@ -295,6 +295,76 @@ fn a_hooked_call_inside_another_is_counted_once() {
     assert_eq!(s.in_flight, 0);
 }
 
+/// The wrappers a signal handler calls, and a "malloc" that is interrupted by that handler.
+static HANDLER_MALLOC: AtomicU64 = AtomicU64::new(0);
+static HANDLER_FREE: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn allocating_handler(_: i32) {
+    let malloc: Malloc = as_fn(HANDLER_MALLOC.load(Ordering::SeqCst));
+    let free: Free = as_fn(HANDLER_FREE.load(Ordering::SeqCst));
+    free(malloc(32));
+}
+
+extern "C" fn interrupted_malloc(n: usize) -> *mut c_void {
+    // SAFETY: raise runs the handler on this thread before it returns; plain libc malloc.
+    unsafe {
+        libc::raise(libc::SIGUSR2);
+        libc::malloc(n)
+    }
+}
+
+#[test]
+fn a_signal_handler_inside_a_counted_call_is_nested_and_not_counted() {
+    let l = Local::new(
+        small(),
+        usable::GLIBC,
+        &FAR,
+        &[
+            (Shape::Malloc(Align::None), addr(libc::malloc as *const ())),
+            (Shape::Free, addr(libc::free as *const ())),
+            (
+                Shape::Malloc(Align::None),
+                addr(interrupted_malloc as *const ()),
+            ),
+        ],
+    )
+    .unwrap();
+    HANDLER_MALLOC.store(l.entry(0), Ordering::SeqCst);
+    HANDLER_FREE.store(l.entry(1), Ordering::SeqCst);
+    // SAFETY: SIGUSR2 is used by no other test of this binary; the handler only calls the
+    // wrappers above, which take no lock.
+    unsafe {
+        libc::signal(
+            libc::SIGUSR2,
+            allocating_handler as *const () as libc::sighandler_t,
+        )
+    };
+    let (malloc, free): (Malloc, Free) = (as_fn(l.entry(2)), as_fn(l.entry(1)));
+    let p = malloc(24);
+    let s = l.snapshot().unwrap();
+    // The handler's malloc and free ran at depth 1: passed through, counted as nested only.
+    assert_eq!(
+        (s.totals.allocs, s.totals.bytes, s.totals.nested),
+        (1, 24, 2)
+    );
+    assert_eq!(
+        (s.totals.frees, s.totals.unknown_frees, s.live.len()),
+        (0, 0, 1)
+    );
+    free(p);
+    // Outside a counted call the handler's calls are outermost: counted.
+    // SAFETY: as above.
+    unsafe { libc::raise(libc::SIGUSR2) };
+    // SAFETY: back to the default action; nothing raises it again.
+    unsafe { libc::signal(libc::SIGUSR2, libc::SIG_DFL) };
+    let s = l.snapshot().unwrap();
+    assert_eq!(
+        (s.totals.allocs, s.totals.frees, s.totals.nested),
+        (2, 2, 2)
+    );
+    assert!(s.live.is_empty());
+}
+
 #[test]
 fn eight_threads_of_a_million_pairs_count_exactly() {
     const THREADS: u64 = 8;
