@@ -8,13 +8,12 @@
 
 use std::{
     ffi::c_void,
-    sync::{Arc, Barrier, OnceLock},
-    time::{Duration, Instant},
+    sync::{Arc, Barrier},
 };
 
 use oi_common::inject::DataLayout;
 
-use super::{RecordError, Result, Shape, Snapshot, wrapper};
+use super::{RecordError, Result, Shape, Snapshot, clock::ns_per_tick_q32, wrapper};
 
 /// An anonymous mapping, unmapped on drop.
 pub struct Mapping {
@@ -128,8 +127,8 @@ pub fn executable(
     Ok(m)
 }
 
-/// Room for one wrapper (they are well under a kilobyte).
-const WRAPPER_ROOM: usize = 2048;
+/// Room for one wrapper.
+const WRAPPER_ROOM: usize = super::wrapper::MAX_LEN;
 
 /// A data part and wrappers in this process.
 pub struct Local {
@@ -183,24 +182,6 @@ impl Local {
     pub fn snapshot(&self) -> Result<Snapshot> {
         Snapshot::read(&self.bytes())
     }
-}
-
-/// Nanoseconds per TSC tick × 2^32, measured once against the monotonic clock (20 ms).
-pub fn ns_per_tick_q32() -> u64 {
-    static SCALE: OnceLock<u64> = OnceLock::new();
-    *SCALE.get_or_init(|| {
-        let start = Instant::now();
-        let t0 = rdtsc();
-        std::thread::sleep(Duration::from_millis(20));
-        let ticks = rdtsc().wrapping_sub(t0).max(1);
-        let ns = start.elapsed().as_nanos();
-        ((ns << 32) / u128::from(ticks)) as u64
-    })
-}
-
-fn rdtsc() -> u64 {
-    // SAFETY: `rdtsc` reads the time-stamp counter; every x86-64 CPU has it.
-    unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 /// What a malloc+free pair costs in this process, directly and through the wrappers.

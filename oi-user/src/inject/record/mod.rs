@@ -7,6 +7,7 @@
 //!   will run at (`slot`: the thread's slot from `fs:[0]`; `table`: the live blocks;
 //!   `usable`: usable sizes by glibc's and jemalloc's rules);
 //! - [`Snapshot::read`]: bounded parse of the data part into totals, live blocks and lifetimes;
+//! - [`clock`]: the TSC's scale the tracer writes into the header;
 //! - [`local`]: the wrappers mapped into oi-trace's own process around its own libc, for the
 //!   tests and the benchmark.
 //!
@@ -18,6 +19,7 @@
 //! and its thread's slot with its parent, which makes both processes' counts unreliable: the
 //! child must be unpatched or given its own region (`oi_common::inject::ThreadSlot`).
 
+pub mod clock;
 pub mod local;
 pub mod shape;
 mod slot;

@@ -56,15 +56,25 @@ use super::{
     usable,
 };
 
+/// The most bytes a wrapper takes (the realloc-like ones are the longest, about 1.4 KiB).
+pub const MAX_LEN: usize = 2048;
+
 /// Assembles the wrapper of a function of `shape`, to be placed at `at` in the target, that
 /// calls the original at `original` (the relocated entry) and counts into the data part at
 /// `data`. Position-dependent: the bytes work at `at` only (and reach `original` and `data`
 /// from anywhere: absolute addresses).
 pub fn wrapper(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>> {
-    assemble(shape, at, original, data).map_err(|e| RecordError::Assemble {
+    let bytes = assemble(shape, at, original, data).map_err(|e| RecordError::Assemble {
         shape,
         why: e.to_string(),
-    })
+    })?;
+    if bytes.len() > MAX_LEN {
+        return Err(RecordError::Assemble {
+            shape,
+            why: format!("{} bytes, more than {MAX_LEN}", bytes.len()),
+        });
+    }
+    Ok(bytes)
 }
 
 fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, IcedError> {
