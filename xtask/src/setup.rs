@@ -53,6 +53,24 @@ const PACKAGES: [(&str, &str); 14] = [
     ("/usr/lib/llvm-14/lib/libc++abi.so", "libc++abi-dev"),
 ];
 
+/// Packages of [`PACKAGES`] that a new machine of this kind already has (the workplace's
+/// description of the `rust` machine); CI leaves them in place.
+const ON_A_NEW_MACHINE: [&str; 3] = ["g++", "libcap2-bin", "binutils"];
+
+/// The Debian packages setup installs on a new machine: LLVM's development packages for
+/// bpf-linker and every package of [`PACKAGES`] a new machine lacks.
+pub fn added_packages() -> Result<Vec<String>> {
+    let major = nightly_llvm_major()?;
+    let mut packages = vec![format!("llvm-{major}-dev"), format!("libpolly-{major}-dev")];
+    packages.extend(
+        PACKAGES
+            .iter()
+            .map(|(_, package)| package.to_string())
+            .filter(|p| !ON_A_NEW_MACHINE.contains(&p.as_str())),
+    );
+    Ok(packages)
+}
+
 /// The bpf-linker release this project builds with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
