@@ -48,9 +48,11 @@ const PACKAGES: [(&str, &str); 14] = [
     // nm: the conformance harness checks each built case for its symbol.
     ("/usr/bin/nm", "binutils"),
     // clang and libc++: the journeys build fixtures against another standard library too.
+    // The versioned packages, which own the files (`libc++-dev` only depends on them, so CI,
+    // removing it, would leave them).
     ("/usr/bin/clang++", "clang"),
-    ("/usr/lib/llvm-14/include/c++/v1/vector", "libc++-dev"),
-    ("/usr/lib/llvm-14/lib/libc++abi.so", "libc++abi-dev"),
+    ("/usr/lib/llvm-14/include/c++/v1/vector", "libc++-14-dev"),
+    ("/usr/lib/llvm-14/lib/libc++abi.so", "libc++abi-14-dev"),
 ];
 
 /// Packages of [`PACKAGES`] that a new machine of this kind already has (the workplace's
