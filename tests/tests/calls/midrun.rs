@@ -8,10 +8,11 @@
 //! that calls start while only some probes are in place (without the program's `ARMED`
 //! switch, that first attach gave partial trees and frames "left by an exception").
 
-use std::{path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use oi_e2e::{Fixture, FixtureBuild, Lcg, OiTrace, json, privileged};
-use serde_json::Value;
+
+use super::calls_by_path;
 
 const SECOND: Duration = Duration::from_secs(1);
 const THREADS: u64 = 2;
@@ -42,20 +43,6 @@ fn shape(fixture: &Fixture) -> [u64; 5] {
     [n[0], n[1], n[2], n[3], n[4]]
 }
 
-/// Calls per path of a JSON tree (`a/b/c`).
-fn calls_by_path(node: &Value, prefix: &str, out: &mut Vec<(String, u64)>) {
-    let name = node["name"].as_str().expect("name");
-    let path = if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}/{name}")
-    };
-    out.push((path.clone(), node["calls"].as_u64().expect("calls")));
-    for child in node["children"].as_array().expect("children") {
-        calls_by_path(child, &path, out);
-    }
-}
-
 fn attach_mid_call_many_times(variant: &str, flags: &[&str]) {
     if !privileged() {
         return;
@@ -72,15 +59,14 @@ fn attach_mid_call_many_times(variant: &str, flags: &[&str]) {
         let i = format!("{o}/midrun::inner");
         let l = format!("{i}/midrun::leaf");
         let leaves = ENTRIES * outer * inner * leaf;
-        let mut want = vec![
+        let mut want = BTreeMap::from([
             (h.to_string(), ENTRIES),
             (o.clone(), ENTRIES * outer),
             (i.clone(), ENTRIES * outer * inner),
             (l.clone(), leaves),
             (format!("{i}/midrun::nap"), ENTRIES * outer * inner * naps),
-        ];
+        ]);
         want.extend((0..steps).map(|k| (format!("{l}/midrun::step<{k}>"), leaves)));
-        want.sort();
         want
     };
     let mut entered_before = 0;
@@ -116,16 +102,14 @@ fn attach_mid_call_many_times(variant: &str, flags: &[&str]) {
         let context = format!("run {run} (per-probe {per_probe}): {:#?}", out.stderr);
         assert!(out.status.success(), "{context}");
         let report = json(out.stdout.trim());
-        let mut got = Vec::new();
-        calls_by_path(&report["tree"], "", &mut got);
-        got.sort();
+        let got = calls_by_path(&report["tree"]);
         let wrong: Vec<String> = want
             .iter()
-            .filter(|w| !got.contains(w))
+            .filter(|(path, n)| got.get(*path) != Some(n))
             .map(|(path, n)| format!("{path}: want {n}"))
             .chain(
                 got.iter()
-                    .filter(|g| !want.contains(g))
+                    .filter(|(path, n)| want.get(*path) != Some(n))
                     .map(|(path, n)| format!("{path}: got {n}")),
             )
             .collect();

@@ -2,7 +2,8 @@
 //! loading, attaching) ends the run as any run whose target went away does: exit 1 and one
 //! line saying the target exited during start-up, or, once armed, the report of what was
 //! counted and exit 0. Never a file-read error, never the usage status 2. The target exits on
-//! its own after a time spread over the start-up, so every stage is hit across the runs.
+//! its own after a time spread over the start-up, so every stage is hit across the runs; built
+//! at -O0 and at -O2 without frame pointers.
 
 use std::{process::Command, time::Duration};
 
@@ -14,9 +15,17 @@ fn exits_while_starting(tool: &[&str]) {
     if !privileged() {
         return;
     }
-    let binary = FixtureBuild::new("exits_after").build();
-    for delay_ms in [20, 150, 400, 800, 1500, 2500] {
-        let mut target = Command::new(&binary)
+    let builds = [
+        FixtureBuild::new("exits_after").build(),
+        FixtureBuild::new("exits_after")
+            .variant("exits_after_o2", &["-O2", "-fomit-frame-pointer"])
+            .build(),
+    ];
+    for (binary, delay_ms) in builds
+        .iter()
+        .flat_map(|b| [20, 150, 400, 800, 1500, 2500].map(|d| (b, d)))
+    {
+        let mut target = Command::new(binary)
             .arg(delay_ms.to_string())
             .spawn()
             .expect("start the target");
@@ -25,7 +34,10 @@ fn exits_while_starting(tool: &[&str]) {
         args.extend(["--pid", &pid]);
         let out = OiTrace::start(&args).finish(60 * SECOND);
         let _ = target.wait();
-        let context = format!("{tool:?} with a {delay_ms} ms target: {out:#?}");
+        let context = format!(
+            "{tool:?} with a {delay_ms} ms target ({}): {out:#?}",
+            binary.display()
+        );
         match out.status.code() {
             Some(0) => assert!(
                 out.stderr
