@@ -388,6 +388,21 @@ impl Fixture {
     }
 
     /// Asserts the fixture is running or sleeping: not stopped, not traced-stopped, not gone.
+    /// Waits until the fixture runs (is neither stopped nor traced), at most `timeout`; then
+    /// [`Self::assert_running`] says what it is instead.
+    pub fn wait_running(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+            if matches!(self.state(), 'R' | 'S' | 'D') && status.contains("TracerPid:\t0") {
+                return;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        self.assert_running();
+    }
+
     pub fn assert_running(&self) {
         let state = self.state();
         assert!(

@@ -90,8 +90,9 @@ pub struct Args {
     #[arg(long, value_name = "SYM")]
     pub uretprobe: Vec<String>,
 
-    /// Measure the global or namespace-scope variable NAME (qualified: `shop::ledger`), with
-    /// no probe: once, or every --interval S. Repeatable; --pid only. In jit mode one thread
+    /// Measure the global or namespace-scope variable NAME, with no probe: once, or every
+    /// --interval S. Named as --uprobe names functions (`shop::ledger`, a unique suffix
+    /// `ledger`, anonymous namespaces left out, or the mangled name). Repeatable; --pid only. In jit mode one thread
     /// is interrupted for the walk; in remote mode the process runs while it is read.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["uprobe", "uretprobe", "cgroup"])]
     pub global: Vec<String>,

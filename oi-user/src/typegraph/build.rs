@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use gimli::constants as dw;
 
 use super::kinds;
-use super::{Base, Kind, Member, StructType, TemplateArg, Type, TypeGraph, TypeId};
+use super::{
+    Base, Indirection, Kind, Member, Qualifiers, Sigil, StructType, TemplateArg, Type, TypeGraph,
+    TypeId,
+};
 use crate::debuginfo::dwarf::{Attr, DebugInfo, DieRef, DwarfError};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +34,7 @@ pub struct Builder<'d, 'a> {
 /// A type with top-level cv-qualifiers removed; `is_const` remembers a `const`.
 struct Stripped {
     die: Option<DieRef>,
-    is_const: bool,
+    qualifiers: Qualifiers,
 }
 
 impl<'d, 'a> Builder<'d, 'a> {
@@ -64,7 +67,7 @@ impl<'d, 'a> Builder<'d, 'a> {
     }
 
     fn strip(&self, mut die: Option<DieRef>) -> Result<Stripped, BuildError> {
-        let mut is_const = false;
+        let mut qualifiers = Qualifiers::default();
         for _ in 0..16 {
             let Some(d) = die else { break };
             let tag = self.di.tag(d)?;
@@ -75,13 +78,14 @@ impl<'d, 'a> Builder<'d, 'a> {
                     | dw::DW_TAG_restrict_type
                     | dw::DW_TAG_atomic_type
             ) {
-                is_const |= tag == dw::DW_TAG_const_type;
+                qualifiers.is_const |= tag == dw::DW_TAG_const_type;
+                qualifiers.is_volatile |= tag == dw::DW_TAG_volatile_type;
                 die = self.di.reference(d, dw::DW_AT_type)?;
             } else {
                 break;
             }
         }
-        Ok(Stripped { die, is_const })
+        Ok(Stripped { die, qualifiers })
     }
 
     /// The type a DIE's `DW_AT_type` names (void when absent).
@@ -141,10 +145,24 @@ impl<'d, 'a> Builder<'d, 'a> {
             | dw::DW_TAG_reference_type
             | dw::DW_TAG_rvalue_reference_type => {
                 let target = di.reference(die, dw::DW_AT_type)?;
-                let target = match self.strip(target)?.die {
+                let stripped = self.strip(target)?;
+                let target = match stripped.die {
                     None => None,
                     Some(_) => Some(self.type_of(target)?),
                 };
+                let indirection = Indirection {
+                    sigil: match tag {
+                        dw::DW_TAG_reference_type => Sigil::Reference,
+                        dw::DW_TAG_rvalue_reference_type => Sigil::RvalueReference,
+                        _ => Sigil::Pointer,
+                    },
+                    target: stripped.qualifiers,
+                };
+                if indirection != Indirection::default()
+                    && let Some(&id) = self.memo.get(&die)
+                {
+                    self.graph.indirections.insert(id, indirection);
+                }
                 Type {
                     size: byte_size.unwrap_or(8),
                     align: 8,
@@ -470,12 +488,12 @@ impl<'d, 'a> Builder<'d, 'a> {
         match di.tag(p)? {
             dw::DW_TAG_template_type_parameter => {
                 let t = di.reference(p, dw::DW_AT_type)?;
-                let is_const = self.strip(t)?.is_const;
+                let qualifiers = self.strip(t)?.qualifiers;
                 let ty = self.type_of(t)?;
                 let is_default = di.flag(p, dw::DW_AT_default_value)?;
                 out.push(TemplateArg::Type {
                     ty,
-                    is_const,
+                    qualifiers,
                     is_default,
                 });
             }

@@ -23,6 +23,34 @@ pub type TypeId = usize;
 #[derive(Debug, Clone, Default)]
 pub struct TypeGraph {
     pub types: Vec<Type>,
+    /// How each pointer type that is not a plain `T*` refers to its target (see
+    /// [`Indirection`]); absent: a plain pointer to an unqualified target.
+    pub indirections: std::collections::HashMap<TypeId, Indirection>,
+}
+
+/// How a [`Kind::Pointer`] refers to its target: only names need it (`const char*`,
+/// `const std::string&`), since the plan measures every pointer and reference alike, so it
+/// lives beside the kind rather than in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Indirection {
+    pub sigil: Sigil,
+    /// The qualifiers of the pointed-to type, which the graph's target id leaves out.
+    pub target: Qualifiers,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sigil {
+    #[default]
+    Pointer,
+    Reference,
+    RvalueReference,
+}
+
+/// `const` and `volatile`, which the graph strips from types (they change no layout).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Qualifiers {
+    pub is_const: bool,
+    pub is_volatile: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -122,7 +150,7 @@ pub enum TemplateArg {
     /// (`DW_AT_default_value`), which readable names leave out.
     Type {
         ty: TypeId,
-        is_const: bool,
+        qualifiers: Qualifiers,
         is_default: bool,
     },
     Value(i128),
@@ -198,6 +226,11 @@ impl TypeGraph {
             self.types[self.resolve(id)].kind,
             Kind::Incomplete { .. } | Kind::Void | Kind::Function
         )
+    }
+
+    /// How pointer type `id` refers to its target (a plain `T*` when nothing was recorded).
+    pub fn indirection(&self, id: TypeId) -> Indirection {
+        self.indirections.get(&id).copied().unwrap_or_default()
     }
 
     pub fn add(&mut self, t: Type) -> TypeId {

@@ -128,7 +128,7 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
                 for a in &st.template_args {
                     match a {
                         TemplateArg::Value(v) => args.push(v.to_string()),
-                        TemplateArg::Type { ty, is_const, .. } => {
+                        TemplateArg::Type { ty, qualifiers, .. } => {
                             let full = measured.is_none_or(|n| type_index < n);
                             type_index += 1;
                             let mut s = if full {
@@ -138,7 +138,7 @@ fn spell_depth(tg: &TypeGraph, id: TypeId, anon: &AnonNames, depth: u32) -> Stri
                                     value_type(tg, r, kind, anon, depth + 1)
                                 })
                             };
-                            if *is_const {
+                            if qualifiers.is_const {
                                 s.push_str(" const");
                             }
                             args.push(s);
@@ -204,9 +204,13 @@ fn spell_unmeasured(
                     .iter()
                     .map(|a| match a {
                         TemplateArg::Value(v) => v.to_string(),
-                        TemplateArg::Type { ty, is_const, .. } => {
+                        TemplateArg::Type { ty, qualifiers, .. } => {
                             let s = spell_depth(tg, *ty, anon, depth + 1);
-                            if *is_const { format!("{s} const") } else { s }
+                            if qualifiers.is_const {
+                                format!("{s} const")
+                            } else {
+                                s
+                            }
                         }
                     })
                     .collect();

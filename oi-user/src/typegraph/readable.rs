@@ -20,7 +20,7 @@
 //! Written by hand: no crate parses C++ type names (cpp_demangle parses mangled symbols, and
 //! our names come from DWARF, unmangled).
 
-use super::{Kind, TemplateArg, TypeGraph, TypeId};
+use super::{Kind, Qualifiers, Sigil, TemplateArg, TypeGraph, TypeId};
 
 /// g++'s DWARF names of base types that people spell differently. Others (`int`, `char`,
 /// `unsigned char`, `double`, `wchar_t`…) are already spelled as in source.
@@ -133,8 +133,10 @@ pub enum Ty {
         rest: String,
     },
     Const(Box<Ty>),
+    Volatile(Box<Ty>),
     Pointer(Box<Ty>),
     Reference(Box<Ty>),
+    RvalueReference(Box<Ty>),
     /// `None`: of unknown bound (`int[]`).
     Array(Box<Ty>, Option<u64>),
     /// Shown as it is: template value arguments, function types, anything unparsed.
@@ -243,7 +245,13 @@ fn of_type(tg: &TypeGraph, id: TypeId, depth: u32) -> Ty {
             if matches!(tg.get(tg.resolve(*t)).kind, Kind::Function) {
                 Ty::Verbatim("(function pointer)".into())
             } else {
-                Ty::Pointer(Box::new(of_type(tg, *t, depth + 1)))
+                let how = tg.indirection(r);
+                let target = qualified(of_type(tg, *t, depth + 1), how.target);
+                match how.sigil {
+                    Sigil::Pointer => Ty::Pointer(Box::new(target)),
+                    Sigil::Reference => Ty::Reference(Box::new(target)),
+                    Sigil::RvalueReference => Ty::RvalueReference(Box::new(target)),
+                }
             }
         }
         Kind::Array { elem, count } => {
@@ -271,7 +279,7 @@ fn of_type(tg: &TypeGraph, id: TypeId, depth: u32) -> Ty {
                             TemplateArg::Value(_) => text,
                             TemplateArg::Type {
                                 ty,
-                                is_const,
+                                qualifiers,
                                 is_default,
                             } => {
                                 // Function types have no readable spelling in the graph.
@@ -280,8 +288,7 @@ fn of_type(tg: &TypeGraph, id: TypeId, depth: u32) -> Ty {
                                 let inner = if function {
                                     text.ty
                                 } else {
-                                    let t = of_type(tg, *ty, depth + 1);
-                                    if *is_const { Ty::Const(Box::new(t)) } else { t }
+                                    qualified(of_type(tg, *ty, depth + 1), *qualifiers)
                                 };
                                 Arg {
                                     ty: inner,
@@ -303,6 +310,20 @@ fn of_type(tg: &TypeGraph, id: TypeId, depth: u32) -> Ty {
         Kind::Function => Ty::Verbatim("(function)".into()),
         Kind::Void => Ty::name("void"),
         Kind::Incomplete { name } => parse(name, depth + 1),
+    }
+}
+
+/// `t` with the qualifiers the graph keeps apart (`const volatile T`).
+fn qualified(t: Ty, q: Qualifiers) -> Ty {
+    let t = if q.is_volatile {
+        Ty::Volatile(Box::new(t))
+    } else {
+        t
+    };
+    if q.is_const {
+        Ty::Const(Box::new(t))
+    } else {
+        t
     }
 }
 
@@ -342,12 +363,22 @@ pub fn render(t: &Ty) -> String {
             }
             format!("{head}<{}>{rest}", kept.join(", "))
         }
-        Ty::Const(inner) => match inner.as_ref() {
-            Ty::Pointer(_) | Ty::Reference(_) => format!("{} const", render(inner)),
-            _ => format!("const {}", render(inner)),
-        },
+        Ty::Const(inner) | Ty::Volatile(inner) => {
+            let word = if matches!(t, Ty::Const(_)) {
+                "const"
+            } else {
+                "volatile"
+            };
+            match inner.as_ref() {
+                Ty::Pointer(_) | Ty::Reference(_) | Ty::RvalueReference(_) => {
+                    format!("{} {word}", render(inner))
+                }
+                _ => format!("{word} {}", render(inner)),
+            }
+        }
         Ty::Pointer(inner) => format!("{}*", render(inner)),
         Ty::Reference(inner) => format!("{}&", render(inner)),
+        Ty::RvalueReference(inner) => format!("{}&&", render(inner)),
         Ty::Array(..) => {
             // int[2][3]: the outer bound first, as C writes it.
             let mut dims = String::new();
@@ -453,7 +484,10 @@ pub fn parse(text: &str, depth: u32) -> Ty {
     let mut rest = declarator.trim();
     let mut dims = Vec::new();
     while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix("&&").or_else(|| rest.strip_prefix('&')) {
+        if let Some(r) = rest.strip_prefix("&&") {
+            ty = Ty::RvalueReference(Box::new(ty));
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix('&') {
             ty = Ty::Reference(Box::new(ty));
             rest = r;
         } else if let Some(r) = rest.strip_prefix('*') {
@@ -463,6 +497,7 @@ pub fn parse(text: &str, depth: u32) -> Ty {
             ty = Ty::Const(Box::new(ty));
             rest = r;
         } else if let Some(r) = rest.strip_prefix("volatile") {
+            ty = Ty::Volatile(Box::new(ty));
             rest = r;
         } else if let Some(r) = rest.strip_prefix('[') {
             let Some(close) = r.find(']') else {
@@ -495,20 +530,23 @@ fn parse_base(base: &str, depth: u32) -> Ty {
     };
     if templated.is_empty() {
         let mut words: Vec<&str> = Vec::new();
+        let mut is_volatile = false;
         for w in plain.split_whitespace() {
             match w {
                 "const" => is_const = true,
-                "volatile" => {}
+                "volatile" => is_volatile = true,
                 w => words.push(w),
             }
         }
         let joined = words.join(" ");
         let ty = Ty::name(base_type(&joined).to_string());
-        return if is_const {
-            Ty::Const(Box::new(ty))
-        } else {
-            ty
-        };
+        return qualified(
+            ty,
+            Qualifiers {
+                is_const,
+                is_volatile,
+            },
+        );
     }
     let mut head = plain.trim();
     for q in ["const ", "volatile "] {
@@ -731,6 +769,13 @@ mod tests {
         assert_eq!(normalise("short int const"), "const short");
         assert_eq!(normalise("char const*"), "const char*");
         assert_eq!(normalise("char* const"), "char* const");
+        assert_eq!(normalise("long volatile"), "volatile long");
+        assert_eq!(normalise("int const volatile*"), "const volatile int*");
+        assert_eq!(normalise("std::string&&"), "std::string&&");
+        assert_eq!(
+            normalise("Tagged<char const*, std::string const&, long volatile>"),
+            "Tagged<const char*, const std::string&, volatile long>"
+        );
         assert_eq!(normalise("int [2][3]"), "int[2][3]");
         assert_eq!(normalise("leveldb::MemTable*"), "leveldb::MemTable*");
         assert_eq!(

@@ -1,7 +1,10 @@
 //! `--global NAME`: a namespace-scope struct and a global std::map measured with no probe,
 //! in jit mode (one thread interrupted, code injected and audited), remote mode and remote
 //! `--stop-all`; each equal to the same object measured as a probed function's argument. The
-//! target runs on afterwards with its maps unchanged. At -O1 and -O2.
+//! target runs on afterwards with its maps unchanged. At -O1 and -O2. A variable in an
+//! anonymous namespace is found as a function is (a unique suffix, the anonymous namespace
+//! left out, the mangled name), measured equal to the bytes the fixture counts itself, and
+//! labelled with its name; the readable name of a template keeps its arguments' qualifiers.
 
 use std::time::Duration;
 
@@ -111,6 +114,75 @@ fn one_build(binary: &std::path::Path) {
     assert_eq!(maps_of(f.pid), maps, "maps as before");
     f.assert_running();
     f.stdout.expect("tick", 20 * SECOND);
+}
+
+#[test]
+fn globals_are_found_as_functions_are_and_labelled_with_their_names() {
+    if !privileged() {
+        return;
+    }
+    for binary in [
+        FixtureBuild::new("globals").build(),
+        FixtureBuild::new("globals")
+            .variant("globals_O2", &["-O2"])
+            .build(),
+    ] {
+        let mut f = Fixture::start(&binary, &[]);
+        let line = f.stdout.expect("hidden", 20 * SECOND);
+        let owned: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        // Its threads exist, so its maps are settled.
+        f.stdout.expect("tick", 20 * SECOND);
+        let pid = f.pid.to_string();
+        let maps = maps_of(f.pid);
+        let spellings = [
+            "hidden",
+            "shop::hidden",
+            "shop::(anonymous namespace)::hidden",
+            "_ZN4shop12_GLOBAL__N_16hiddenE",
+        ];
+        for name in spellings {
+            let lines = ok_lines(&["--pid", &pid, "--global", name]);
+            assert_eq!(lines.len(), 1, "{name}");
+            assert_eq!(lines[0][0]["size"], owned, "{name}: {}", lines[0]);
+        }
+        let tree = |name: &str| {
+            let out = run_oi_trace(
+                &["--pid", &pid, "--global", name, "--format", "tree"],
+                60 * SECOND,
+            );
+            assert!(out.status.success(), "{out:#?}");
+            out.stdout.lines().map(str::to_string).collect::<Vec<_>>()
+        };
+        let hidden = tree("hidden");
+        assert_eq!(hidden[0], format!("# pid {pid}, snapshot 1"), "{hidden:#?}");
+        assert!(owned < 1024, "shown in bytes: {owned}");
+        assert!(
+            hidden[1].starts_with(&format!(
+                "shop::(anonymous namespace)::hidden: std::vector<std::string>  {owned} B"
+            )),
+            "{hidden:#?}"
+        );
+        // A symbol with g++'s ABI tag (`shop::tagged[abi:cxx11]`), found by its last name:
+        // a 24-byte vector owning three 8-byte pointers.
+        let tagged = tree("tagged");
+        assert!(
+            tagged[1].starts_with(&format!(
+                "shop::tagged: shop::Tagged<const char*, const std::string&, volatile long>  {} B",
+                24 + 3 * 8
+            )),
+            "{tagged:#?}"
+        );
+        assert!(
+            tagged[2].starts_with("  keys: std::vector<const char*>  "),
+            "{tagged:#?}"
+        );
+        assert_eq!(maps_of(f.pid), maps, "maps as before");
+        f.assert_running();
+    }
 }
 
 #[test]

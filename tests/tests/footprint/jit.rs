@@ -151,8 +151,10 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
             out.status.code().is_none(),
             "run {run}: oi-trace was killed"
         );
-        // The kernel detaches the threads as the tracer dies; give it a moment.
-        std::thread::sleep(Duration::from_millis(20));
+        // The kernel detaches the threads as the tracer dies; a SIGSTOP the trigger sent an
+        // instant before stops the process until the guardian resumes it (it watches for
+        // half a second): give both a moment, which a loaded machine stretches.
+        fixture.wait_running(2 * SECOND);
         assert_healthy(&mut fixture);
     }
     // A normal run afterwards works, removes the segments the killed runs left, and leaves

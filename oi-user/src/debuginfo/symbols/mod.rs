@@ -56,6 +56,83 @@ pub fn find_functions(binary: &Binary, query: &Query) -> Result<Vec<Found>, Symb
     Ok(found)
 }
 
+/// A variable with a fixed address (a global, a namespace-scope or static member variable)
+/// found in a binary's symbol tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VariableSymbol {
+    pub mangled: String,
+    /// Demangled (`shop::(anonymous namespace)::hidden`); equals `mangled` for C.
+    pub demangled: String,
+    /// ELF virtual address (`st_value`).
+    pub address: u64,
+    pub fit: Fit,
+}
+
+/// Every defined data object in `binary` whose name matches `query` as a function's name
+/// would ([`Query`]: unique suffixes, anonymous namespaces left out unless typed), one entry
+/// per address. The compiler's own objects (vtables, type infos, guard variables, TLS
+/// wrappers) are never among them.
+pub fn find_variables(binary: &Binary, query: &Query) -> Result<Vec<VariableSymbol>, SymbolError> {
+    let obj = binary.object()?;
+    let required = query.required_identifier();
+    let mut found: Vec<VariableSymbol> = Vec::new();
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Data || sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if required.is_some_and(|id| !name.contains(id)) || is_special_object(name) {
+            continue;
+        }
+        // A variable whose type mentions std::string carries g++'s ABI tag in its symbol
+        // (`shop::tagged[abi:cxx11]`), which no one types and DWARF does not name.
+        let fitted = match query.fit(name) {
+            Some((fit, demangled)) => Some((fit, without_abi_tags(&demangled))),
+            None => query.fit(&without_abi_tags(&demangle(name))),
+        };
+        let Some((fit, demangled)) = fitted else {
+            continue;
+        };
+        if found.iter().any(|f| f.address == sym.address()) {
+            continue;
+        }
+        found.push(VariableSymbol {
+            mangled: name.to_string(),
+            demangled,
+            address: sym.address(),
+            fit,
+        });
+    }
+    Ok(found)
+}
+
+/// `name` without g++'s ABI tags (`[abi:cxx11]`).
+fn without_abi_tags(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(at) = rest.find("[abi:") {
+        out.push_str(&rest[..at]);
+        match rest[at..].find(']') {
+            Some(end) => rest = &rest[at + end + 1..],
+            None => {
+                rest = &rest[at..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The Itanium ABI's special names (`_ZTV` vtable, `_ZTI`/`_ZTS` type info, `_ZTT` VTT,
+/// `_ZTH`/`_ZTW` TLS init and wrapper, `_ZGV` guard variable, `_ZGR` lifetime-extended
+/// temporary): objects of the compiler, no variable of the program.
+fn is_special_object(mangled: &str) -> bool {
+    ["_ZT", "_ZGV", "_ZGR"]
+        .iter()
+        .any(|p| mangled.starts_with(p))
+}
+
 /// [`find_functions`], keeping the best fits only (exact names over unique suffixes).
 pub fn find_function(binary: &Binary, query: &str) -> Result<Vec<FunctionSymbol>, SymbolError> {
     let found = find_functions(binary, &Query::parse(query))?;

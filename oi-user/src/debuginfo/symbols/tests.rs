@@ -246,3 +246,21 @@ fn matches_mangled_demangled_and_bare() {
     assert!(matches(m, "shop::Ledger::insp").is_none());
     assert!(matches("work", "work").is_some());
 }
+
+#[test]
+fn variables_match_without_abi_tags_and_never_as_compiler_objects() {
+    assert_eq!(without_abi_tags("shop::tagged[abi:cxx11]"), "shop::tagged");
+    assert_eq!(without_abi_tags("f[abi:cxx11]()::x[abi:cxx11]"), "f()::x");
+    assert_eq!(without_abi_tags("broken[abi:"), "broken[abi:");
+    for special in [
+        "_ZTV4Shop",
+        "_ZTI4Shop",
+        "_ZTS4Shop",
+        "_ZGVZ4mainE1x",
+        "_ZTH1x",
+    ] {
+        assert!(is_special_object(special), "{special}");
+    }
+    assert!(!is_special_object("_ZN4shop6taggedB5cxx11E"));
+    assert!(!is_special_object("registry"));
+}

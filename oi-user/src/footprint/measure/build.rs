@@ -103,19 +103,21 @@ impl Measurer {
         })
     }
 
-    /// A measurer of the variable of type `die` at ELF address `address` (a global or a
-    /// namespace-scope variable, `--global`): [`Self::for_type`], located at that address
-    /// plus the load bias, as a probe's argument would be.
+    /// A measurer of the variable `name` of type `die` at ELF address `address` (a global or
+    /// a namespace-scope variable, `--global`): [`Self::for_type`], located at that address
+    /// plus the load bias, as a probe's argument would be, and labelled `name`.
     pub fn for_global(
         binary: &Binary,
         di: &dwarf::DebugInfo<'_>,
         die: dwarf::DieRef,
         address: u64,
+        name: &str,
         features: &[String],
     ) -> Result<Self, MeasureError> {
         let mut m = Self::for_type(binary, di, die, features)?;
         for a in &mut m.args {
             a.location = Location::Address(address);
+            a.name = name.to_string();
         }
         Ok(m)
     }

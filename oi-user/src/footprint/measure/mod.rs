@@ -171,6 +171,16 @@ impl Measurer {
         self.args.iter().map(|a| a.root).collect()
     }
 
+    /// Whether it measures a variable at a fixed address (`--global`, [`Self::for_global`])
+    /// rather than a probed function's arguments.
+    pub fn is_global(&self) -> bool {
+        !self.args.is_empty()
+            && self
+                .args
+                .iter()
+                .all(|a| a.param.is_none() && matches!(a.location, Location::Address(_)))
+    }
+
     /// Names of the requested arguments, in order.
     pub fn arg_names(&self) -> Vec<&str> {
         self.args.iter().map(|a| a.name.as_str()).collect()

@@ -2,9 +2,10 @@
 //! static member), with no function probe: once, or every `--interval S` until `--count`,
 //! `--duration` or Ctrl-C. (OI has this as its `global:` probes.)
 //!
-//! The variable is found by its qualified name in the DWARF of the files the process maps,
-//! at the address DWARF gives (`DW_OP_addr`) plus the file's load bias, and measured by the
-//! same plan, walkers and reports as a probe's argument:
+//! The variable is found as `--uprobe` finds a function (its symbol, by a qualified name, a
+//! unique suffix or with anonymous namespaces left out), typed by DWARF, at its address plus
+//! the file's load bias, and measured by the same plan, walkers and reports as a probe's
+//! argument, labelled with its name:
 //! - `--mode jit` (the default) interrupts one thread (the main one) for the walk and lets it
 //!   go at once, as a sample of a probe does;
 //! - `--mode remote` reads while the process runs: a structure being changed meanwhile may
@@ -27,7 +28,10 @@ use super::{
 };
 use crate::{
     cli::{Args, Mode},
-    debuginfo::{Binary, dwarf},
+    debuginfo::{
+        Binary, dwarf,
+        symbols::{self, Query, VariableSymbol},
+    },
     error::{Error, Result},
     footprint::audit::Audit,
     footprint::measure::{Measurer, RootStream},
@@ -147,24 +151,80 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The variable `name` in the files `pid` maps: its type, address and plan.
+/// The variable `name` in the files `pid` maps: its type, address and plan. Found as
+/// `--uprobe` finds a function: by the symbol tables, with a unique suffix or the anonymous
+/// namespaces left out (`hidden` for `shop::(anonymous namespace)::hidden`), an error listing
+/// the candidates when several variables fit as well; then its type from DWARF. A file
+/// without symbol tables falls back to DWARF's qualified names alone.
 fn find(pid: i32, name: &str, features: &[String]) -> Result<Global> {
     let maps = procfs::mappings(pid)?;
-    let mut files_without_dwarf = Vec::new();
+    let query = Query::parse(name);
+    let mut files = Vec::new();
     for file in procfs::executable_files(pid)? {
         let Ok(binary) = Binary::open(&file.host) else {
             continue;
         };
-        let found = dwarf::with_debug_info(&binary, |di| {
-            let vars = di.global_variables(name)?;
-            let Some(&(ty, address)) = vars.first() else {
+        let found = symbols::find_variables(&binary, &query).unwrap_or_default();
+        files.push((file, binary, found));
+    }
+    let best = files
+        .iter()
+        .flat_map(|(_, _, found)| found.iter().map(|v| v.fit))
+        .min();
+    let chosen: Vec<(usize, &VariableSymbol)> = files
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, _, found))| found.iter().map(move |v| (i, v)))
+        .filter(|(_, v)| Some(v.fit) == best)
+        .collect();
+    if chosen.len() > 1 {
+        let listed: Vec<String> = chosen
+            .iter()
+            .map(|(i, v)| {
+                let path = files[*i].0.target.display();
+                format!("{} [{}] in {path}", v.demangled, v.mangled)
+            })
+            .collect();
+        return Err(Error::input(format!(
+            "--global {name:?} is ambiguous in pid {pid}, {} candidates: {} (qualify the name)",
+            listed.len(),
+            listed.join("; ")
+        )));
+    }
+    let mut files_without_dwarf = Vec::new();
+    for (i, (file, binary, _)) in files.iter().enumerate() {
+        let symbol = chosen.iter().find(|(at, _)| *at == i).map(|(_, v)| *v);
+        if !chosen.is_empty() && symbol.is_none() {
+            continue;
+        }
+        let found = dwarf::with_debug_info(binary, |di| {
+            let (qualified, at) = match symbol {
+                Some(v) => (v.demangled.as_str(), Some(v.address)),
+                None => (name, None),
+            };
+            let vars = di.global_variables(qualified)?;
+            let Some(&(ty, address)) = vars
+                .iter()
+                .find(|(_, address)| at.is_none_or(|a| a == *address))
+            else {
                 return Ok(None);
             };
-            Measurer::for_global(&binary, di, ty, address, features).map(Some)
+            let label = symbol.map_or(name, |v| v.demangled.as_str());
+            Measurer::for_global(binary, di, ty, address, label, features).map(Some)
         });
         let measurer = match found {
             Ok(Ok(Some(m))) => m,
-            Ok(Ok(None)) => continue,
+            Ok(Ok(None)) => match symbol {
+                Some(v) => {
+                    return Err(Error::input(format!(
+                        "--global {name}: {} (at {:#x} in {}) has no variable of that name in                          the debug information",
+                        v.demangled,
+                        v.address,
+                        file.target.display()
+                    )));
+                }
+                None => continue,
+            },
             Ok(Err(e)) => return Err(Error::input(format!("--global {name}: {e}"))),
             Err(_) => {
                 files_without_dwarf.push(file.target.display().to_string());

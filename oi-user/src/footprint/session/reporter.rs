@@ -112,6 +112,17 @@ struct Job {
     streams: Vec<RootStream>,
 }
 
+impl Job {
+    /// What `hit` counts: a probe's hits, or a `--global`'s snapshots.
+    fn occasion(&self) -> &'static str {
+        if self.measurer.is_global() {
+            "snapshot"
+        } else {
+            "hit"
+        }
+    }
+}
+
 /// A report that was written, or why it could not be.
 pub struct Written {
     pub tgid: i32,
@@ -397,8 +408,14 @@ impl State {
     fn report(&mut self, job: &Job) -> Result<Vec<String>, Unwritten> {
         // JSON and CSV rows speak for themselves; trees of several samples need a title.
         if matches!(self.writer.format, Format::Tree(_)) {
-            writeln!(self.out, "# pid {}, hit {}", job.tgid, job.hit)
-                .map_err(|e| format!("writing the report: {e}"))?;
+            writeln!(
+                self.out,
+                "# pid {}, {} {}",
+                job.tgid,
+                job.occasion(),
+                job.hit
+            )
+            .map_err(|e| format!("writing the report: {e}"))?;
         }
         let mut totals = self.wants_totals().then(Totals::new);
         let failed = if self.outputs.framed {
@@ -418,7 +435,13 @@ impl State {
             if let Some(g) = &mut self.growth {
                 g.add(job.tgid, &job.probe, &t);
             }
-            let title = format!("{} in pid {}, hit {}", job.probe, job.tgid, job.hit);
+            let title = format!(
+                "{} in pid {}, {} {}",
+                job.probe,
+                job.tgid,
+                job.occasion(),
+                job.hit
+            );
             self.last = Some((t, title));
         }
         Ok(failed)
