@@ -113,11 +113,19 @@ impl BinaryCache {
     }
 }
 
-/// Every copy of every function matching `query` in the files `pid` executes.
+/// Every copy of every function matching `query` in the files `pid` executes; only those of
+/// its executable when it defines a function of exactly that name. The libraries are then
+/// not read at all: looking for inlined copies means scanning every unit of their debug
+/// information (libc's alone took a tenth of a second), for a function they cannot contain
+/// unless they were built from the program's own sources.
 pub fn in_process(cache: &mut BinaryCache, pid: i32, query: &str) -> Result<Vec<Resolved>> {
     let query = Query::parse(query);
     let mut found = Vec::new();
-    for file in procfs::executable_files(pid)? {
+    // The executable comes first (see `executable_files`).
+    for (i, file) in procfs::executable_files(pid)?.into_iter().enumerate() {
+        if i == 1 && found.iter().any(|r: &Resolved| r.fit == Fit::Exact) {
+            break;
+        }
         found.extend(in_file(cache, &file.target, &file.host, &query)?);
     }
     Ok(found)
