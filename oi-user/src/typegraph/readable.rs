@@ -35,9 +35,12 @@ pub const BASE_TYPES: &[(&str, &str)] = &[
 ];
 
 /// Inline namespaces of the standard libraries (libstdc++'s new-ABI `__cxx11`, libc++'s
-/// `__1`), which name mangling needs and people never write.
-pub const INLINE_NAMESPACES: &[(&str, &str)] =
-    &[("std::__cxx11::", "std::"), ("std::__1::", "std::")];
+/// `__1`, Android NDK's `__ndk1`), which name mangling needs and people never write.
+pub const INLINE_NAMESPACES: &[(&str, &str)] = &[
+    ("std::__cxx11::", "std::"),
+    ("std::__1::", "std::"),
+    ("std::__ndk1::", "std::"),
+];
 
 /// The default of a template parameter, in terms of the arguments before it (their index).
 #[derive(Debug, Clone, Copy)]

@@ -126,5 +126,22 @@ fn libcxx_containers_are_walked_exactly_or_not_at_all() {
             warnings[0].starts_with("oi-trace: warning: std::__1::deque<int"),
             "{opt}:\n{stderr}"
         );
+        // Readable names drop libc++'s inline namespace and default arguments, as they do
+        // libstdc++'s.
+        let (tree, _, _) = run_probe_stderr(&exe, 0, &["--sizes", "real", "--format", "tree"]);
+        for declared in [
+            "  names: std::vector<std::string>  ",
+            "  by_id: std::map<int, std::string>  ",
+            "  index: std::unordered_map<std::string, long>  ",
+            "  samples: std::list<double>  ",
+            "  shared: std::shared_ptr<std::string>  ",
+            "  extra: std::unique_ptr<std::vector<int>>  ",
+        ] {
+            assert!(
+                tree.lines().any(|l| l.starts_with(declared)),
+                "{opt}: no line {declared:?} in\n{tree}"
+            );
+        }
+        assert!(!tree.contains("std::__1::"), "{opt}:\n{tree}");
     }
 }
