@@ -8,10 +8,11 @@
 //!   each interned once) and the gzipped file;
 //! - `stacks`: code addresses of live processes as locations in their mappings (with GNU build
 //!   ids), inlined frames as extra lines;
-//! - `allocs`: a tool's report as profiles.
+//! - `allocs`, `calls`: one tool's report as profiles.
 
 pub mod allocs;
 pub mod builder;
+pub mod calls;
 // Generated: formatted and linted as prost-build writes it.
 #[allow(clippy::all)]
 #[rustfmt::skip]
