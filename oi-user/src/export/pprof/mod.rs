@@ -8,11 +8,12 @@
 //!   each interned once) and the gzipped file;
 //! - `stacks`: code addresses of live processes as locations in their mappings (with GNU build
 //!   ids), inlined frames as extra lines;
-//! - `allocs`, `calls`: one tool's report as profiles.
+//! - `allocs`, `calls`, `footprint`: one tool's report as profiles.
 
 pub mod allocs;
 pub mod builder;
 pub mod calls;
+pub mod footprint;
 // Generated: formatted and linted as prost-build writes it.
 #[allow(clippy::all)]
 #[rustfmt::skip]
