@@ -183,6 +183,8 @@ fn check(binary: &Path, extra: &[&str], exact: bool) {
         .sum();
     assert!(frees > 0);
     assert_eq!(raw_totals(&raw), [frees]);
+    let top = go_pprof(&["-top"], &lifetimes);
+    assert_eq!(top_total(&top), frees.to_string(), "{top}");
     let decoded = Decoded::parse(&protoc_decode(&lifetimes));
     let buckets = report["buckets_s"].as_array().unwrap();
     let mut per_bucket: BTreeMap<&str, i64> = BTreeMap::new();
