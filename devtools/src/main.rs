@@ -1,7 +1,7 @@
 //! `oi-dev`: the drivers that `cargo xtask` runs once the machine is set up and oi-trace is
 //! built. They link the oi-trace library and the journeys' fixture helpers, so they live
 //! apart from `xtask`, which must compile on a machine that has none of the eBPF toolchain
-//! yet. Run them through `cargo xtask demo | bench | soak | fuzz | conformance`.
+//! yet. Run them through `cargo xtask demo | bench | soak | fuzz | conformance | protos`.
 
 use std::{
     path::PathBuf,
@@ -12,6 +12,7 @@ mod bench;
 mod conformance;
 mod demo;
 mod fuzz;
+mod protos;
 mod soak;
 
 use anyhow::{Context as _, Result, ensure};
@@ -21,7 +22,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "oi-trace's demo, bench, soak, fuzz and conformance drivers"
+    about = "oi-trace's demo, bench, soak, fuzz, conformance and protos drivers"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -59,6 +60,8 @@ enum Task {
         #[arg(long, default_value_t = 10)]
         minutes: u64,
     },
+    /// Regenerate the committed Rust of the vendored `.proto` files with prost-build.
+    Protos,
 }
 
 fn main() -> Result<()> {
@@ -68,6 +71,7 @@ fn main() -> Result<()> {
         Task::Fuzz { seconds } => fuzz::run(&root(), seconds),
         Task::Conformance(args) => conformance::run(&root(), &args),
         Task::Soak { minutes } => soak::run(minutes),
+        Task::Protos => protos::run(&root()),
     }
 }
 

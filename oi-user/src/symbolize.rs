@@ -31,6 +31,9 @@ use crate::debuginfo::symbols::demangle_without_params;
 pub struct Frame {
     /// Demangled, without parameters or clone suffixes; `[unknown]` when nothing names it.
     pub function: Arc<str>,
+    /// The name as the file gives it (the linkage name: mangled for C++), for exports that
+    /// carry both (pprof's `system_name`); `[unknown]` when nothing names it.
+    pub symbol: Arc<str>,
     /// The function was inlined here: it has no frame of its own on the machine stack.
     pub inlined: bool,
     /// `file:line` of the address within `function`, when the DWARF says.
@@ -119,6 +122,7 @@ impl Symbolizer {
 fn unknown_frame() -> Frame {
     Frame {
         function: Arc::from(UNKNOWN),
+        symbol: Arc::from(UNKNOWN),
         inlined: false,
         source: None,
     }
@@ -153,6 +157,7 @@ fn frames_of(symbolized: &Symbolized<'_>) -> Arc<[Frame]> {
         .enumerate()
         .map(|(depth, (name, source))| Frame {
             function: Arc::from(function_name(name)),
+            symbol: Arc::from(name),
             inlined: depth > 0,
             source,
         })

@@ -6,6 +6,7 @@
 //! closes.
 
 pub mod demo;
+pub mod pprof;
 use std::{
     io::{BufRead as _, BufReader, Read as _},
     path::{Path, PathBuf},

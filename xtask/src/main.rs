@@ -1,11 +1,11 @@
 //! Developer entry points: `cargo xtask setup | build | test | demo | bench | soak | fuzz |
-//! conformance`.
+//! conformance | protos`.
 //!
 //! `setup` makes a fresh machine able to build oi-trace: it is idempotent and takes a second
 //! when nothing is missing, and every other task runs it first. This crate depends on nothing
 //! but clap and anyhow, because it must compile before the eBPF toolchain that oi-trace's build
 //! script needs (nightly's rust-src, bpf-linker) is installed. The tasks that drive oi-trace
-//! (demo, bench, soak, fuzz, conformance) live in `oi-devtools`, which this runs after setup.
+//! (demo, bench, soak, fuzz, conformance, protos) live in `oi-devtools`, which this runs after setup.
 
 mod setup;
 
@@ -63,6 +63,9 @@ enum Task {
     /// Set up, build, then run Object Introspection's integration suite against this build
     /// (`--oi-repo PATH`; `cargo xtask conformance --help` for the rest).
     Conformance(Forwarded),
+    /// Set up, build, then regenerate the committed Rust of the vendored `.proto` files
+    /// (`oi-user/proto/profile.proto` → `oi-user/src/export/pprof/proto.rs`) with prost-build.
+    Protos(Forwarded),
 }
 
 fn main() -> Result<()> {
@@ -98,6 +101,7 @@ fn main() -> Result<()> {
         Task::Soak(f) => ("soak", f.args),
         Task::Fuzz(f) => ("fuzz", f.args),
         Task::Conformance(f) => ("conformance", f.args),
+        Task::Protos(f) => ("protos", f.args),
     };
     // The binary the build just made: `cargo run -p oi-devtools` would resolve features for
     // that one package and compile oi-user a second time.

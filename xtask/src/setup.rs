@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use crate::run as run_command;
 
 /// Files whose absence means a Debian package is missing, and that package.
-const PACKAGES: [(&str, &str); 14] = [
+const PACKAGES: [(&str, &str); 15] = [
     ("/usr/bin/g++", "g++"),
     // The real C++ library the journeys drive (tests/fixtures/real_json.cpp).
     ("/usr/include/nlohmann/json.hpp", "nlohmann-json3-dev"),
@@ -37,7 +37,11 @@ const PACKAGES: [(&str, &str); 14] = [
     ("/usr/bin/bpftrace", "bpftrace"),
     // protobuf, Abseil and Boost, whose containers the shipped descriptions cover.
     ("/usr/include/google/protobuf/message.h", "libprotobuf-dev"),
+    // protoc also decodes the profiles of `--pprof` in the journeys, and regenerates their
+    // Rust (`cargo xtask protos`).
     ("/usr/bin/protoc", "protobuf-compiler"),
+    // `go tool pprof`: the journeys read every `--pprof` profile with the reader people use.
+    ("/usr/bin/go", "golang-go"),
     ("/usr/include/absl/container/flat_hash_map.h", "libabsl-dev"),
     (
         "/usr/include/boost/unordered/unordered_flat_map.hpp",

@@ -274,6 +274,7 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
                 .map_err(|e| write_error("a flame graph to", path, e))?;
         }
     }
+    crate::export::pprof::allocs::write(&report, args, &scope.place, elapsed, &mut symbolizer)?;
     summary(&report, args);
     Ok(())
 }

@@ -23,8 +23,16 @@ use crate::{
     unwind::UnwindStats,
 };
 
-/// A site's aggregates merged over its stack ids, the oldest live block's time, its type.
-type Merged = (SiteStats, Option<u64>, Option<String>);
+/// A site's aggregates merged over its stack ids, the oldest live block's time, its type, and
+/// the first of its raw stacks.
+type Merged = (SiteStats, Option<u64>, Option<String>, Option<RawStack>);
+
+/// A stack as the kernel kept it: the process and its frames (the allocator's entry, then
+/// return addresses).
+pub type RawStack = (u32, Vec<u64>);
+
+/// The frame of a site whose stack the kernel did not keep.
+pub const NOT_KEPT: &str = "[stack not kept]";
 
 /// One site as reported.
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +51,10 @@ pub struct SiteView {
     pub oldest_live_s: Option<f64>,
     #[serde(skip)]
     pub classes: Vec<String>,
+    /// One of the raw stacks merged into this site (they all name the same frames): what
+    /// exports with addresses locate (`export::pprof`).
+    #[serde(skip)]
+    pub raw_stack: Option<RawStack>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -151,13 +163,14 @@ pub fn build(
     // Sites merged by their symbolized frames.
     let mut merged: BTreeMap<Vec<Arc<str>>, Merged> = BTreeMap::new();
     for (id, stats) in &snapshot.sites {
-        let (frames, type_name) = match stack_of(*id) {
-            Some((tgid, addrs)) => site_frames(symbolizer, tgid, &addrs),
-            None => (vec![Arc::from("[stack not kept]")], None),
+        let raw = stack_of(*id);
+        let (frames, type_name) = match &raw {
+            Some((tgid, addrs)) => site_frames(symbolizer, *tgid, addrs),
+            None => (vec![Arc::from(NOT_KEPT)], None),
         };
         let entry = merged
             .entry(frames)
-            .or_insert((SiteStats::default(), None, type_name));
+            .or_insert((SiteStats::default(), None, type_name, raw));
         entry.0 += stats;
         if let Some(t) = oldest.get(id) {
             entry.1 = Some(entry.1.map_or(*t, |o: u64| o.min(*t)));
@@ -175,7 +188,7 @@ pub fn build(
     let known = classes.classes(&qualifiers);
     let mut sites: Vec<SiteView> = merged
         .into_iter()
-        .map(|(stack, (s, oldest_ns, type_name))| {
+        .map(|(stack, (s, oldest_ns, type_name, raw_stack))| {
             let classes = classes_of(&stack, &known);
             let s = if cx.sample_bytes.is_some() {
                 estimates(&s)
@@ -196,6 +209,7 @@ pub fn build(
                     .map(|t| cx.now_ns.saturating_sub(t) as f64 / 1e9),
                 classes,
                 stack: stack.iter().map(|f| f.to_string()).collect(),
+                raw_stack,
             }
         })
         .collect();

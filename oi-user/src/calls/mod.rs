@@ -714,6 +714,21 @@ fn finish(
                 .map_err(|e| write_error("a flame graph to", path, e))?;
         }
     }
+    if let Some(path) = &args.pprof {
+        let symbols = target
+            .functions
+            .iter()
+            .map(|f| (f.name.as_str(), f.symbol.mangled.as_str()));
+        let entry = &target.entry_name;
+        crate::export::pprof::calls::write(
+            path,
+            &roots,
+            entry,
+            &scope.place,
+            symbols,
+            outcome.elapsed,
+        )?;
+    }
     if let Some(path) = &args.chrome {
         let calls: Vec<TracedCall<'_>> = traced
             .iter()

@@ -32,6 +32,8 @@ Examples:
       lifetimes in four buckets (< 10 ms, < 1 s, < 30 s, longer), and a flame graph of bytes
   oi-trace allocs --cgroup /sys/fs/cgroup/shop.slice --every 100 --duration 10
       every process of the cgroup, every 100th allocation (estimates scaled by 100)
+  oi-trace allocs --pid 4242 --duration 30 --pprof heap.pb.gz && go tool pprof -top heap.pb.gz
+      a Go-style heap profile, read with pprof (or sent to Pyroscope)
 
 Exit status: 0 success, 1 the profiler failed while running, 2 bad usage or input.")]
 pub struct AllocsArgs {
@@ -79,6 +81,18 @@ pub struct AllocsArgs {
     /// At exit, write a flame graph of the allocated bytes by stack (SVG).
     #[arg(long, value_name = "FILE")]
     pub flamegraph: Option<PathBuf>,
+
+    /// At exit, write a pprof heap profile (gzipped profile.proto, as Go writes one):
+    /// alloc_objects, alloc_space, inuse_objects, inuse_space (the default) per stack, the
+    /// C++ type and the classes as leaf frames (`type: shop::Item`); sampled numbers are
+    /// scaled estimates. `go tool pprof -top FILE` reads it (docs/pprof.md).
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
+    /// At exit, write the lifetimes as a second pprof profile: frees per stack and lifetime
+    /// bucket, the bucket a leaf frame (`lifetime: < 0.001 s`).
+    #[arg(long, value_name = "FILE")]
+    pub pprof_lifetimes: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -69,6 +69,12 @@ pub struct CallsArgs {
     #[arg(long, value_name = "FILE")]
     pub flamegraph: Option<PathBuf>,
 
+    /// At exit, write the tree as a pprof profile (gzipped profile.proto): per stack beneath
+    /// the entry, calls/count, wall/nanoseconds (total, callees included) and
+    /// self/nanoseconds (the default). `go tool pprof -top FILE` reads it (docs/pprof.md).
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
     /// Write a Chrome trace (Perfetto reads it) of every call of the first K entries
     /// (--trace-entries).
     #[arg(long, value_name = "FILE")]

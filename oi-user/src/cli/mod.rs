@@ -232,6 +232,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE", help_heading = "Output for people")]
     pub folded: Option<PathBuf>,
 
+    /// Write the last sample's footprint as a pprof profile (gzipped profile.proto):
+    /// inuse_space/bytes per member path, so that `go tool pprof -top FILE` lists the members
+    /// that hold the most (docs/pprof.md).
+    #[arg(long, value_name = "FILE", help_heading = "Output for people")]
+    pub pprof: Option<PathBuf>,
+
     /// Follow every member over the samples: at exit, write per member path the first,
     /// last, min and max inclusive bytes (JSON, largest growth first) and print the table.
     #[arg(long, value_name = "FILE", help_heading = "Output for people")]
@@ -378,6 +384,7 @@ impl Args {
                 (self.values, "--values"),
                 (self.svg.is_some(), "--svg"),
                 (self.folded.is_some(), "--folded"),
+                (self.pprof.is_some(), "--pprof"),
                 (self.growth.is_some(), "--growth"),
             ];
             if let Some((_, flag)) = sampled.iter().find(|(set, _)| *set) {

@@ -10,6 +10,8 @@
 //! (with `pid_max` raised for the journey) and has them inside allocator calls at once. The
 //! `allocs_threads` fixture keeps three threads allocating and freeing while oi-trace attaches.
 
+mod pprof;
+
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},

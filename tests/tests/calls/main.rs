@@ -7,6 +7,7 @@
 //! Every run leaves the fixture running, untraced, and able to finish its own work.
 
 mod midrun;
+mod pprof;
 
 use std::{
     collections::BTreeMap,

@@ -59,6 +59,8 @@ pub struct Outputs {
     pub format: Format,
     pub svg: Option<OutputFile>,
     pub folded: Option<OutputFile>,
+    /// `--pprof`: the last sample as a pprof profile (`export::pprof::footprint`).
+    pub pprof: Option<OutputFile>,
     pub growth: Option<OutputFile>,
     /// With `growth`: print the table so far this often.
     pub interval: Option<Duration>,
@@ -91,6 +93,7 @@ impl Outputs {
             format,
             svg: open("--svg", &args.svg)?,
             folded: open("--folded", &args.folded)?,
+            pprof: open("--pprof", &args.pprof)?,
             growth: open("--growth", &args.growth)?,
             interval: args.interval.map(Duration::from_secs_f64),
             framed: args.framed,
@@ -402,7 +405,10 @@ impl State {
     }
 
     fn wants_totals(&self) -> bool {
-        self.outputs.svg.is_some() || self.outputs.folded.is_some() || self.growth.is_some()
+        self.outputs.svg.is_some()
+            || self.outputs.folded.is_some()
+            || self.outputs.pprof.is_some()
+            || self.growth.is_some()
     }
 
     fn report(&mut self, job: &Job) -> Result<Vec<String>, Unwritten> {
@@ -474,6 +480,14 @@ impl State {
         }
         if let Some(f) = &folded {
             note("--folded", f, picture::write_folded(totals, &f.file));
+        }
+        if let Some(f) = &self.outputs.pprof {
+            let profile = crate::export::pprof::footprint::profile(totals, title);
+            note(
+                "--pprof",
+                f,
+                crate::export::pprof::builder::write(&profile, &f.file),
+            );
         }
         if let (Some(g), Some(f)) = (&self.growth, &growth_file) {
             let mut w = std::io::BufWriter::new(&f.file);
