@@ -43,7 +43,10 @@ use crate::{
     debuginfo::find_function,
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
-    probe::scope::{Scope, files_of},
+    probe::{
+        profiler::attach_every_file,
+        scope::{Scope, files_of},
+    },
     report::{
         flame::{Folded, Picture},
         tree::thousands,
@@ -105,7 +108,7 @@ fn profile(args: &CallsArgs, scope: &Scope) -> Result<()> {
         human_ns(cost.outside_ns.round() as u64),
     );
     let attach_start = Instant::now();
-    let attachments = attach(&mut program, &target, scope)?;
+    let attachments = attach(&mut program, &target, scope, total_probes)?;
     if let Err(e) = program.arm(true) {
         for attachment in attachments {
             program.detach(attachment);
@@ -389,51 +392,44 @@ impl Target {
     }
 }
 
-/// Attaches every file's probes, saying on stderr how far it got when it takes a while.
-fn attach(program: &mut Program, target: &Target, scope: &Scope) -> Result<Vec<Attachment>> {
-    let total: usize = target.sites.iter().map(Vec::len).sum();
+/// Attaches every file's probes (`total` of them), or none, saying on stderr how far it got
+/// when it takes a while.
+fn attach(
+    program: &mut Program,
+    target: &Target,
+    scope: &Scope,
+    total: usize,
+) -> Result<Vec<Attachment>> {
     let start = Instant::now();
     let mut last = Instant::now();
     let mut done_before = 0;
-    let mut attachments = Vec::new();
-    for (file, sites) in target.files.iter().zip(&target.sites) {
-        if sites.is_empty() {
-            continue;
-        }
-        let mut progress = |n: usize| {
-            if last.elapsed() >= Duration::from_millis(500) {
-                eprintln!(
-                    "oi-trace: attaching: {} of {} probes ({:.1} s)",
-                    thousands((done_before + n) as u64),
-                    thousands(total as u64),
-                    start.elapsed().as_secs_f64()
-                );
-                last = Instant::now();
-            }
-        };
-        let attachment = program.attach(
-            &file.host_path,
-            sites,
-            scope.pid.map(|p| p as u32),
-            &mut progress,
-        );
-        match attachment {
-            Ok(a) => {
-                done_before += a.probes;
-                attachments.push(a);
-            }
-            Err(e) => {
-                for a in attachments {
-                    program.detach(a);
+    attach_every_file(
+        program,
+        &target.files,
+        target.sites.iter().map(Vec::as_slice),
+        |program, file, sites| {
+            let mut progress = |n: usize| {
+                if last.elapsed() >= Duration::from_millis(500) {
+                    eprintln!(
+                        "oi-trace: attaching: {} of {} probes ({:.1} s)",
+                        thousands((done_before + n) as u64),
+                        thousands(total as u64),
+                        start.elapsed().as_secs_f64()
+                    );
+                    last = Instant::now();
                 }
-                return Err(Error::input(format!(
-                    "{e} (in {})",
-                    file.target_path.display()
-                )));
-            }
-        }
-    }
-    Ok(attachments)
+            };
+            let a = program.attach(
+                &file.host_path,
+                sites,
+                scope.pid.map(|p| p as u32),
+                &mut progress,
+            )?;
+            done_before += a.probes;
+            Ok(a)
+        },
+        Program::detach,
+    )
 }
 
 /// The event loop's view of the run.
