@@ -8,7 +8,7 @@
 //! never figures copied by hand.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -41,9 +41,10 @@ mod allocs;
 mod bare_uprobe;
 mod calls;
 mod protobuf;
+mod record;
 mod unwind;
 
-const FIGURES: [&str; 10] = [
+const FIGURES: [&str; 11] = [
     "pause",
     "first-result",
     "probe-cost",
@@ -54,6 +55,7 @@ const FIGURES: [&str; 10] = [
     "oil",
     "unwind",
     "protobuf",
+    "record",
 ];
 
 pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
@@ -91,10 +93,13 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
         oil(quick, &mut figures)?;
     }
     if wanted("unwind") {
-        unwind::run(root, &mut figures)?;
+        unwind::run(&mut figures)?;
     }
     if wanted("protobuf") {
         protobuf::run(quick, &mut figures)?;
+    }
+    if wanted("record") {
+        record::run(quick, &mut figures)?;
     }
     report(root, &figures)?;
     let mut command = match std::env::var("OI_BENCH_PAUSE") {
@@ -725,23 +730,20 @@ fn dwarf_at_scale(root: &Path, bin: &Path, quick: bool, figures: &mut Vec<Figure
     let types = if quick { 1_000 } else { 5_000 };
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir)?;
-    let src = dir.join(format!("generated_{types}.cpp"));
-    let exe: PathBuf = dir.join(format!("generated_{types}"));
-    if !exe.exists() {
+    let name = format!("generated_{types}");
+    let src = dir.join(format!("{name}.cpp"));
+    if !src.exists() {
         generate_program(&src, types)?;
         eprintln!(
             "bench: compiling a program with {types} types and {} functions",
             4 * (types - 1)
         );
-        let status = Command::new("g++")
-            .args(["-g", "-O0", "-std=c++17", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .status()?;
-        if !status.success() {
-            bail!("g++ failed on {}", src.display());
-        }
     }
+    let exe = FixtureBuild::new(&name)
+        .source_in(&dir)
+        .output_in(&dir)
+        .variant(&name, &["-O0"])
+        .build();
     let fixture = Fixture::start(&exe, &[]);
     let pid = fixture.pid.to_string();
     let symbol = format!("gen::f{}_0", types - 1);
