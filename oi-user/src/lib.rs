@@ -25,6 +25,7 @@ pub mod uptime;
 // The core, pure stages (no process is touched): from an ELF file and its DWARF to types,
 // container descriptions, walk plans, walkers and reports.
 pub mod containers;
+pub mod cpp_name;
 pub mod debuginfo;
 pub mod describe;
 pub mod disk_cache;

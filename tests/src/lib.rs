@@ -86,10 +86,18 @@ pub fn privileged() -> bool {
     false
 }
 
-/// How to build one fixture binary from `tests/fixtures/NAME.cpp`.
+/// How to build one fixture binary from `tests/fixtures/NAME.cpp` (or `DIR/NAME.cpp`) into
+/// `target/fixtures/` (or another folder): `g++ -g -O1 -std=c++17`, then the variant's flags
+/// (a later `-O` wins), rebuilt only when a source is newer than the binary, and written
+/// under a temporary name then renamed, so that a running fixture keeps the file it maps.
+/// The one way journeys, unit tests and `cargo xtask bench` build C++.
 #[derive(Clone, Debug)]
 pub struct FixtureBuild {
-    source: &'static str,
+    source: String,
+    /// The folder of the source (default `tests/fixtures`).
+    source_dir: Option<PathBuf>,
+    /// The folder of the binary (default `target/fixtures`).
+    out_dir: Option<PathBuf>,
     output: String,
     flags: Vec<String>,
     shared_libs: Vec<&'static str>,
@@ -101,10 +109,13 @@ pub struct FixtureBuild {
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
 impl FixtureBuild {
-    pub fn new(source: &'static str) -> Self {
+    pub fn new(source: impl Into<String>) -> Self {
+        let source = source.into();
         Self {
+            output: source.clone(),
             source,
-            output: source.to_string(),
+            source_dir: None,
+            out_dir: None,
             flags: Vec::new(),
             shared_libs: Vec::new(),
             libs: Vec::new(),
@@ -118,6 +129,33 @@ impl FixtureBuild {
     pub fn with_oil(mut self) -> Self {
         self.oil = true;
         self
+    }
+
+    /// The source is `DIR/NAME.cpp` (a unit test's own, a generated program).
+    pub fn source_in(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.source_dir = Some(dir.into());
+        self
+    }
+
+    /// The binary goes to `DIR` instead of `target/fixtures/`.
+    pub fn output_in(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Where the source is and where the binary goes (created).
+    fn dirs(&self) -> (PathBuf, PathBuf) {
+        let src_dir = self
+            .source_dir
+            .clone()
+            .unwrap_or_else(|| workspace_root().join("tests/fixtures"));
+        let out_dir = self
+            .out_dir
+            .clone()
+            .unwrap_or_else(|| workspace_root().join("target/fixtures"));
+        std::fs::create_dir_all(&out_dir)
+            .unwrap_or_else(|e| panic!("create {}: {e}", out_dir.display()));
+        (src_dir, out_dir)
     }
 
     /// A variant built from the same source (e.g. `-no-pie`) under another file name.
@@ -151,9 +189,7 @@ impl FixtureBuild {
     /// `target/fixtures/libOUTPUT.so` (a plugin a fixture dlopens) and returns its path.
     pub fn build_shared(&self) -> PathBuf {
         let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let src_dir = workspace_root().join("tests/fixtures");
-        let out_dir = workspace_root().join("target/fixtures");
-        std::fs::create_dir_all(&out_dir).expect("create target/fixtures");
+        let (src_dir, out_dir) = self.dirs();
         let out = out_dir.join(format!("lib{}.so", self.output));
         let mut flags = self.flags.clone();
         flags.extend(["-shared".into(), "-fPIC".into()]);
@@ -170,14 +206,13 @@ impl FixtureBuild {
     /// Compiles (when the source is newer than the binary) and returns the binary's path.
     pub fn build(&self) -> PathBuf {
         let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let src_dir = workspace_root().join("tests/fixtures");
-        let out_dir = workspace_root().join("target/fixtures");
-        std::fs::create_dir_all(&out_dir).expect("create target/fixtures");
+        let (src_dir, out_dir) = self.dirs();
+        let fixtures = workspace_root().join("tests/fixtures");
         let mut link = vec!["-pthread".to_string()];
         for lib in &self.shared_libs {
             let so = out_dir.join(format!("lib{lib}.so"));
             compile(
-                &src_dir.join(format!("{lib}.cpp")),
+                &fixtures.join(format!("{lib}.cpp")),
                 &so,
                 &["-shared".into(), "-fPIC".into()],
                 &[],
@@ -193,7 +228,7 @@ impl FixtureBuild {
         let mut flags = self.flags.clone();
         // The fixtures' own headers (`alloc_count.h`, ...): a fixture that includes one is
         // stale when it changes (every fixture is checked against all of them; there are few).
-        let mut inputs: Vec<PathBuf> = std::fs::read_dir(&src_dir)
+        let mut inputs: Vec<PathBuf> = std::fs::read_dir(&fixtures)
             .expect("read tests/fixtures")
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "h"))
@@ -201,13 +236,13 @@ impl FixtureBuild {
         if let Some(proto) = self.proto {
             let gen_dir = out_dir.join("gen");
             std::fs::create_dir_all(&gen_dir).expect("create target/fixtures/gen");
-            let source = src_dir.join(format!("{proto}.proto"));
+            let source = fixtures.join(format!("{proto}.proto"));
             let generated = gen_dir.join(format!("{proto}.pb.cc"));
             let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
             if modified(&generated).is_none() || modified(&generated) < modified(&source) {
                 let status = Command::new("protoc")
                     .arg(format!("--cpp_out={}", gen_dir.display()))
-                    .arg(format!("-I{}", src_dir.display()))
+                    .arg(format!("-I{}", fixtures.display()))
                     .arg(&source)
                     .status()
                     .expect("protoc runs (cargo xtask setup installs protobuf-compiler)");
@@ -247,6 +282,40 @@ impl FixtureBuild {
         );
         out
     }
+}
+
+/// The unwinder's fixture (`unwind_chain.cpp`) and its library (`unwind_hop.cpp`), built with
+/// `flags` into `target/fixtures/unwind{FLAGS}/`, with a second copy of the library that the
+/// fixture loads with dlopen when asked. Each file is rebuilt only when its source is newer:
+/// a running fixture of another test must keep mapping the file its probe is attached to.
+pub fn unwind_chain(flags: &[&str]) -> PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = flags.join("").replace(['-', '='], "");
+    let dir = workspace_root()
+        .join("target/fixtures")
+        .join(format!("unwind{tag}"));
+    let hop = FixtureBuild::new("unwind_hop")
+        .variant("unwind_hop", flags)
+        .output_in(&dir)
+        .build_shared();
+    // The same library under another name (another file).
+    let copy = dir.join("libunwind_hop_dl.so");
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    if modified(&copy) < modified(&hop) {
+        let tmp = dir.join(format!("libunwind_hop_dl.so.{}", std::process::id()));
+        std::fs::copy(&hop, &tmp).expect("copy the library");
+        std::fs::rename(&tmp, &copy).expect("rename the copy");
+    }
+    FixtureBuild::new("unwind_chain")
+        .variant("unwind_chain", flags)
+        .output_in(&dir)
+        .libs(&[
+            &format!("-L{}", dir.display()),
+            "-lunwind_hop",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ])
+        .build()
 }
 
 /// `g++ -g -O1 FLAGS -o OUT SRC LINK`, skipped when OUT is newer than SRC and `inputs`.

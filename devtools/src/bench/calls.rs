@@ -289,11 +289,16 @@ fn uftrace(calls: u64, runs: usize, ours_ns: f64, figures: &mut Vec<Figure>) -> 
 fn generated(root: &Path, n: usize) -> Result<PathBuf> {
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir)?;
-    let exe = dir.join(format!("calls_generated_{n}"));
-    if exe.exists() {
-        return Ok(exe);
+    let name = format!("calls_generated_{n}");
+    // No debug info (`-g0`): the program stands for a stripped build.
+    let build = FixtureBuild::new(&name)
+        .source_in(&dir)
+        .output_in(&dir)
+        .variant(&name, &["-g0"]);
+    let src = dir.join(format!("{name}.cpp"));
+    if src.exists() {
+        return Ok(build.build());
     }
-    let src = dir.join(format!("calls_generated_{n}.cpp"));
     let mut text = String::from("#include <cstdio>\n#include <unistd.h>\nnamespace gen {\n");
     for i in 0..n {
         text.push_str(&format!(
@@ -311,15 +316,7 @@ fn generated(root: &Path, n: usize) -> Result<PathBuf> {
     );
     std::fs::write(&src, text)?;
     eprintln!("bench: compiling a program of {n} functions");
-    let status = Command::new("g++")
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()?;
-    if !status.success() {
-        bail!("g++ failed on {}", src.display());
-    }
-    Ok(exe)
+    Ok(build.build())
 }
 
 /// The attach time oi-trace reports (`… in N ms (…)`) and its wall time until armed, in ms.

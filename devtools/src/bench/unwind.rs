@@ -3,50 +3,48 @@
 //! uprobe and against the kernel's frame-pointer walk (`bpf_get_stack`), on the 12-frame chain
 //! of `tests/fixtures/unwind_chain.cpp` built at -O2 -fomit-frame-pointer.
 //!
-//! The measurement lives beside the unwinder, as an ignored test of `oi-user` (it needs the
-//! test-only eBPF program and the crate's internals): this runs it and reads its lines. The
-//! fixture times its own loop; each mode is the best of three interleaved rounds.
+//! The unwinder's check program (`oi_trace::unwind::check`) is attached to the chain's
+//! innermost function in one mode at a time, or not at all; the fixture times its own loop
+//! of calls. Rounds interleave the modes and each mode's best round counts, so that load from
+//! elsewhere on the machine does not favour one mode. What tracking costs user space (a fresh
+//! process, then one unchanged) is printed beside the figures.
 
-use std::{path::Path, process::Command};
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    time::Instant,
+};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
+use oi_common::stack::check_mode;
+use oi_trace::unwind::{Unwinder, check};
 
 use super::Figure;
 
-pub fn run(root: &Path, figures: &mut Vec<Figure>) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["test", "--release", "-p", "oi-user", "--lib"])
-        .args([
-            "unwind::live_tests::unwind_cost",
-            "--",
-            "--ignored",
-            "--exact",
-        ])
-        .arg("--nocapture")
-        .current_dir(root)
-        .output()
-        .context("running the unwind cost measurement")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "the unwind cost measurement failed: {}{}",
-            text,
-            String::from_utf8_lossy(&out.stderr)
-        );
+/// Calls of the chain per timed run.
+const CALLS: u64 = 200_000;
+
+pub fn run(figures: &mut Vec<Figure>) -> Result<()> {
+    let exe = oi_e2e::unwind_chain(&["-O2", "-fomit-frame-pointer"]);
+    // A copy of its own: a test running at the same time may rebuild the fixture.
+    let bench = exe.with_file_name("unwind_chain_bench");
+    let _ = std::fs::remove_file(&bench);
+    std::fs::copy(&exe, &bench).context("copying the unwind fixture")?;
+    let modes = [
+        None,
+        Some(0),
+        Some(check_mode::FRAME_POINTERS),
+        Some(check_mode::CFI),
+    ];
+    let mut best = [f64::MAX; 4];
+    for _round in 0..3 {
+        for (i, mode) in modes.iter().enumerate() {
+            best[i] = best[i].min(cost_per_call(&bench, *mode)?);
+        }
     }
-    let cost = |label: &str| -> Result<f64> {
-        let prefix = format!("unwind cost: {label}: ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .with_context(|| format!("no `{prefix}` line in: {text}"))
-    };
-    let (bare, fp, cfi) = (
-        cost("bare uprobe")?,
-        cost("bpf_get_stack")?,
-        cost("user_stack")?,
-    );
+    track_cost(&bench)?;
+    let [_, bare, fp, cfi] = best;
     figures.push(Figure {
         name: "unwind: uprobe hit walking 12 -O2 frames with user_stack, vs a bare uprobe".into(),
         value: cfi,
@@ -65,4 +63,82 @@ pub fn run(root: &Path, figures: &mut Vec<Figure>) -> Result<()> {
         pass: Some(cfi <= 1.5 * fp),
     });
     Ok(())
+}
+
+/// Runs the fixture in `calls` mode (`UNWIND_CALLS` chains back to back, then exit), probed
+/// in `mode` (none: no probe), and returns its wall time per chain in ns.
+fn cost_per_call(exe: &Path, mode: Option<u32>) -> Result<f64> {
+    let mut child = Command::new(exe)
+        .env("UNWIND_CALLS", CALLS.to_string())
+        .stdout(Stdio::piped())
+        .stdin(Stdio::piped())
+        .spawn()
+        .context("starting the unwind fixture")?;
+    let pid = child.id();
+    let result = (|| -> Result<f64> {
+        let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        let mut probed = None;
+        if let Some(mode) = mode {
+            let mut ebpf = check::load(pid, mode, &[])?;
+            let mut unwinder = Unwinder::new(&mut ebpf)?;
+            unwinder.track(pid as i32)?;
+            check::attach(&mut ebpf, exe, "chain_leaf", pid)?;
+            probed = Some((ebpf, unwinder));
+        }
+        // Go: the fixture times its loop and prints the nanoseconds.
+        drop(child.stdin.take());
+        line.clear();
+        stdout.read_line(&mut line)?;
+        if let Some((mut ebpf, _)) = probed {
+            let hits = check::hits(&mut ebpf)?;
+            ensure!(hits == CALLS, "{hits} probe hits for {CALLS} calls");
+        }
+        let ns: f64 = line
+            .trim()
+            .parse()
+            .with_context(|| format!("the fixture printed {line:?}"))?;
+        Ok(ns / CALLS as f64)
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+/// Prints what tracking a process costs user space: a fresh one (every file's rows compiled
+/// and loaded), then the once-a-second call that finds nothing changed.
+fn track_cost(exe: &Path) -> Result<()> {
+    let mut child = Command::new(exe)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the unwind fixture")?;
+    let pid = child.id();
+    let result = (|| -> Result<()> {
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+        if line.trim() != "READY" {
+            bail!("the unwind fixture said {line:?}");
+        }
+        let mut ebpf = check::load(pid, 0, &[])?;
+        let mut unwinder = Unwinder::new(&mut ebpf)?;
+        let t = Instant::now();
+        unwinder.track(pid as i32)?;
+        let fresh = t.elapsed();
+        let t = Instant::now();
+        unwinder.track(pid as i32)?;
+        let unchanged = t.elapsed();
+        let stats = unwinder.stats();
+        eprintln!(
+            "bench: unwind track: {} files, {} rows loaded in {:.1} ms; unchanged again in {:.0} µs",
+            stats.files,
+            stats.rows,
+            fresh.as_secs_f64() * 1e3,
+            unchanged.as_secs_f64() * 1e6
+        );
+        Ok(())
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }

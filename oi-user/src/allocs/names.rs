@@ -132,23 +132,7 @@ fn template_arguments(s: &str) -> Option<Vec<String>> {
 /// `ns::Class::method` → `ns::Class` (the qualifier at top level: `::` inside template
 /// arguments does not count); `None` for an unqualified name.
 pub fn qualifier(function: &str) -> Option<&str> {
-    let bytes = function.as_bytes();
-    let mut depth = 0i32;
-    let mut last = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'<' | b'(' => depth += 1,
-            b'>' | b')' => depth -= 1,
-            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
-                last = Some(i);
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    let at = last?;
+    let at = crate::cpp_name::rfind(function, "::")?;
     let q = &function[..at];
     // `(anonymous namespace)::f` and lambdas' `{lambda()#1}` have no class to name.
     (!q.is_empty() && !q.ends_with(')')).then_some(q)

@@ -11,11 +11,11 @@
 use std::path::Path;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId},
     },
 };
 use oi_common::allocs::{
@@ -27,10 +27,9 @@ use super::hooks::Site;
 use crate::{
     error::{Error, Result},
     event_loop::StderrLog,
-    probe::multi::MultiProgram,
     probe::profiler::{
-        Attachment, Loaded, Mechanism, attach_program_as, detach_program, load_profiler,
-        raise_limits, sum_counters,
+        Attachment, Loaded, Mechanism, load_profiler, load_uprobe, sum_counters, uprobe_mut,
+        uprobe_scope,
     },
     unwind::Unwinder,
 };
@@ -83,9 +82,8 @@ pub struct FileAttachment {
 }
 
 pub struct Program {
-    ebpf: Ebpf,
-    mechanism: Mechanism,
-    multi: Option<MultiProgram>,
+    /// The object: programs, how they attach, the `ARMED` switch.
+    loaded: Loaded,
     sites: PerCpuArray<MapData, SiteStats>,
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
@@ -93,17 +91,10 @@ pub struct Program {
     live_slots: Array<MapData, LiveSlot>,
     counters: PerCpuArray<MapData, u64>,
     mapped: Array<MapData, u64>,
-    /// The program's `ARMED` switch.
-    armed: Array<MapData, u64>,
     mapped_events: Option<RingBuf<MapData>>,
     /// The probes on dynamic linkers' `_dl_debug_state`.
     dl_links: Vec<UProbeLinkId>,
-    logger: Option<aya_log::EbpfLogger<StderrLog>>,
     pub unwinder: Unwinder,
-}
-
-fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
-    move |e| Error::internal(format!("eBPF map {what}: {e}"))
 }
 
 /// One site's counts: the sum of its CPUs' values (the program adds on the CPU it runs on).
@@ -157,7 +148,6 @@ pub fn mapped_record(data: &[u8]) -> Option<Mapped> {
 impl Program {
     /// Loads the program and its maps; nothing is attached yet.
     pub fn load(settings: &Settings) -> Result<Self> {
-        raise_limits();
         let target = settings.target_tgid.unwrap_or(0);
         let (cgroup_id, cgroup_level) = settings.cgroup.unwrap_or((0, 0));
         let mut bucket_ns = [0u64; MAX_BUCKETS];
@@ -175,7 +165,7 @@ impl Program {
         let live_slots = live_slots(settings.max_live);
         let live_mask = live_slots - 1;
         let mut loader = EbpfLoader::new();
-        // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
+        // The program reads no kernel structure, so it needs no BTF relocations (see `footprint::trigger`).
         loader
             .btf(None)
             .override_global("TARGET_TGID", &target, true)
@@ -200,64 +190,34 @@ impl Program {
             .map_max_entries("SITE_STACKS", settings.max_stacks.max(1) + 1);
         // The unwinder's row array is declared with one entry (every object carries it).
         crate::unwind::size_maps(&mut loader);
-        let Loaded {
-            mut ebpf,
-            mechanism,
-            multi,
-            logger,
-        } = load_profiler(&mut loader, OBJECT, PROGRAM, "allocation", settings.verbose)?;
-        if mechanism == Mechanism::PerfEvents {
-            let uretprobe: &mut UProbe = ebpf
-                .program_mut(RETURN_PROGRAM)
-                .and_then(|p| p.try_into().ok())
-                .ok_or_else(|| Error::internal(format!("eBPF program {RETURN_PROGRAM} missing")))?;
-            uretprobe.load().map_err(|e| {
-                Error::internal(format!(
-                    "the kernel refused eBPF program {RETURN_PROGRAM}: {e}"
-                ))
-            })?;
+        let mut loaded =
+            load_profiler(&mut loader, OBJECT, PROGRAM, "allocation", settings.verbose)?;
+        if loaded.mechanism == Mechanism::PerfEvents {
+            load_uprobe(&mut loaded.ebpf, RETURN_PROGRAM)?;
         }
-        let dl: &mut UProbe = ebpf
-            .program_mut(MAPPED_PROGRAM)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| Error::internal(format!("eBPF program {MAPPED_PROGRAM} missing")))?;
-        dl.load().map_err(|e| {
-            Error::internal(format!(
-                "the kernel refused eBPF program {MAPPED_PROGRAM}: {e}"
-            ))
-        })?;
-        let unwinder = Unwinder::new(&mut ebpf)?;
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
-        };
+        load_uprobe(&mut loaded.ebpf, MAPPED_PROGRAM)?;
+        let unwinder = Unwinder::new(&mut loaded.ebpf)?;
         Ok(Self {
-            sites: PerCpuArray::try_from(take("SITES")?).map_err(map_err("SITES"))?,
-            stacks: HashMap::try_from(take("STACKS")?).map_err(map_err("STACKS"))?,
-            live: HashMap::try_from(take("LIVE")?).map_err(map_err("LIVE"))?,
-            live_slots: Array::try_from(take("LIVE_SLOTS")?).map_err(map_err("LIVE_SLOTS"))?,
-            counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
-            mapped: Array::try_from(take("MAPPED")?).map_err(map_err("MAPPED"))?,
-            armed: Array::try_from(take("ARMED")?).map_err(map_err("ARMED"))?,
-            mapped_events: Some(
-                RingBuf::try_from(take("MAPPED_EVENTS")?).map_err(map_err("MAPPED_EVENTS"))?,
-            ),
+            sites: loaded.take_map("SITES")?,
+            stacks: loaded.take_map("STACKS")?,
+            live: loaded.take_map("LIVE")?,
+            live_slots: loaded.take_map("LIVE_SLOTS")?,
+            counters: loaded.take_map("COUNTERS")?,
+            mapped: loaded.take_map("MAPPED")?,
+            mapped_events: Some(loaded.take_map("MAPPED_EVENTS")?),
             dl_links: Vec::new(),
-            logger,
             unwinder,
-            ebpf,
-            mechanism,
-            multi,
+            loaded,
         })
     }
 
     /// The reader of the program's log (`-v`), for the event loop.
     pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<StderrLog>> {
-        self.logger.take()
+        self.loaded.take_logger()
     }
 
     pub fn mechanism(&self) -> Mechanism {
-        self.mechanism
+        self.loaded.mechanism
     }
 
     /// The ring buffer of mapping changes ([`Mapped`] records), for the event loop.
@@ -271,15 +231,8 @@ impl Program {
     /// probe read `_r_debug.r_state`, so that only the call after the mapping holds.
     pub fn attach_dynamic_linker(&mut self, path: &Path, pid: Option<u32>) -> Result<()> {
         let cookie = r_state_cookie(path);
-        let program: &mut UProbe = self
-            .ebpf
-            .program_mut(MAPPED_PROGRAM)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| Error::internal(format!("eBPF program {MAPPED_PROGRAM} missing")))?;
-        let scope = match pid.and_then(std::num::NonZeroU32::new) {
-            Some(pid) => UProbeScope::OneProcess(pid),
-            None => UProbeScope::AllProcesses,
-        };
+        let program = uprobe_mut(&mut self.loaded.ebpf, MAPPED_PROGRAM)?;
+        let scope = uprobe_scope(pid);
         let link = program
             .attach(
                 UProbeAttachPoint {
@@ -299,13 +252,10 @@ impl Program {
         Ok(())
     }
 
-    /// Starts (`true`) or stops counting: armed once every probe of the files found at start
-    /// is attached, disarmed before any is detached, so that no call is seen with only some
-    /// of its probes in place.
+    /// Starts (`true`) or stops counting (see [`Loaded::arm`]); the probes of a file mapped
+    /// later are attached while armed.
     pub fn arm(&mut self, on: bool) -> Result<()> {
-        self.armed
-            .set(0, u64::from(on), 0)
-            .map_err(map_err("ARMED"))
+        self.loaded.arm(on)
     }
 
     /// Lets go of every thread waiting for mapping change `sequence` and those before it.
@@ -317,6 +267,7 @@ impl Program {
     /// handles mapping changes any more.
     pub fn detach_dynamic_linkers(&mut self) {
         if let Some(program) = self
+            .loaded
             .ebpf
             .program_mut(MAPPED_PROGRAM)
             .and_then(|p| <&mut UProbe>::try_from(p).ok())
@@ -346,38 +297,23 @@ impl Program {
         // The uretprobes first: a call entered while its file has entry probes but no
         // uretprobes yet would stay open (see the program's `ARMED`, which covers the files
         // found at start; a file mapped later is attached while armed).
-        let name = match self.mechanism {
-            Mechanism::MultiLink => PROGRAM,
-            Mechanism::PerfEvents => RETURN_PROGRAM,
-        };
+        let name = self.return_program();
         let returns = if returns.is_empty() {
             None
         } else {
-            Some(attach_program_as(
-                &mut self.ebpf,
-                name,
-                self.multi.as_ref(),
-                path,
-                &pairs(&returns),
-                pid,
-                true,
-                progress,
-            )?)
+            Some(
+                self.loaded
+                    .attach(name, path, &pairs(&returns), pid, true, progress)?,
+            )
         };
-        let entries = match attach_program_as(
-            &mut self.ebpf,
-            PROGRAM,
-            self.multi.as_ref(),
-            path,
-            &pairs(&others),
-            pid,
-            false,
-            progress,
-        ) {
+        let entries = match self
+            .loaded
+            .attach(PROGRAM, path, &pairs(&others), pid, false, progress)
+        {
             Ok(a) => a,
             Err(e) => {
                 if let Some(returns) = returns {
-                    detach_program(&mut self.ebpf, name, returns);
+                    self.loaded.detach(name, returns);
                 }
                 return Err(e);
             }
@@ -392,13 +328,19 @@ impl Program {
     pub fn detach(&mut self, attachment: FileAttachment) {
         // Entries first: a call entered after its return probe is gone is abandoned, never
         // closed by a stray return.
-        detach_program(&mut self.ebpf, PROGRAM, attachment.entries);
+        self.loaded.detach(PROGRAM, attachment.entries);
         if let Some(returns) = attachment.returns {
-            let name = match self.mechanism {
-                Mechanism::MultiLink => PROGRAM,
-                Mechanism::PerfEvents => RETURN_PROGRAM,
-            };
-            detach_program(&mut self.ebpf, name, returns);
+            let name = self.return_program();
+            self.loaded.detach(name, returns);
+        }
+    }
+
+    /// The program the uretprobes run: the one program with the return flag on a
+    /// multi-uprobe link, its uretprobe twin as perf events.
+    fn return_program(&self) -> &'static str {
+        match self.loaded.mechanism {
+            Mechanism::MultiLink => PROGRAM,
+            Mechanism::PerfEvents => RETURN_PROGRAM,
         }
     }
 

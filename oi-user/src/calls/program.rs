@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
 };
 use oi_common::calls::{
@@ -22,8 +22,7 @@ pub use crate::probe::profiler::{Attachment, Loaded, Mechanism};
 use crate::{
     error::{Error, Result},
     event_loop::StderrLog,
-    probe::multi::MultiProgram,
-    probe::profiler::{attach_program, detach_program, load_profiler, raise_limits, sum_counters},
+    probe::profiler::{load_profiler, map_error, sum_counters},
 };
 
 const PROGRAM: &str = "oi_calls";
@@ -60,30 +59,21 @@ pub struct Snapshot {
 }
 
 pub struct Program {
-    ebpf: Ebpf,
-    mechanism: Mechanism,
-    multi: Option<MultiProgram>,
+    /// The object: programs, how they attach, the `ARMED` switch.
+    loaded: Loaded,
     nodes: HashMap<MapData, NodeKey, u32>,
     stats: Array<MapData, NodeStats>,
     counters: PerCpuArray<MapData, u64>,
     globals: Array<MapData, u64>,
     threads: HashMap<MapData, u64, ThreadState>,
     histogram: Array<MapData, u64>,
-    /// The program's `ARMED` switch.
-    armed: Array<MapData, u64>,
     records: Option<RingBuf<MapData>>,
-    logger: Option<aya_log::EbpfLogger<StderrLog>>,
     max_nodes: u32,
-}
-
-fn map_err(what: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
-    move |e| Error::internal(format!("eBPF map {what}: {e}"))
 }
 
 impl Program {
     /// Loads the program and its maps; nothing is attached yet.
     pub fn load(settings: &Settings) -> Result<Self> {
-        raise_limits();
         let self_tgid = std::process::id();
         let target = settings.target_tgid.unwrap_or(0);
         let (cgroup_id, cgroup_level) = settings.cgroup.unwrap_or((0, 0));
@@ -98,7 +88,7 @@ impl Program {
         let max_nodes = settings.max_nodes.max(1);
         let log_level: u8 = if settings.verbose { 0xff } else { 0 };
         let mut loader = EbpfLoader::new();
-        // The program reads no kernel structure, so it needs no BTF relocations (see probe.rs).
+        // The program reads no kernel structure, so it needs no BTF relocations (see `footprint::trigger`).
         loader
             .btf(None)
             .override_global("TARGET_TGID", &target, true)
@@ -114,40 +104,28 @@ impl Program {
             .map_max_entries("NODES", max_nodes)
             .map_max_entries("STATS", max_nodes)
             .map_max_entries("HISTOGRAM", histogram_entries);
-        let Loaded {
-            mut ebpf,
-            mechanism,
-            multi,
-            logger,
-        } = load_profiler(&mut loader, OBJECT, PROGRAM, "call-tree", settings.verbose)?;
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
-        };
+        let mut loaded =
+            load_profiler(&mut loader, OBJECT, PROGRAM, "call-tree", settings.verbose)?;
         Ok(Self {
-            nodes: HashMap::try_from(take("NODES")?).map_err(map_err("NODES"))?,
-            stats: Array::try_from(take("STATS")?).map_err(map_err("STATS"))?,
-            counters: PerCpuArray::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?,
-            globals: Array::try_from(take("GLOBALS")?).map_err(map_err("GLOBALS"))?,
-            threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
-            histogram: Array::try_from(take("HISTOGRAM")?).map_err(map_err("HISTOGRAM"))?,
-            armed: Array::try_from(take("ARMED")?).map_err(map_err("ARMED"))?,
-            records: Some(RingBuf::try_from(take("RECORDS")?).map_err(map_err("RECORDS"))?),
-            logger,
-            ebpf,
-            mechanism,
-            multi,
+            nodes: loaded.take_map("NODES")?,
+            stats: loaded.take_map("STATS")?,
+            counters: loaded.take_map("COUNTERS")?,
+            globals: loaded.take_map("GLOBALS")?,
+            threads: loaded.take_map("THREADS")?,
+            histogram: loaded.take_map("HISTOGRAM")?,
+            records: Some(loaded.take_map("RECORDS")?),
+            loaded,
             max_nodes,
         })
     }
 
     /// The reader of the program's log (`-v`), for the event loop.
     pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<StderrLog>> {
-        self.logger.take()
+        self.loaded.take_logger()
     }
 
     pub fn mechanism(&self) -> Mechanism {
-        self.mechanism
+        self.loaded.mechanism
     }
 
     /// The ring buffer of `--chrome` records and `--count` completions, for the event loop.
@@ -165,29 +143,19 @@ impl Program {
         progress: &mut dyn FnMut(usize),
     ) -> Result<Attachment> {
         let pairs: Vec<(u64, u64)> = sites.iter().map(|s| (s.file_offset, s.cookie)).collect();
-        attach_program(
-            &mut self.ebpf,
-            PROGRAM,
-            self.multi.as_ref(),
-            path,
-            &pairs,
-            pid,
-            progress,
-        )
+        self.loaded
+            .attach(PROGRAM, path, &pairs, pid, false, progress)
     }
 
-    /// Starts (`true`) or stops counting the target's calls: armed once every probe is
-    /// attached, disarmed before any is detached, so that no window sees only some of its
-    /// probes (see the program's `ARMED`).
+    /// Starts (`true`) or stops counting the target's calls: no window sees only some of its
+    /// probes (see the program's `ARMED` and [`Loaded::arm`]).
     pub fn arm(&mut self, on: bool) -> Result<()> {
-        self.armed
-            .set(0, u64::from(on), 0)
-            .map_err(map_err("ARMED"))
+        self.loaded.arm(on)
     }
 
     /// Detaches what `attachment` attached.
     pub fn detach(&mut self, attachment: Attachment) {
-        detach_program(&mut self.ebpf, PROGRAM, attachment);
+        self.loaded.detach(PROGRAM, attachment);
     }
 
     /// Reads every node with its aggregates, the counters and the globals.
@@ -244,10 +212,10 @@ impl Program {
         }
         let zero = NodeStats::default();
         for id in 0..self.max_nodes {
-            self.stats.set(id, zero, 0).map_err(map_err("STATS"))?;
+            self.stats.set(id, zero, 0).map_err(map_error("STATS"))?;
         }
         for i in 0..global::COUNT {
-            self.globals.set(i, 0, 0).map_err(map_err("GLOBALS"))?;
+            self.globals.set(i, 0, 0).map_err(map_error("GLOBALS"))?;
         }
         let cpus = aya::util::nr_cpus()
             .map_err(|(_, e)| Error::internal(format!("counting CPUs: {e}")))?;
@@ -256,7 +224,7 @@ impl Program {
                 .map_err(|e| Error::internal(format!("eBPF map COUNTERS: {e}")))?;
             self.counters
                 .set(i, zeros, 0)
-                .map_err(map_err("COUNTERS"))?;
+                .map_err(map_error("COUNTERS"))?;
         }
         for key in self.threads_inside() {
             self.forget_thread(key);

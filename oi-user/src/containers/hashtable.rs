@@ -110,15 +110,15 @@ impl HashLayout {
     /// exclusiveSize under `sizing`; `key_size` as [`Self::exclusive`].
     pub fn charge(
         &self,
-        sizing: crate::plan::Sizing,
+        sizing: super::Sizing,
         len: u64,
         buckets: u64,
         key_size: u64,
         is_map: bool,
     ) -> u64 {
         match sizing {
-            crate::plan::Sizing::Oi => self.exclusive(len, buckets, key_size),
-            crate::plan::Sizing::Real => self.exclusive_real(len, buckets, is_map),
+            super::Sizing::Oi => self.exclusive(len, buckets, key_size),
+            super::Sizing::Real => self.exclusive_real(len, buckets, is_map),
         }
     }
 }

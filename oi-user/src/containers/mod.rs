@@ -27,6 +27,33 @@ use crate::typegraph::{Kind, TypeGraph, TypeId, layout};
 // the families here only lay out and walk what it recognised.
 pub use crate::typegraph::kinds::{ContainerKind, recognise};
 
+/// Which rules charge a container's bytes (docs/semantics.md, "Two sizings"): `Real`, the
+/// bytes its library really obtained from the allocator for it; `Oi`, Object Introspection's
+/// rules, byte for byte. Decided when the plan is built (a hash node's size is static) and
+/// read by the decoder and the walkers that add up sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Sizing {
+    Real,
+    #[default]
+    Oi,
+}
+
+impl Sizing {
+    /// As `--sizes` and the summary spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sizing::Real => "real",
+            Sizing::Oi => "oi",
+        }
+    }
+
+    /// Bytes a heap string allocated beyond its capacity, in characters: the terminator,
+    /// which OI's rules do not count.
+    pub fn terminator(self) -> u64 {
+        u64::from(self == Sizing::Real)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     #[error("unexpected layout of {container}: {what}")]

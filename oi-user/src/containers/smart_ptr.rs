@@ -11,8 +11,46 @@
 //! (`__shared_ptr_pointer` with a stateless deleter) adds the pointer: 32 bytes.
 
 use super::{LayoutError, field, first_pointer, round_up, unexpected};
-use crate::plan::ControlBlock;
 use crate::typegraph::{Kind, TypeGraph, TypeId};
+
+/// The control block of a `shared_ptr` under real sizes (`containers::smart_ptr`): where
+/// the pointer to it sits in the `shared_ptr`, and what each kind of block costs beyond the
+/// object it manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ControlBlock {
+    /// Offset of the control block pointer in the `shared_ptr` object.
+    pub offset: u64,
+    /// `make_shared`'s combined block holds the object at this offset from its start.
+    pub inplace_at: u64,
+    /// The combined block's bytes beyond the object (its counts, vptr and padding).
+    pub inplace_extra: u64,
+    /// A block of its own (`shared_ptr<T>(new T)`): its bytes.
+    pub separate: u64,
+}
+
+impl ControlBlock {
+    /// The stream's word for a control block pointer `cb` beside object pointer `ptr`: 0 no
+    /// block, 1 combined with the object, 2 a block of its own.
+    pub fn kind(&self, ptr: u64, cb: u64) -> u64 {
+        if cb == 0 {
+            0
+        } else if cb.wrapping_add(self.inplace_at) == ptr {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// Bytes charged for a block of `kind` whose object was `descended` into (a block
+    /// reached again, with its object, is charged once).
+    pub fn charge(&self, kind: u64, descended: bool) -> u64 {
+        match (descended, kind) {
+            (true, 1) => self.inplace_extra,
+            (true, 2) => self.separate,
+            _ => 0,
+        }
+    }
+}
 
 /// Offset of the stored pointer of a unique_ptr: the pointer to its element type (a
 /// stateful deleter may hold pointers of its own, and sits before it in memory).

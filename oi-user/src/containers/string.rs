@@ -4,8 +4,8 @@
 //! the heap under real sizes (the terminator is allocated too), 32 + capacity·sizeof(CharT)
 //! under OI's rules (docs/semantics.md, "Structs and standard containers").
 
+use super::Sizing;
 use super::{LayoutError, field, unexpected};
-use crate::plan::Sizing;
 use crate::typegraph::{TypeGraph, TypeId, layout};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -182,25 +182,7 @@ fn strip_literal_suffix(t: &str) -> String {
 /// The scopes and the unqualified name of a qualified name, split at the `::` outside any
 /// template argument list or parentheses: `std::map<a::b, c>` → `["std", "map<a::b, c>"]`.
 fn split_scopes(name: &str) -> Vec<&str> {
-    let bytes = name.as_bytes();
-    let mut parts = Vec::new();
-    let (mut depth, mut start, mut i) = (0i32, 0, 0);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'<' | b'(' | b'[' => depth += 1,
-            b'>' | b')' | b']' => depth -= 1,
-            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
-                parts.push(&name[start..i]);
-                i += 2;
-                start = i;
-                continue;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    parts.push(&name[start..]);
-    parts
+    crate::cpp_name::split(name, "::")
 }
 
 impl DebugInfo<'_> {

@@ -42,18 +42,7 @@ pub fn protoc_camel(member: &str) -> String {
 /// The scope a qualified name is declared in (`a::B::Impl_` → `a::B`), outside template
 /// argument lists; empty at the top level.
 fn scope_of(qualified: &str) -> &str {
-    let mut depth = 0i32;
-    let mut cut = None;
-    let b = qualified.as_bytes();
-    for (i, &c) in b.iter().enumerate() {
-        match c {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b':' if depth == 0 && b.get(i + 1) == Some(&b':') => cut = Some(i),
-            _ => {}
-        }
-    }
-    cut.map_or("", |i| &qualified[..i])
+    crate::cpp_name::rfind(qualified, "::").map_or("", |i| &qualified[..i])
 }
 
 /// The union members of `holder` the rule names: (name, byte offset, type), with `{i}`.

@@ -20,16 +20,23 @@ use aya::{
     maps::{Array, HashMap, MapData, RingBuf},
     programs::{
         UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId},
     },
 };
 use oi_common::{Event, ProbeConfig, ProbeCounters, point};
 
-use crate::probe::multi::{MultiLink, MultiProgram};
 use crate::{
     error::{Error, Result},
     kernel_features::KernelFeatures,
     privileges,
+    probe::{
+        multi::{MultiLink, MultiProgram},
+        not_permitted::NotPermitted,
+        profiler::{
+            load_object, load_uprobe, map_error, raise_memlock_limit, take_map, uprobe_mut,
+            uprobe_scope,
+        },
+    },
 };
 
 const ENTRY_PROGRAM: &str = "oi_entry";
@@ -63,52 +70,27 @@ pub struct Trigger {
     multi_links: Vec<MultiLink>,
 }
 
-fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
-    move |e| Error::internal(format!("eBPF map {what}: {e}"))
-}
-
 impl Trigger {
     /// Loads the programs and maps into the kernel; nothing is attached yet.
     pub fn load() -> Result<Self> {
         raise_memlock_limit();
         // The programs read no kernel structures, so they need no BTF relocations: `.btf(None)`
         // spares a second parse of the kernel's BTF (`Ebpf::load` would do two, ~50 ms each).
-        let mut ebpf = EbpfLoader::new().btf(None).load(OBJECT).map_err(|e| {
-            let msg = e.to_string();
-            if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-                Error::input(privileges::refusal(
-                    "loading eBPF programs",
-                    privileges::TO_LOAD,
-                ))
-            } else {
-                Error::internal(format!("loading the eBPF programs: {e}"))
-            }
-        })?;
+        let mut ebpf = load_object(EbpfLoader::new().btf(None), OBJECT, "the eBPF programs")?;
         let name = ENTRY_PROGRAM;
-        let program: &mut UProbe = ebpf
-            .program_mut(name)
-            .ok_or_else(|| Error::internal(format!("eBPF program {name} missing")))?
-            .try_into()
-            .map_err(|e| Error::internal(format!("eBPF program {name}: {e}")))?;
-        program
-            .load()
-            .map_err(|e| Error::internal(format!("the kernel refused eBPF program {name}: {e}")))?;
+        load_uprobe(&mut ebpf, name)?;
         // Loaded before the maps are taken out of `ebpf` (it shares them). A kernel that
         // refuses it leaves perf-event uprobes, which need no second copy.
         let multi = KernelFeatures::get()
             .uprobe_multi_link
             .then(|| MultiProgram::load(OBJECT, &ebpf, name).ok())
             .flatten();
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
-        };
-        let config = Array::try_from(take("CONFIG")?).map_err(map_err("CONFIG"))?;
-        let counters = Array::try_from(take("COUNTERS")?).map_err(map_err("COUNTERS"))?;
-        let seized = HashMap::try_from(take("SEIZED")?).map_err(map_err("SEIZED"))?;
-        let busy = HashMap::try_from(take("BUSY")?).map_err(map_err("BUSY"))?;
-        let announced = HashMap::try_from(take("ANNOUNCED")?).map_err(map_err("ANNOUNCED"))?;
-        let events = RingBuf::try_from(take("EVENTS")?).map_err(map_err("EVENTS"))?;
+        let config = take_map(&mut ebpf, "CONFIG")?;
+        let counters = take_map(&mut ebpf, "COUNTERS")?;
+        let seized = take_map(&mut ebpf, "SEIZED")?;
+        let busy = take_map(&mut ebpf, "BUSY")?;
+        let announced = take_map(&mut ebpf, "ANNOUNCED")?;
+        let events = take_map(&mut ebpf, "EVENTS")?;
         Ok(Self {
             ebpf,
             config,
@@ -128,17 +110,9 @@ impl Trigger {
     pub fn attach(&mut self, index: u32, config: ProbeConfig, point: &AttachPoint) -> Result<()> {
         self.config
             .set(index, config, 0)
-            .map_err(map_err("CONFIG"))?;
-        let name = ENTRY_PROGRAM;
-        let program: &mut UProbe = self
-            .ebpf
-            .program_mut(name)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| Error::internal(format!("eBPF program {name} missing")))?;
-        let scope = match point.pid.and_then(std::num::NonZeroU32::new) {
-            Some(pid) => UProbeScope::OneProcess(pid),
-            None => UProbeScope::AllProcesses,
-        };
+            .map_err(map_error("CONFIG"))?;
+        let program = uprobe_mut(&mut self.ebpf, ENTRY_PROGRAM)?;
+        let scope = uprobe_scope(point.pid);
         let cookie = point::cookie(index, point.flags);
         let attached = program.attach(
             UProbeAttachPoint {
@@ -153,7 +127,7 @@ impl Trigger {
                 self.links.push(link);
                 return Ok(());
             }
-            Err(e) if refused_for_privileges(&e) => e,
+            Err(e) if NotPermitted::among_causes(&e, NotPermitted::ATTACHING).is_some() => e,
             Err(e) => {
                 return Err(Error::internal(format!(
                     "attaching a uprobe to {} at offset {:#x}: {e}",
@@ -173,7 +147,9 @@ impl Trigger {
                 self.multi_links.push(link);
                 Ok(())
             }
-            Some(Err(e)) if !refused_for_privileges(&e) => Err(Error::internal(e.to_string())),
+            Some(Err(e)) if NotPermitted::among_causes(&e, NotPermitted::ATTACHING).is_none() => {
+                Err(Error::internal(e.to_string()))
+            }
             _ => Err(Error::input(format!(
                 "the kernel refused the uprobe on {} ({refused}): {}",
                 point.path.display(),
@@ -237,7 +213,7 @@ impl Trigger {
     pub fn mark_seized(&mut self, tgid: i32) -> Result<()> {
         self.seized
             .insert(tgid as u32, 1, 0)
-            .map_err(map_err("SEIZED"))
+            .map_err(map_error("SEIZED"))
     }
 
     pub fn forget(&mut self, tgid: i32) {
@@ -278,30 +254,4 @@ impl Trigger {
     pub fn events_fd(&self) -> RawFd {
         self.events.as_raw_fd()
     }
-}
-
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lifting it is harmless elsewhere.
-fn raise_memlock_limit() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads the struct we pass and nothing else.
-    unsafe {
-        libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
-    }
-}
-
-/// Whether an error, or one of its causes, is the kernel's EACCES / EPERM.
-fn refused_for_privileges(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cause {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM))
-        {
-            return true;
-        }
-        cause = err.source();
-    }
-    false
 }

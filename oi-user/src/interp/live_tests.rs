@@ -20,35 +20,14 @@ use crate::debuginfo::{Binary, find_function};
 use crate::footprint::measure::{Measurer, OutputFormat};
 use crate::interp::RemoteReader;
 
-/// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
+/// Builds `tests/fixtures/NAME.cpp` with `flags` (`-O0` when none) into `target/fixtures/`,
+/// named after both (`footprint_basicO1`).
 pub fn build_fixture(name: &str, flags: &[&str]) -> PathBuf {
-    // Tests run in parallel threads and share fixtures: build one at a time.
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let src = root.join("tests/fixtures").join(format!("{name}.cpp"));
-    let dir = root.join("target/fixtures");
-    std::fs::create_dir_all(&dir).expect("create target/fixtures");
+    let flags: &[&str] = if flags.is_empty() { &["-O0"] } else { flags };
     let tag = flags.join("").replace(['-', '='], "");
-    let exe = dir.join(format!("{name}{tag}"));
-    let fresh = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-    if fresh(&exe).is_none() || fresh(&exe) < fresh(&src) {
-        let out = Command::new("g++")
-            .args(["-g", "-std=c++17"])
-            .args(flags)
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .expect("run g++");
-        assert!(
-            out.status.success(),
-            "g++ failed on {}: {}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    exe
+    oi_e2e::FixtureBuild::new(name)
+        .variant(&format!("{name}{tag}"), flags)
+        .build()
 }
 
 #[derive(Debug)]

@@ -10,7 +10,6 @@
 
 use std::ffi::{CString, c_void};
 use std::path::Path;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use oi_common::EntryRegs;
@@ -30,28 +29,10 @@ struct Lib {
 fn lib() -> &'static Lib {
     static LIB: OnceLock<Lib> = OnceLock::new();
     LIB.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let src = root.join("src/jit/testdata/objects.cpp");
-        let dir = root.join("../target/fixtures");
-        std::fs::create_dir_all(&dir).expect("create target/fixtures");
-        let path = dir.join("jit_objects.so");
-        let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-        if mtime(&path).is_none() || mtime(&path) < mtime(&src) {
-            // Build to a temporary name: concurrent test binaries may load the old one.
-            let tmp = dir.join(format!("jit_objects.so.{}", std::process::id()));
-            let out = Command::new("g++")
-                .args(["-g", "-O1", "-std=c++17", "-shared", "-fPIC", "-o"])
-                .arg(&tmp)
-                .arg(&src)
-                .output()
-                .expect("run g++");
-            assert!(
-                out.status.success(),
-                "g++: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::rename(&tmp, &path).expect("rename fixture");
-        }
+        let path = oi_e2e::FixtureBuild::new("objects")
+            .source_in(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/jit/testdata"))
+            .variant("jit_objects", &[])
+            .build_shared();
         let c = CString::new(path.to_str().expect("utf8 path")).expect("path");
         // SAFETY: dlopen of a library we just built; its constructors are libstdc++'s.
         let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };

@@ -1,11 +1,14 @@
-//! The eBPF side every tool shares: loading a profiler's object and attaching, detaching its
-//! programs (`profiler`), multi-uprobe links (`multi`), what a profiler traces (`scope`: the
-//! processes and the files they run), and the kernel's clock.
+//! The eBPF side every tool shares: loading an eBPF object and a profiler's programs,
+//! attaching, detaching them, file by file or all or nothing (`profiler`), multi-uprobe links
+//! (`multi`), telling a refusal for want of privileges from other failures (`not_permitted`),
+//! what a profiler traces (`scope`: the processes and the files they run), and the kernel's
+//! clock.
 //!
 //! Knows nothing of any one tool's programs or maps: a tool's loader (footprint's trigger,
 //! `allocs::program`, `calls::program`) says what to load and where to attach it.
 
 pub mod multi;
+pub mod not_permitted;
 pub mod profiler;
 pub mod scope;
 

@@ -319,20 +319,10 @@ fn declared_only(text: &str, depth: u32) -> String {
 fn template_args(text: &str) -> Option<(&str, Vec<&str>)> {
     let open = text.find('<')?;
     let inner = text[open + 1..].trim_end().strip_suffix('>')?;
-    let mut args = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in inner.char_indices() {
-        match c {
-            '<' | '(' | '[' => depth += 1,
-            '>' | ')' | ']' => depth -= 1,
-            ',' if depth == 0 => {
-                args.push(inner[start..i].trim());
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    args.push(inner[start..].trim());
+    let args = crate::cpp_name::split(inner, ",")
+        .into_iter()
+        .map(str::trim)
+        .collect();
     Some((text[..open].trim(), args))
 }
 

@@ -14,20 +14,13 @@ use std::{
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
-    programs::{
-        UProbe,
-        uprobe::{UProbeAttachLocation, UProbeScope},
-    },
+    Ebpf,
+    maps::{MapData, RingBuf},
 };
 use oi_common::stack::{StackSample, check_mode};
 
-use super::{Unwinder, size_maps};
+use super::{Unwinder, check};
 use crate::symbolize::Symbolizer;
-
-const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stack_check"));
-const PROGRAM: &str = "oi_stack_check";
 
 /// The chain of `unwind_chain.cpp`, innermost first, up to `main`.
 const CHAIN: &[&str] = &[
@@ -43,72 +36,9 @@ const CHAIN: &[&str] = &[
     "main",
 ];
 
-/// The fixture and its library, built with `flags` into `target/fixtures/`.
+/// The fixture and its library, built with `flags` (see [`oi_e2e::unwind_chain`]).
 pub(crate) fn build(flags: &[&str]) -> PathBuf {
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let tag = flags.join("").replace(['-', '='], "");
-    let dir = root.join("target/fixtures").join(format!("unwind{tag}"));
-    std::fs::create_dir_all(&dir).expect("create fixture dir");
-    let exe = dir.join("unwind_chain");
-    // Rebuilt only when a source is newer: a running fixture of another test must keep
-    // mapping the file its probe is attached to.
-    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-    let sources = ["unwind_chain.cpp", "unwind_hop.cpp"]
-        .map(|name| modified(&root.join("tests/fixtures").join(name)));
-    let built = ["unwind_chain", "libunwind_hop.so", "libunwind_hop_dl.so"]
-        .map(|name| modified(&dir.join(name)))
-        .into_iter()
-        .min()
-        .flatten();
-    if built.is_some() && sources.iter().all(|s| *s <= built) {
-        return exe;
-    }
-    let g = |args: &[&str]| {
-        let out = Command::new("g++")
-            .args(["-g", "-std=c++17"])
-            .args(flags)
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .expect("run g++");
-        assert!(
-            out.status.success(),
-            "g++ {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let src = |name: &str| {
-        root.join("tests/fixtures")
-            .join(name)
-            .to_string_lossy()
-            .into_owned()
-    };
-    g(&[
-        "-shared",
-        "-fPIC",
-        &src("unwind_hop.cpp"),
-        "-o",
-        "libunwind_hop.so",
-    ]);
-    // The same library under another name (another file): what the fixture loads with
-    // dlopen when asked.
-    std::fs::copy(
-        dir.join("libunwind_hop.so"),
-        dir.join("libunwind_hop_dl.so"),
-    )
-    .expect("copy the library");
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    g(&[
-        &src("unwind_chain.cpp"),
-        "-L.",
-        "-lunwind_hop",
-        &rpath,
-        "-o",
-        "unwind_chain",
-    ]);
-    exe
+    oi_e2e::unwind_chain(flags)
 }
 
 /// A running fixture; killed (by pid) when dropped.
@@ -138,43 +68,11 @@ fn start(exe: &Path) -> Fixture {
 
 /// Loads the test program for process `pid` with `mode`, its maps sized for the unwinder.
 fn load(pid: u32, mode: u32) -> Ebpf {
-    load_with_rows(pid, mode, None)
-}
-
-/// As [`load`], with a row array of `rows` rows rather than the unwinder's size.
-fn load_with_rows(pid: u32, mode: u32, rows: Option<u32>) -> Ebpf {
-    let mut loader = EbpfLoader::new();
-    loader
-        .btf(None)
-        .override_global("TARGET_TGID", &pid, true)
-        .override_global("MODE", &mode, true);
-    size_maps(&mut loader);
-    if let Some(rows) = rows {
-        loader.map_max_entries("UNWIND_ROWS", rows);
-    }
-    let mut ebpf = loader.load(OBJECT).expect("load stack_check");
-    let program: &mut UProbe = ebpf
-        .program_mut(PROGRAM)
-        .expect("program")
-        .try_into()
-        .expect("uprobe");
-    program.load().expect("the verifier accepts stack_check");
-    ebpf
+    check::load(pid, mode, &[]).expect("load stack_check")
 }
 
 fn attach(ebpf: &mut Ebpf, exe: &Path, symbol: &str, pid: u32) {
-    let program: &mut UProbe = ebpf
-        .program_mut(PROGRAM)
-        .expect("program")
-        .try_into()
-        .expect("uprobe");
-    program
-        .attach(
-            UProbeAttachLocation::Symbol(symbol),
-            exe,
-            UProbeScope::OneProcess(pid.try_into().expect("pid")),
-        )
-        .expect("attach");
+    check::attach(ebpf, exe, symbol, pid).expect("attach");
 }
 
 /// The next sample of the ring buffer (waits for the fixture's next call).
@@ -389,7 +287,7 @@ fn rows_that_do_not_fit_are_counted() {
     let total: u64 = sizes.iter().sum();
     // Room for the largest file only.
     let capacity = *sizes.iter().max().expect("files") as u32;
-    let mut ebpf = load_with_rows(pid, 0, Some(capacity));
+    let mut ebpf = check::load(pid, 0, &[("UNWIND_ROWS", capacity)]).expect("load stack_check");
     let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
     unwinder.track(pid as i32).expect("track");
     let stats = unwinder.stats();
@@ -410,15 +308,7 @@ fn processes_that_do_not_fit_are_counted() {
     let first = start(&exe);
     let second = start(&exe);
     let (a, b) = (first.0.id() as i32, second.0.id() as i32);
-    let (target, mode) = (a as u32, 0u32);
-    let mut loader = EbpfLoader::new();
-    loader
-        .btf(None)
-        .override_global("TARGET_TGID", &target, true)
-        .override_global("MODE", &mode, true);
-    size_maps(&mut loader);
-    loader.map_max_entries("UNWIND_MAPPINGS", 1);
-    let mut ebpf = loader.load(OBJECT).expect("load stack_check");
+    let mut ebpf = check::load(a as u32, 0, &[("UNWIND_MAPPINGS", 1)]).expect("load stack_check");
     let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
     unwinder.track(a).expect("track the first");
     unwinder.track(b).expect("a full table is no error");
@@ -430,93 +320,4 @@ fn processes_that_do_not_fit_are_counted() {
     unwinder.forget(b);
     unwinder.track(b).expect("room again");
     assert_eq!(unwinder.stats().processes_untracked, 1);
-}
-
-/// Cost per hit of a uprobe on the fixture's innermost function, by what the program does:
-/// nothing (a bare uprobe), a frame-pointer walk (`bpf_get_stack`), the CFI walk
-/// (`user_stack`). Not a test: `cargo test --release -p oi-user unwind_cost -- --ignored
-/// --nocapture` prints the figures (the bench row of `cargo xtask bench --only unwind`).
-#[test]
-#[ignore = "cost probe, asserts nothing: `cargo xtask bench --only unwind` runs it"]
-fn unwind_cost() {
-    let exe = build(&["-O2", "-fomit-frame-pointer"]);
-    let bench = exe.with_file_name("unwind_chain_bench");
-    let _ = std::fs::remove_file(&bench);
-    std::fs::copy(&exe, &bench).expect("copy");
-    let modes = [
-        ("no probe", None),
-        ("bare uprobe", Some(0)),
-        ("bpf_get_stack", Some(check_mode::FRAME_POINTERS)),
-        ("user_stack", Some(check_mode::CFI)),
-    ];
-    // Rounds interleave the modes, and the best round counts, so that load from elsewhere on
-    // the machine does not favour one mode.
-    let mut best = [f64::MAX; 4];
-    for _round in 0..3 {
-        for (i, (_, mode)) in modes.iter().enumerate() {
-            best[i] = best[i].min(cost_per_call(&bench, *mode));
-        }
-    }
-    // What tracking costs user space: a fresh process (every file compiled and loaded), then
-    // the once-a-second call that finds nothing changed.
-    let fixture = start(&exe);
-    let pid = fixture.0.id();
-    let mut ebpf = load(pid, 0);
-    let mut unwinder = Unwinder::new(&mut ebpf).expect("unwinder");
-    let t = Instant::now();
-    unwinder.track(pid as i32).expect("track");
-    let fresh = t.elapsed();
-    let t = Instant::now();
-    unwinder.track(pid as i32).expect("track");
-    let unchanged = t.elapsed();
-    let stats = unwinder.stats();
-    println!(
-        "unwind track: {} files, {} rows loaded in {:.1} ms; unchanged again in {:.0} us",
-        stats.files,
-        stats.rows,
-        fresh.as_secs_f64() * 1e3,
-        unchanged.as_secs_f64() * 1e6
-    );
-    drop(fixture);
-    // Read by `cargo xtask bench --only unwind` (xtask/src/bench/unwind.rs).
-    for ((label, _), ns) in modes.iter().zip(best) {
-        println!("unwind cost: {label}: {ns:.0} ns per call");
-    }
-}
-
-/// Runs the fixture in `calls` mode (`UNWIND_CALLS` chains back to back, then exit) and
-/// returns its wall time per chain.
-fn cost_per_call(exe: &Path, mode: Option<u32>) -> f64 {
-    const CALLS: u64 = 200_000;
-    let mut child = Command::new(exe)
-        .env("UNWIND_CALLS", CALLS.to_string())
-        .stdout(Stdio::piped())
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let pid = child.id();
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("READY");
-    let mut ebpf = None;
-    if let Some(mode) = mode {
-        let mut e = load(pid, mode);
-        let mut unwinder = Unwinder::new(&mut e).expect("unwinder");
-        unwinder.track(pid as i32).expect("track");
-        attach(&mut e, exe, "chain_leaf", pid);
-        ebpf = Some((e, unwinder));
-    }
-    // Go: the fixture times its loop and prints the nanoseconds.
-    drop(child.stdin.take());
-    line.clear();
-    stdout.read_line(&mut line).expect("result");
-    let _ = child.wait();
-    if let Some((mut e, _)) = ebpf {
-        let hits: PerCpuArray<MapData, u64> =
-            PerCpuArray::try_from(e.take_map("HITS").expect("HITS")).expect("hits");
-        let total: u64 = hits.get(&0, 0).expect("hits").iter().sum();
-        assert_eq!(total, CALLS, "every call hit the probe");
-    }
-    let ns: f64 = line.trim().parse().expect("fixture prints ns");
-    ns / CALLS as f64
 }

@@ -389,5 +389,6 @@ impl Unwinder {
     }
 }
 
+pub mod check;
 #[cfg(test)]
 pub(crate) mod live_tests;

@@ -2,6 +2,7 @@
 
 use object::{Object as _, ObjectSymbol as _};
 
+use super::lookup::name_suffixes;
 use super::*;
 use crate::interp::live_tests::build_fixture;
 

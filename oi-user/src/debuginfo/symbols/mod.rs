@@ -6,6 +6,7 @@ use cpp_demangle::Symbol;
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
 
 use super::{Binary, ElfError};
+use crate::cpp_name;
 
 /// A function found in a binary's symbol tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -565,37 +566,8 @@ fn matching_close(name: &str, open: usize) -> Option<usize> {
 
 /// The last space outside brackets (between a return type and the name).
 fn last_top_level_space(s: &str) -> Option<usize> {
-    let mut depth = 0i32;
-    let mut last = None;
-    for (i, b) in s.bytes().enumerate() {
-        match b {
-            b'<' | b'(' | b'[' | b'{' => depth += 1,
-            b'>' | b')' | b']' | b'}' => depth -= 1,
-            b' ' if depth == 0 => last = Some(i),
-            _ => {}
-        }
-    }
     // `operator new` is one name.
-    last.filter(|&at| !s[..at].ends_with("operator"))
-}
-
-/// The parts of a comma-separated list at bracket depth 0.
-fn split_top_level(list: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, b) in list.bytes().enumerate() {
-        match b {
-            b'<' | b'(' | b'[' | b'{' => depth += 1,
-            b'>' | b')' | b']' | b'}' => depth -= 1,
-            b',' if depth == 0 => {
-                out.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&list[start..]);
-    out
+    cpp_name::rfind(s, " ").filter(|&at| !s[..at].ends_with("operator"))
 }
 
 /// A parameter list as the demangler spells it: `const T&` becomes `T const&`, and
@@ -603,7 +575,7 @@ fn split_top_level(list: &str) -> Vec<&str> {
 fn canonical_params(params: &str) -> String {
     const STRING: &str =
         "std::__cxx11::basic_string<char,std::char_traits<char>,std::allocator<char>>";
-    split_top_level(&normalize(params))
+    cpp_name::split(&normalize(params), ",")
         .into_iter()
         .map(|p| {
             let mut p = p.trim().to_string();
@@ -625,24 +597,10 @@ fn canonical_params(params: &str) -> String {
 
 /// The `::`-separated components of a qualified name, brackets balanced.
 fn components(qualified: &str) -> Vec<String> {
-    let bytes = qualified.as_bytes();
-    let mut out = Vec::new();
-    let (mut depth, mut start, mut i) = (0i32, 0, 0);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'<' | b'(' | b'[' => depth += 1,
-            b'>' | b')' | b']' => depth -= 1,
-            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
-                out.push(qualified[start..i].to_string());
-                start = i + 2;
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    out.push(qualified[start..].to_string());
-    out
+    cpp_name::split(qualified, "::")
+        .into_iter()
+        .map(str::to_string)
+        .collect()
 }
 
 /// Words cpp_demangle writes itself rather than copying them from the mangled name: builtin

@@ -17,7 +17,7 @@ use oi_common::inject::{DataLayout, usable};
 
 use super::{
     Align, Shape, Snapshot,
-    local::{Local, executable, pair_cost},
+    local::{Local, executable},
     usable::jemalloc_usable,
 };
 
@@ -782,22 +782,6 @@ fn the_reader_refuses_hostile_bytes_without_panicking() {
     for p in blocks {
         // SAFETY: blocks of libc's malloc.
         unsafe { libc::free(p) };
-    }
-}
-
-/// The measurement behind the report's figure: `cargo test --release -p oi-user --lib
-/// inject::record::tests::pair_cost_measurement -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn pair_cost_measurement() {
-    for threads in [1, 4] {
-        let c = pair_cost(threads, 5_000_000).unwrap();
-        println!(
-            "{threads} thread(s): direct {:.1} ns/pair, wrapped {:.1} ns/pair, added {:.1} ns",
-            c.direct_ns,
-            c.wrapped_ns,
-            c.added_ns()
-        );
     }
 }
 
