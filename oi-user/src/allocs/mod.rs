@@ -32,6 +32,7 @@
 
 pub mod hooks;
 pub mod names;
+pub mod pprof;
 pub mod program;
 pub mod report;
 
@@ -274,7 +275,7 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
                 .map_err(|e| write_error("a flame graph to", path, e))?;
         }
     }
-    crate::export::pprof::allocs::write(&report, args, &scope.place, elapsed, &mut symbolizer)?;
+    pprof::write(&report, args, &scope.place, elapsed, &mut symbolizer)?;
     summary(&report, args);
     Ok(())
 }

@@ -24,6 +24,7 @@
 //! exit).
 
 pub mod calibrate;
+pub mod pprof;
 pub mod program;
 pub mod report;
 pub mod select;
@@ -496,14 +497,7 @@ fn finish(
             .iter()
             .map(|f| (f.name.as_str(), f.symbol.mangled.as_str()));
         let entry = &target.entry_name;
-        crate::export::pprof::calls::write(
-            path,
-            &roots,
-            entry,
-            &scope.place,
-            symbols,
-            outcome.elapsed,
-        )?;
+        pprof::write(path, &roots, entry, &scope.place, symbols, outcome.elapsed)?;
     }
     if let Some(path) = &args.chrome {
         let calls: Vec<TracedCall<'_>> = traced

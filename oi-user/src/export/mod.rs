@@ -1,8 +1,9 @@
 //! The tools' results in standard formats that other programs read and backends ingest.
 //!
-//! `pprof`: gzipped `profile.proto` for `allocs`, `calls` and footprints. Each exporter takes
-//! a tool's finished report (never its maps or its target), so that the file says exactly
-//! what the tool's own report says. Sits beside the tools: it reads their report types, a tool
-//! calls it where it writes its other outputs, and the core never reaches it.
+//! `pprof`: gzipped `profile.proto`, the format's builder and the placing of code addresses in
+//! their mappings. Each tool's exporter (`allocs::pprof`, `calls::pprof`, `footprint::pprof`)
+//! takes that tool's finished report (never its maps or its target), so that the file says
+//! exactly what the tool's own report says, and writes it with these. The core never reaches
+//! it; it reaches no tool.
 
 pub mod pprof;

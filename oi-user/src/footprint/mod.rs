@@ -9,5 +9,6 @@
 pub mod audit;
 pub mod measure;
 pub mod plan_cache;
+pub mod pprof;
 pub mod session;
 pub mod trigger;

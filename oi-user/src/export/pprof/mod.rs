@@ -8,12 +8,11 @@
 //!   each interned once) and the gzipped file;
 //! - `stacks`: code addresses of live processes as locations in their mappings (with GNU build
 //!   ids), inlined frames as extra lines;
-//! - `allocs`, `calls`, `footprint`: one tool's report as profiles.
+//!
+//! Each tool turns its own report into profiles with these (`allocs::pprof`, `calls::pprof`,
+//! `footprint::pprof`), so the format depends on no tool and no tool on another.
 
-pub mod allocs;
 pub mod builder;
-pub mod calls;
-pub mod footprint;
 // Generated: formatted and linted as prost-build writes it.
 #[allow(clippy::all)]
 #[rustfmt::skip]

@@ -59,7 +59,7 @@ pub struct Outputs {
     pub format: Format,
     pub svg: Option<OutputFile>,
     pub folded: Option<OutputFile>,
-    /// `--pprof`: the last sample as a pprof profile (`export::pprof::footprint`).
+    /// `--pprof`: the last sample as a pprof profile (`footprint::pprof`).
     pub pprof: Option<OutputFile>,
     pub growth: Option<OutputFile>,
     /// With `growth`: print the table so far this often.
@@ -482,7 +482,7 @@ impl State {
             note("--folded", f, picture::write_folded(totals, &f.file));
         }
         if let Some(f) = &self.outputs.pprof {
-            let profile = crate::export::pprof::footprint::profile(totals, title);
+            let profile = crate::footprint::pprof::profile(totals, title);
             note(
                 "--pprof",
                 f,

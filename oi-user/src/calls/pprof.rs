@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::{
+use crate::export::pprof::{
     builder::{Builder, FunctionKey, Head, LineAt, write_file},
     proto::Profile,
 };
@@ -74,7 +74,7 @@ pub fn profile(roots: &[CallNode], run: &Run<'_>) -> Profile {
         default_sample_type: "self",
         period_type: ("wall", "nanoseconds"),
         period: 1,
-        time_nanos: super::builder::started_ns(run.elapsed),
+        time_nanos: crate::export::pprof::builder::started_ns(run.elapsed),
         duration_nanos: run.elapsed.as_nanos() as i64,
         comments: vec![
             format!("oi-trace calls beneath {} in {}", run.entry, run.place),

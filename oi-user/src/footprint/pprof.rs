@@ -6,7 +6,7 @@
 //! `-top -cum` the ones that hold the most beneath them (their inclusive size); the total is
 //! the sampled roots' size.
 
-use super::{
+use crate::export::pprof::{
     builder::{Builder, Head},
     proto::Profile,
 };
@@ -50,7 +50,7 @@ pub fn profile(totals: &Totals, title: &str) -> Profile {
         default_sample_type: "inuse_space",
         period_type: ("space", "bytes"),
         period: 1,
-        time_nanos: super::builder::started_ns(std::time::Duration::ZERO),
+        time_nanos: crate::export::pprof::builder::started_ns(std::time::Duration::ZERO),
         duration_nanos: 0,
         comments,
     })

@@ -19,7 +19,7 @@
 //! sample type: frees by age are another population than allocations, and the heap profile
 //! keeps exactly Go's four types.
 
-use super::{
+use crate::export::pprof::{
     builder::{Builder, Head, write_file},
     proto::Profile,
     stacks::Stacks,
@@ -104,7 +104,7 @@ pub fn heap(report: &Report, stacks: &mut Stacks<'_>, run: &Run<'_>) -> Profile 
         default_sample_type: "inuse_space",
         period_type: ("space", "bytes"),
         period,
-        time_nanos: super::builder::started_ns(run.elapsed),
+        time_nanos: crate::export::pprof::builder::started_ns(run.elapsed),
         duration_nanos: run.elapsed.as_nanos() as i64,
         comments: vec![
             format!("oi-trace allocs of {}", run.place),
@@ -145,7 +145,7 @@ pub fn lifetimes(report: &Report, stacks: &mut Stacks<'_>, run: &Run<'_>) -> Pro
         default_sample_type: "frees",
         period_type: ("frees", "count"),
         period: 1,
-        time_nanos: super::builder::started_ns(run.elapsed),
+        time_nanos: crate::export::pprof::builder::started_ns(run.elapsed),
         duration_nanos: run.elapsed.as_nanos() as i64,
         comments: vec![
             format!(
