@@ -27,9 +27,9 @@ impl Scope {
     /// run ends as any run whose target went away does (exit 1), saying nothing was counted.
     pub fn explain(&self, error: Error) -> Error {
         match self.pid {
-            Some(pid) if matches!(procfs::state(pid), None | Some('Z' | 'X')) => Error::sample(
-                format!("the target (pid {pid}) exited during start-up: nothing was counted"),
-            ),
+            Some(pid) if is_gone(pid) => Error::sample(format!(
+                "the target (pid {pid}) exited during start-up: nothing was counted"
+            )),
             _ => error,
         }
     }
@@ -118,4 +118,12 @@ pub fn files_of(processes: &[i32]) -> Result<Vec<File>> {
         )));
     }
     Ok(files)
+}
+
+/// Whether process `pid` has exited or is exiting: gone, a zombie, or already without an
+/// address space (between the start of its exit and its zombie state, `/proc/PID/maps` reads
+/// empty, while a live process always maps at least its executable).
+fn is_gone(pid: i32) -> bool {
+    matches!(procfs::state(pid), None | Some('Z' | 'X'))
+        || procfs::mappings(pid).map_or(true, |maps| maps.is_empty())
 }
