@@ -35,6 +35,7 @@ pub mod typegraph;
 // The core stages with side effects: the eBPF probe layer, the live process (ptrace, /proc),
 // reading its memory, and unwinding its stacks.
 pub mod inferior;
+pub mod inject;
 pub mod interp;
 pub mod probe;
 pub mod unwind;
