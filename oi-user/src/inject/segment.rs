@@ -163,7 +163,10 @@ impl Segment {
                     break;
                 }
                 // Taken meanwhile by the target itself: look again.
-                Err(RemoteError::Syscall { errno, .. }) if errno == nix::errno::Errno::EEXIST => {}
+                Err(RemoteError::Syscall {
+                    errno: nix::errno::Errno::EEXIST,
+                    ..
+                }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -260,7 +263,7 @@ impl Segment {
     /// The aligned word at `offset` of the data part, read once (the target may be writing
     /// it); None outside the part.
     pub fn word(&self, offset: usize) -> Option<u64> {
-        if offset % 8 != 0 || offset + 8 > self.view.len() {
+        if !offset.is_multiple_of(8) || offset + 8 > self.view.len() {
             return None;
         }
         // SAFETY: in bounds and 8-byte aligned (the mapping is page-aligned); a volatile

@@ -214,8 +214,14 @@ fn fifty_cycles_on_busy_threads_leave_the_target_intact() {
         for cycle in 0..50 {
             tracer.seize(fx.pid).expect("seize");
             // f of the executable and malloc of libc: one segment each, near its library.
-            let (mut inj_f, sites_f) = prepare(&mut tracer, fx.pid, &[f.clone()], &mut |_| {});
-            let (mut inj_m, sites_m) = prepare(&mut tracer, fx.pid, &[malloc.clone()], &mut |_| {});
+            let (mut inj_f, sites_f) =
+                prepare(&mut tracer, fx.pid, std::slice::from_ref(&f), &mut |_| {});
+            let (mut inj_m, sites_m) = prepare(
+                &mut tracer,
+                fx.pid,
+                std::slice::from_ref(&malloc),
+                &mut |_| {},
+            );
             let r = inj_f.patch(&mut tracer, &sites_f, &mut |_| {}).unwrap();
             assert!(
                 r.iter()
@@ -348,7 +354,7 @@ fn driver() {
     let mut tracer = Tracer::default();
     for cycle in 0u64.. {
         tracer.seize(pid).expect("seize");
-        let (mut inj, sites) = prepare(&mut tracer, pid, &[malloc.clone()], &mut |u| {
+        let (mut inj, sites) = prepare(&mut tracer, pid, std::slice::from_ref(&malloc), &mut |u| {
             guardian.inject(u)
         });
         let r = inj
@@ -359,8 +365,9 @@ fn driver() {
                 .all(|r| matches!(r, Ok(()) | Err(Refusal::ThreadInside)))
         );
         // A function of another library in the same moment, with a segment of its own.
-        let (mut inj_f, sites_f) =
-            prepare(&mut tracer, pid, &[f.clone()], &mut |u| guardian.inject(u));
+        let (mut inj_f, sites_f) = prepare(&mut tracer, pid, std::slice::from_ref(&f), &mut |u| {
+            guardian.inject(u)
+        });
         let _ = inj_f.patch(&mut tracer, &sites_f, &mut |u| guardian.inject(u));
         tracer.release(pid);
         if cycle == 0 {
