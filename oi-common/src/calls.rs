@@ -46,6 +46,9 @@ pub mod cookie {
     /// A conditional jump out of the function: a [`TAIL`] when its condition holds (the
     /// condition code, 0-15 as in `0x7X`, is in bits 28-31, see [`with_condition`]).
     pub const TAIL_IF: u64 = 6;
+    /// A `ret` of the entry function: a [`RETURN`] inside a window; outside every window, the
+    /// return of a call of the entry that began before the probes were armed.
+    pub const WINDOW_RETURN: u64 = 7;
 
     /// Function ids fit in 28 bits (the tail target shares the cookie).
     pub const MAX_FUNCTIONS: u32 = (1 << 28) - 1;
@@ -189,7 +192,10 @@ pub mod counter {
     /// Returns and tail jumps whose frame was not on the stack (never expected; a sign of a
     /// missed entry).
     pub const UNMATCHED: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// Returns of the entry function with no window open: calls of the entry already running
+    /// when the probes were armed (not counted; their inner calls are not either).
+    pub const ENTERED_BEFORE_ATTACHING: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Indices of the shared (atomically updated) array of global numbers.

@@ -7,6 +7,7 @@
 pub mod allocs;
 pub mod calls;
 pub mod footprint;
+pub mod inject;
 pub mod stack;
 
 // The trigger's types are also named from the crate root (`oi_common::Event`), as both the

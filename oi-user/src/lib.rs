@@ -17,6 +17,7 @@ pub mod error;
 pub mod event_loop;
 pub mod kernel_features;
 pub mod privileges;
+pub mod uptime;
 
 // The core, pure stages (no process is touched): from an ELF file and its DWARF to types,
 // container descriptions, walk plans, walkers and reports.

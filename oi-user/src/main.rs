@@ -10,6 +10,7 @@ use oi_trace::{
 };
 
 fn main() -> ExitCode {
+    oi_trace::uptime::mark();
     let cli = match Cli::try_parse() {
         Ok(args) => args,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {

@@ -72,7 +72,8 @@ std::uint64_t oil_compilations(void);
 namespace oil {
 
 // OI feature names, as oi-trace's --feature: "chase-raw-pointers", "capture-keys",
-// "polymorphic-inheritance".
+// "polymorphic-inheritance"; and "sizes-oi" for Object Introspection's sizes instead of the
+// real ones (oi-trace's --sizes oi).
 struct Options {
     std::vector<std::string> features;
 };

@@ -37,7 +37,8 @@ mod run;
 use std::ffi::c_void;
 
 /// OI feature names, as oi-trace's `--feature`: `chase-raw-pointers`, `capture-keys`,
-/// `polymorphic-inheritance`.
+/// `polymorphic-inheritance`; and `sizes-oi` for OI's sizes instead of the real ones
+/// (oi-trace's `--sizes oi`).
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub features: Vec<String>,
@@ -145,6 +146,11 @@ pub fn lookup(
     opts: &Options,
 ) -> Result<TypeWalker, Error> {
     let mut features = opts.features.clone();
+    // Real sizes unless the caller asks for OI's rules (`sizes-oi`), as oi-trace's `--sizes`.
+    use oi_trace::footprint::measure::{SIZES_OI, SIZES_REAL};
+    if !features.iter().any(|f| f == SIZES_OI || f == SIZES_REAL) {
+        features.push(SIZES_REAL.to_string());
+    }
     features.sort();
     features.dedup();
     // An unknown feature is an error before any file is read.

@@ -36,7 +36,12 @@ struct Forwarded {
 enum Task {
     /// Install what building and testing need: nightly's rust-src, LLVM and bpf-linker, g++,
     /// and the libraries and tools the journeys use. Prints each step and its time.
-    Setup,
+    Setup {
+        /// Install nothing: print the Debian packages setup installs that a new machine of
+        /// this kind lacks, one per line (CI removes them to look like a new machine).
+        #[arg(long)]
+        list_packages: bool,
+    },
     /// Set up, then build target/release/oi-trace (with its eBPF objects) and liboil.so.
     Build,
     /// Set up, build, then run fmt and clippy checks and every test. Arguments go to
@@ -62,7 +67,18 @@ enum Task {
 
 fn main() -> Result<()> {
     let task = Cli::parse().task;
-    let mut warm_up = (!matches!(task, Task::Setup)).then(warm_up).flatten();
+    if let Task::Setup {
+        list_packages: true,
+    } = task
+    {
+        for package in setup::added_packages()? {
+            println!("{package}");
+        }
+        return Ok(());
+    }
+    let mut warm_up = (!matches!(task, Task::Setup { .. }))
+        .then(warm_up)
+        .flatten();
     let set_up = setup::run();
     if let Some(child) = &mut warm_up {
         // A failed setup stops the warm-up rather than leave it compiling after xtask exits.
@@ -74,7 +90,7 @@ fn main() -> Result<()> {
     }
     set_up?;
     let (name, forwarded) = match task {
-        Task::Setup => return Ok(()),
+        Task::Setup { .. } => return Ok(()),
         Task::Build => return build(),
         Task::Test { cargo_args } => return build().and_then(|()| test(&cargo_args)),
         Task::Demo(f) => ("demo", f.args),

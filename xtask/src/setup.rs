@@ -3,7 +3,8 @@
 //! - nightly's `rust-src`: the eBPF crate is built with `-Z build-std=core`;
 //! - Debian's LLVM of the nightly's major version, and `bpf-linker` built against it (the
 //!   linker must read the bitcode that nightly emits);
-//! - g++ and the libraries and tools the journeys build against or compare with.
+//! - g++, clang with libc++, and the libraries and tools the journeys build against or
+//!   compare with.
 //!
 //! Each step prints what it installs and how long it took. bpf-linker compiles while apt
 //! installs the other packages, since the two compete for nothing but the network.
@@ -19,7 +20,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use crate::run as run_command;
 
 /// Files whose absence means a Debian package is missing, and that package.
-const PACKAGES: [(&str, &str); 11] = [
+const PACKAGES: [(&str, &str); 14] = [
     ("/usr/bin/g++", "g++"),
     // The real C++ library the journeys drive (tests/fixtures/real_json.cpp).
     ("/usr/include/nlohmann/json.hpp", "nlohmann-json3-dev"),
@@ -46,7 +47,31 @@ const PACKAGES: [(&str, &str); 11] = [
     ("/usr/sbin/setcap", "libcap2-bin"),
     // nm: the conformance harness checks each built case for its symbol.
     ("/usr/bin/nm", "binutils"),
+    // clang and libc++: the journeys build fixtures against another standard library too.
+    // The versioned packages, which own the files (`libc++-dev` only depends on them, so CI,
+    // removing it, would leave them).
+    ("/usr/bin/clang++", "clang"),
+    ("/usr/lib/llvm-14/include/c++/v1/vector", "libc++-14-dev"),
+    ("/usr/lib/llvm-14/lib/libc++abi.so", "libc++abi-14-dev"),
 ];
+
+/// Packages of [`PACKAGES`] that a new machine of this kind already has (the workplace's
+/// description of the `rust` machine); CI leaves them in place.
+const ON_A_NEW_MACHINE: [&str; 3] = ["g++", "libcap2-bin", "binutils"];
+
+/// The Debian packages setup installs on a new machine: LLVM's development packages for
+/// bpf-linker and every package of [`PACKAGES`] a new machine lacks.
+pub fn added_packages() -> Result<Vec<String>> {
+    let major = nightly_llvm_major()?;
+    let mut packages = vec![format!("llvm-{major}-dev"), format!("libpolly-{major}-dev")];
+    packages.extend(
+        PACKAGES
+            .iter()
+            .map(|(_, package)| package.to_string())
+            .filter(|p| !ON_A_NEW_MACHINE.contains(&p.as_str())),
+    );
+    Ok(packages)
+}
 
 /// The bpf-linker release this project builds with.
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -97,6 +97,16 @@ static STATS: Array<NodeStats> = Array::with_max_entries(1, 0);
 #[map]
 static HISTOGRAM: Array<u64> = Array::with_max_entries(1, 0);
 
+/// Slot 0: 1 while the program counts the target's calls. User space sets it once every probe
+/// is attached and clears it before detaching any: attaching and detaching go link by link,
+/// and a window opened while only some probes are there would miss callees or keep frames
+/// whose `ret` is not probed yet (closed later as abandoned). A call of the entry already
+/// running when the switch is set opens no window: its inner calls are not counted and its
+/// return is counted as [`counter::ENTERED_BEFORE_ATTACHING`]. oi-trace's own calibration
+/// runs before anything is attached to the target and ignores the switch.
+#[map]
+static ARMED: Array<u64> = Array::with_max_entries(1, 0);
+
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
@@ -115,7 +125,8 @@ pub fn oi_calls(ctx: ProbeContext) -> u32 {
 #[inline(always)]
 fn on_hit(ctx: &ProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    if !in_scope((pid_tgid >> 32) as u32) {
+    let tgid = (pid_tgid >> 32) as u32;
+    if !in_scope(tgid) || (tgid != SELF_TGID.load() && ARMED.get(0) != Some(&1)) {
         return;
     }
     // SAFETY: the context pointer is the one the kernel passed to this program.
@@ -131,6 +142,9 @@ fn on_hit(ctx: &ProbeContext) {
             open_window(pid_tgid, function, target, sp);
         } else {
             count(&COUNTERS, counter::HITS_OUTSIDE);
+            if kind == cookie::WINDOW_RETURN && !window_limit_reached() {
+                count(&COUNTERS, counter::ENTERED_BEFORE_ATTACHING);
+            }
         }
         return;
     };
@@ -139,7 +153,7 @@ fn on_hit(ctx: &ProbeContext) {
         cookie::ENTRY | cookie::WINDOW | cookie::INSTANT => {
             on_entry(state, pid_tgid, kind, function, target, sp)
         }
-        cookie::RETURN => on_return(state, pid_tgid, function, sp),
+        cookie::RETURN | cookie::WINDOW_RETURN => on_return(state, pid_tgid, function, sp),
         cookie::TAIL => on_tail(state, pid_tgid, function, target, sp),
         cookie::TAIL_IF => {
             // SAFETY: as above.
@@ -162,6 +176,17 @@ fn in_scope(tgid: u32) -> bool {
         return false;
     }
     in_cgroup(CGROUP_LEVEL.load(), CGROUP_ID.load())
+}
+
+/// `--count` windows were opened: a return of the entry with no window open may be one that
+/// was skipped, not one that began before attaching.
+#[inline(always)]
+fn window_limit_reached() -> bool {
+    let limit = WINDOW_LIMIT.load();
+    limit != 0
+        && GLOBALS
+            .get(global::WINDOWS_OPENED)
+            .is_some_and(|opened| *opened >= limit)
 }
 
 /// The thread enters the window function with no window open: a new shadow stack.

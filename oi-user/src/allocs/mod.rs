@@ -69,6 +69,10 @@ const SWEEP: Duration = Duration::from_secs(1);
 pub fn run(args: &AllocsArgs) -> Result<()> {
     let bucket_s = validate(args)?;
     let scope = Scope::resolve(&args.scope)?;
+    profile(args, &scope, &bucket_s).map_err(|e| scope.explain(e))
+}
+
+fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
     let files = files_of(&scope.processes)?;
     let (hooks, blocks) = hooks::hooks_of(&files);
     let functions: usize = hooks.iter().map(|h| h.functions.len()).sum();
@@ -170,19 +174,21 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
         crate::privileges::keep_only(&keep);
     }
     let armed = format!(
-        "oi-trace: attached {} probe(s) to {} allocator function(s) in {} in {} ms ({})",
+        "oi-trace: attached {} probe(s) to {} allocator function(s) in {} in {} ms ({}), armed \
+         {} ms after start",
         thousands(probes as u64),
         thousands(functions as u64),
         scope.place,
         attach_start.elapsed().as_millis(),
         program.mechanism(),
+        crate::uptime::elapsed().as_millis(),
     );
     let started = Instant::now();
     let mut state = Run {
         program: &mut program,
         args,
-        scope: &scope,
-        bucket_s: &bucket_s,
+        scope,
+        bucket_s,
         blocks,
         started,
         symbolizer: Symbolizer::new(),
@@ -226,15 +232,15 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
     }
     let report = build_report(
         &program,
-        &scope,
-        &bucket_s,
+        scope,
+        bucket_s,
         blocks,
         args,
         elapsed,
         &mut symbolizer,
         &mut classes,
     );
-    print_report(&report, args, &scope)?;
+    print_report(&report, args, scope)?;
     if args.folded.is_some() || args.flamegraph.is_some() {
         let mut folded = Folded::new();
         for site in &report.sites {

@@ -10,8 +10,10 @@
 //! longjmp and tail calls never corrupt it, and adds each completed call to the tree node keyed
 //! by (parent node, function) in kernel maps: no event per call, except the calls of the first
 //! `--trace-entries` windows for `--chrome`. User space attaches (one multi-uprobe link per
-//! batch where the kernel has them), waits in the core's event loop, then rebuilds the tree
-//! (`tree`) and prints it (`report`).
+//! batch where the kernel has them), arms the program once every probe is in place (a call
+//! that starts while only some are would get a partial tree; one already running is not
+//! counted), waits in the core's event loop, disarms it before detaching, then rebuilds the
+//! tree (`tree`) and prints it (`report`).
 //!
 //! Honest overhead: before attaching to the target, the cost of a hit is measured on
 //! oi-trace's own functions with the same program (`calibrate`); the report gives the hits and
@@ -63,7 +65,11 @@ const SWEEP: Duration = Duration::from_secs(1);
 pub fn run(args: &CallsArgs) -> Result<()> {
     validate(args)?;
     let scope = Scope::resolve(&args.scope)?;
-    let target = Target::resolve(args, &scope)?;
+    profile(args, &scope).map_err(|e| scope.explain(e))
+}
+
+fn profile(args: &CallsArgs, scope: &Scope) -> Result<()> {
+    let target = Target::resolve(args, scope)?;
     let settings = Settings {
         target_tgid: scope.pid.map(|p| p as u32),
         cgroup: scope.cgroup.as_ref().map(|c| (c.id, c.level)),
@@ -88,8 +94,24 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         while ring.next().is_some() {}
     }
 
+    let total_probes: usize = target.sites.iter().map(Vec::len).sum();
+    eprintln!(
+        "oi-trace: probing {} function(s) beneath {} ({} probes): each call of one of them \
+         will cost about {} (two hits), and each hit outside a call of the entry about {}",
+        thousands(target.functions.len() as u64),
+        target.entry_name,
+        thousands(total_probes as u64),
+        human_ns((2.0 * cost.inside_ns).round() as u64),
+        human_ns(cost.outside_ns.round() as u64),
+    );
     let attach_start = Instant::now();
-    let attachments = attach(&mut program, &target, &scope)?;
+    let attachments = attach(&mut program, &target, scope)?;
+    if let Err(e) = program.arm(true) {
+        for attachment in attachments {
+            program.detach(attachment);
+        }
+        return Err(e);
+    }
     if scope.pid.is_some() {
         // One process, attached: what is left (reading its maps and files to name functions,
         // detaching) takes no eBPF or admin capability. A cgroup's new processes would.
@@ -97,14 +119,15 @@ pub fn run(args: &CallsArgs) -> Result<()> {
     }
     let probes: usize = attachments.iter().map(|a| a.probes).sum();
     let armed = format!(
-        "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}); \
-         a probe hit costs {} here",
+        "oi-trace: attached {} probe(s) to {} function(s) beneath {} in {} in {} ms ({}), armed \
+         {} ms after start; a probe hit costs {} here",
         thousands(probes as u64),
         thousands(target.functions.len() as u64),
         target.entry_name,
         scope.place,
         attach_start.elapsed().as_millis(),
         program.mechanism(),
+        crate::uptime::elapsed().as_millis(),
         human_ns(cost.inside_ns.round() as u64),
     );
 
@@ -113,7 +136,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         program: &mut program,
         target: &target,
         args,
-        scope: &scope,
+        scope,
         started,
         traced: Vec::new(),
         traced_lost: 0,
@@ -141,6 +164,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
     );
     drop(state);
     // The target runs at full speed again before anything is read or printed.
+    let _ = program.arm(false);
     let still_inside = program.threads_inside().len();
     for attachment in attachments {
         program.detach(attachment);
@@ -157,7 +181,7 @@ pub fn run(args: &CallsArgs) -> Result<()> {
         traced_lost,
         exited_inside,
     };
-    finish(args, &scope, &target, &program, &outcome, &traced)
+    finish(args, scope, &target, &program, &outcome, &traced)
 }
 
 fn validate(args: &CallsArgs) -> Result<()> {
@@ -489,12 +513,7 @@ impl Profiler for Run<'_> {
             ),
             TreeFormat::Json => write_json(
                 &mut out,
-                self.target,
-                self.scope,
-                elapsed,
-                hits,
-                &roots,
-                None,
+                &json_report(self.target, self.scope, elapsed, hits, &roots),
             ),
         };
         let _ = out.flush();
@@ -544,27 +563,42 @@ fn hidden_line(hidden: usize, args: &CallsArgs) -> String {
     }
 }
 
-fn write_json(
-    out: &mut dyn std::io::Write,
-    target: &Target,
+/// How much of `total_ns` the probes' `estimate_ns` is: `about X`, or, when the calibration's
+/// cost per hit (measured on a quiet moment of oi-trace's own code) times the hits exceeds the
+/// whole (hits are cheaper under load, or they overlap sleeps of other threads), `nearly all`:
+/// a part never exceeds its whole.
+fn probe_share(estimate_ns: f64, total_ns: u64) -> String {
+    if estimate_ns > total_ns as f64 {
+        "nearly all".to_string()
+    } else {
+        format!("about {}", human_ns(estimate_ns as u64))
+    }
+}
+
+/// The JSON report of the tree so far; the final one adds histograms and counters.
+fn json_report<'a>(
+    target: &'a Target,
     scope: &Scope,
     elapsed_s: f64,
     probe_hits: u64,
-    roots: &[CallNode],
-    histograms: Option<Vec<report::JsonHistogram<'_>>>,
-) -> std::io::Result<()> {
+    roots: &'a [CallNode],
+) -> JsonReport<'a> {
     let tree = roots
         .first()
         .map_or_else(|| JsonNode::empty(&target.entry_name), JsonNode::of);
-    let json = JsonReport {
+    JsonReport {
         entry: &target.entry_name,
         pid: scope.pid,
         elapsed_s: (elapsed_s * 1000.0).round() / 1000.0,
         probe_hits,
         tree,
-        histograms,
-    };
-    serde_json::to_writer(&mut *out, &json)?;
+        histograms: None,
+        counters: None,
+    }
+}
+
+fn write_json(out: &mut dyn std::io::Write, json: &JsonReport<'_>) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, json)?;
     writeln!(out)
 }
 
@@ -582,6 +616,18 @@ fn finish(
     let hits = hits_inside + c(counter::HITS_OUTSIDE);
     let (roots, hidden) = build_tree(target, snapshot, args);
     let elapsed_s = outcome.elapsed.as_secs_f64();
+    let counters = report::JsonCounters {
+        abandoned: c(counter::ABANDONED),
+        unmatched: c(counter::UNMATCHED),
+        deeper: c(counter::DEEPER),
+        nodes_full: c(counter::NODES_FULL),
+        threads_full: c(counter::THREADS_FULL),
+        windows_skipped: c(counter::WINDOWS_SKIPPED),
+        entered_before_attaching: c(counter::ENTERED_BEFORE_ATTACHING),
+        still_inside: outcome.still_inside as u64,
+        exited_inside: outcome.exited_inside,
+        trace_lost: c(counter::TRACE_LOST) + outcome.traced_lost,
+    };
     let write_error = |what: &str, path: &PathBuf, e: std::io::Error| {
         Error::internal(format!("writing {what} {}: {e}", path.display()))
     };
@@ -628,15 +674,12 @@ fn finish(
                     })
                     .collect()
             });
-            write_json(
-                &mut out,
-                target,
-                scope,
-                elapsed_s,
-                hits,
-                &roots,
-                json_histograms,
-            )
+            let json = JsonReport {
+                histograms: json_histograms,
+                counters: Some(counters),
+                ..json_report(target, scope, elapsed_s, hits, &roots)
+            };
+            write_json(&mut out, &json)
         }
     };
     let _ = printed.and_then(|()| out.flush());
@@ -701,12 +744,12 @@ fn finish(
     let cost = outcome.cost;
     eprintln!(
         "oi-trace: probe cost measured at start: {} per hit inside a call of the entry, {} \
-         outside (a bare call: {}); about {} of the {} spent in {} is probe cost ({} hits), \
+         outside (a bare call: {}); {} of the {} spent in {} is probe cost ({} hits), \
          nothing subtracted",
         human_ns(cost.inside_ns.round() as u64),
         human_ns(cost.outside_ns.round() as u64),
         human_ns(cost.bare_call_ns.round() as u64),
-        human_ns((inside_entry as f64 * cost.inside_ns) as u64),
+        probe_share(inside_entry as f64 * cost.inside_ns, entry_total),
         human_ns(entry_total),
         target.entry_name,
         thousands(inside_entry)
@@ -717,43 +760,58 @@ fn finish(
         }
     };
     warn(
-        c(counter::NODES_FULL),
+        counters.nodes_full,
         &format!(
             "call(s) not timed: the node table was full (--max-nodes {})",
             args.max_nodes
         ),
     );
     warn(
-        c(counter::THREADS_FULL),
+        counters.threads_full,
         "call(s) of the entry not timed: too many threads inside it at once",
     );
     warn(
-        c(counter::DEEPER),
+        counters.deeper,
         "call(s) below --depth counted on their deepest node, not timed",
     );
     warn(
-        c(counter::ABANDONED),
+        counters.abandoned,
         "call(s) left by an exception or longjmp, timed until the stack showed it",
     );
     warn(
-        c(counter::TRACE_LOST) + outcome.traced_lost,
+        counters.trace_lost,
         "call record(s) of --chrome lost (ring buffer full)",
     );
     warn(
-        c(counter::UNMATCHED),
+        counters.unmatched,
         "return(s) that matched another function's frame (please report: a probe was missed)",
     );
     warn(
-        c(counter::WINDOWS_SKIPPED),
+        counters.entered_before_attaching,
+        "call(s) of the entry already running when the probes were armed, not counted",
+    );
+    warn(
+        counters.windows_skipped,
         "call(s) of the entry not counted: --count was reached",
     );
     warn(
-        outcome.still_inside as u64,
+        counters.still_inside,
         "call(s) of the entry still running at the end, not counted",
     );
     warn(
-        outcome.exited_inside,
+        counters.exited_inside,
         "thread(s) exited inside the entry; their open calls were dropped",
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_share;
+
+    #[test]
+    fn a_part_never_exceeds_its_whole() {
+        assert_eq!(probe_share(38_710e6, 23_510_000_000), "nearly all");
+        assert_eq!(probe_share(1_500.0, 23_510), "about 1.5 µs");
+    }
 }

@@ -4,8 +4,8 @@
 //!
 //! What the maps mean is `oi_common::calls`; what the tree made of them means is `tree.rs`.
 //! Never writes a map the program relies on while probes fire, except [`Program::reset`]
-//! (between calibration and the real run, with nothing attached) and the removal of shadow
-//! stacks of threads that no longer exist.
+//! (between calibration and the real run, with nothing attached), the `ARMED` switch
+//! ([`Program::arm`]) and the removal of shadow stacks of threads that no longer exist.
 
 use std::path::Path;
 
@@ -69,6 +69,8 @@ pub struct Program {
     globals: Array<MapData, u64>,
     threads: HashMap<MapData, u64, ThreadState>,
     histogram: Array<MapData, u64>,
+    /// The program's `ARMED` switch.
+    armed: Array<MapData, u64>,
     records: Option<RingBuf<MapData>>,
     logger: Option<aya_log::EbpfLogger<StderrLog>>,
     max_nodes: u32,
@@ -129,6 +131,7 @@ impl Program {
             globals: Array::try_from(take("GLOBALS")?).map_err(map_err("GLOBALS"))?,
             threads: HashMap::try_from(take("THREADS")?).map_err(map_err("THREADS"))?,
             histogram: Array::try_from(take("HISTOGRAM")?).map_err(map_err("HISTOGRAM"))?,
+            armed: Array::try_from(take("ARMED")?).map_err(map_err("ARMED"))?,
             records: Some(RingBuf::try_from(take("RECORDS")?).map_err(map_err("RECORDS"))?),
             logger,
             ebpf,
@@ -171,6 +174,15 @@ impl Program {
             pid,
             progress,
         )
+    }
+
+    /// Starts (`true`) or stops counting the target's calls: armed once every probe is
+    /// attached, disarmed before any is detached, so that no window sees only some of its
+    /// probes (see the program's `ARMED`).
+    pub fn arm(&mut self, on: bool) -> Result<()> {
+        self.armed
+            .set(0, u64::from(on), 0)
+            .map_err(map_err("ARMED"))
     }
 
     /// Detaches what `attachment` attached.

@@ -129,6 +129,36 @@ pub struct JsonReport<'a> {
     /// Only with `--histograms`: per function, calls per log2 bucket of ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub histograms: Option<Vec<JsonHistogram<'a>>>,
+    /// In the final report only: what the run could not count or time, by cause.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<JsonCounters>,
+}
+
+/// Calls the tree does not hold, or holds untimed, by cause (docs/calls.md, "Counters").
+#[derive(Serialize, Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JsonCounters {
+    /// Calls closed by the stack pointer rather than their `ret` (an exception or a longjmp
+    /// left them); in the tree, timed until the stack showed it.
+    pub abandoned: u64,
+    /// Returns that met another function's frame (a missed probe; never expected).
+    pub unmatched: u64,
+    /// Calls below `--depth`, counted on their deepest node, not timed.
+    pub deeper: u64,
+    /// Calls not timed because the node table was full (`--max-nodes`).
+    pub nodes_full: u64,
+    /// Calls of the entry not timed because too many threads were inside it at once.
+    pub threads_full: u64,
+    /// Calls of the entry not counted because `--count` was reached.
+    pub windows_skipped: u64,
+    /// Calls of the entry already running when the probes were armed: not counted, nor the
+    /// calls beneath them.
+    pub entered_before_attaching: u64,
+    /// Calls of the entry still running when the probes were removed: not counted.
+    pub still_inside: u64,
+    /// Threads that exited inside the entry; their open calls were dropped.
+    pub exited_inside: u64,
+    /// `--chrome` records lost to a full ring buffer.
+    pub trace_lost: u64,
 }
 
 #[derive(Serialize)]
@@ -369,6 +399,7 @@ mod tests {
             probe_hits: 6,
             tree: JsonNode::of(&tree),
             histograms: None,
+            counters: None,
         };
         assert_eq!(
             serde_json::to_string(&report).unwrap(),

@@ -124,6 +124,9 @@ fn function_sites(
                 .unwrap_or(cookie::NO_FUNCTION)
         };
         let cookie = match site.kind {
+            ReturnKind::Ret if f.is_entry => {
+                cookie::encode(cookie::WINDOW_RETURN, id, cookie::NO_FUNCTION)
+            }
             ReturnKind::Ret => cookie::encode(cookie::RETURN, id, cookie::NO_FUNCTION),
             ReturnKind::TailCall { target } => cookie::encode(cookie::TAIL, id, target_id(target)),
             ReturnKind::IndirectTailCall => cookie::encode(cookie::TAIL, id, cookie::NO_FUNCTION),

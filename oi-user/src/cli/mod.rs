@@ -139,10 +139,19 @@ pub struct Args {
     pub pretty: bool,
 
     /// With --format json: one object per sample that says whose it is,
-    /// {"probe","pid","tid","hit","args","roots"}, `roots` being the OI array of the
+    /// {"probe","pid","tid","hit","args","sizes","roots"}, `roots` being the OI array of the
     /// arguments in `args` order (OI's readers take the bare array, the default).
     #[arg(long)]
     pub framed: bool,
+
+    /// How containers' bytes are counted. `real` (the default): the bytes each container
+    /// really obtained from the allocator for the object, as its library lays it out (a
+    /// heap string's terminator, hash nodes with the hash code only where the library caches
+    /// it, no bucket array for a one-bucket table, make_shared's control block). `oi`:
+    /// Object Introspection's rules, byte for byte, for comparing with OI. The JSON format
+    /// is the same; the summary line and --framed say which was used (docs/semantics.md).
+    #[arg(long, value_enum, default_value_t = Sizes::Real)]
+    pub sizes: Sizes,
 
     /// OI features: chase-raw-pointers, capture-keys, polymorphic-inheritance. Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -231,6 +240,15 @@ pub struct Args {
     /// --global: take a snapshot every S seconds (until --count, --duration or Ctrl-C).
     #[arg(long, value_name = "S", help_heading = "Output for people")]
     pub interval: Option<f64>,
+}
+
+/// The rules that count containers' bytes (`--sizes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sizes {
+    /// What the object's containers really obtained from the allocator.
+    Real,
+    /// Object Introspection's rules.
+    Oi,
 }
 
 /// Spelling of type names in the tree.
@@ -370,7 +388,8 @@ impl Args {
 
     /// The features the walk plan is built with: the OI features, and `values` when the
     /// tree shows values (it changes what the walk reads).
-    /// The features a plan is built with: `--feature`, the config file's, and `--values`.
+    /// The features a plan is built with: `--feature`, the config file's, `--values` and
+    /// `--sizes`.
     pub fn plan_features(&self) -> Result<Vec<String>, String> {
         let mut f = self.feature.clone();
         if let Some(path) = &self.config {
@@ -383,6 +402,13 @@ impl Args {
         if self.values {
             f.push(crate::plan::build::VALUES.to_string());
         }
+        f.push(
+            match self.sizes {
+                Sizes::Real => crate::plan::build::SIZES_REAL,
+                Sizes::Oi => crate::plan::build::SIZES_OI,
+            }
+            .to_string(),
+        );
         f.extend(crate::describe::parse::load_files(&self.containers)?);
         Ok(f)
     }

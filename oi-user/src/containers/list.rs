@@ -1,12 +1,19 @@
 //! `std::__cxx11::list<T>` (24 bytes): a sentinel `_M_impl._M_node` (`_M_next`, `_M_prev`,
 //! `_M_size`); nodes are two links then the value at round(16, alignof T).
+//! libc++'s `std::__1::list<T>` is the same circular list with the links swapped: a sentinel
+//! `__end_` (`__prev_`, `__next_`), the size after it (`__size_alloc_`), nodes `__prev_`,
+//! `__next_`, value. Built in rather than described: the description language's
+//! `node_chains` ends a chain at a null pointer, and a circular list ends at its sentinel.
 
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListLayout {
+    /// The sentinel node in the list object.
     pub head_off: u64,
+    /// Where a node (the sentinel too) holds the next node's address.
+    pub next_off: u64,
     pub size_off: u64,
     pub value_off: u64,
     pub node_size: u64,
@@ -15,12 +22,22 @@ pub struct ListLayout {
 }
 
 pub fn layout(tg: &TypeGraph, id: TypeId, elem: TypeId) -> Result<ListLayout, LayoutError> {
-    let (head_off, _) = field(tg, id, &["_M_impl", "_M_node"])?;
-    let (size_off, _) = field(tg, id, &["_M_impl", "_M_node", "_M_size"])?;
+    let libcxx = field(tg, id, &["__end_"]).is_ok();
+    let (head_off, next_off, size_off) = if libcxx {
+        let (head_off, _) = field(tg, id, &["__end_"])?;
+        let (next, _) = field(tg, id, &["__end_", "__next_"])?;
+        let (size_off, _) = field(tg, id, &["__size_alloc_", "__value_"])?;
+        (head_off, next - head_off, size_off)
+    } else {
+        let (head_off, _) = field(tg, id, &["_M_impl", "_M_node"])?;
+        let (size_off, _) = field(tg, id, &["_M_impl", "_M_node", "_M_size"])?;
+        (head_off, 0, size_off)
+    };
     let av = tg.align(elem);
     let value_off = round_up(16, av);
     Ok(ListLayout {
         head_off,
+        next_off,
         size_off,
         value_off,
         node_size: round_up(value_off + tg.size(elem), av.max(8)),

@@ -1,13 +1,22 @@
 //! `std::set / multiset / map / multimap`: a red-black tree `_M_t._M_impl` with the sentinel
 //! `_M_header` (`_M_color, _M_parent, _M_left, _M_right`) and `_M_node_count`. Nodes are the
 //! 32-byte base then the value at round(32, alignof V); maps store `pair<const K, M>`.
+//! libc++'s `std::__1::map` (a `__tree_`: `__begin_node_`, the end node `__pair1_` whose
+//! `__left_` is the root, the count `__pair3_`) has the same node size and value offset, with
+//! other links: `__left_` 0, `__right_` 8, `__parent_` 16, `__is_black_` 24. Built in rather
+//! than described: no description layout walks a binary tree in order.
 
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RbLayout {
+    /// The sentinel (end) node in the object, and where it holds the root.
     pub header_off: u64,
+    pub root_link: u64,
+    /// Where a node holds its left and right child.
+    pub left_off: u64,
+    pub right_off: u64,
     pub count_off: u64,
     pub value_off: u64,
     pub value_size: u64,
@@ -28,9 +37,29 @@ pub fn layout(
     value_align: u64,
 ) -> Result<RbLayout, LayoutError> {
     let value_off = round_up(32, value_align);
+    let (header_off, root_link, left_off, right_off, count_off) =
+        match field(tg, id, &["_M_t", "_M_impl", "_M_header"]) {
+            Ok((header, _)) => (
+                header,
+                PARENT,
+                LEFT,
+                RIGHT,
+                field(tg, id, &["_M_t", "_M_impl", "_M_node_count"])?.0,
+            ),
+            Err(e) => {
+                let Ok((end, _)) = field(tg, id, &["__tree_", "__pair1_", "__value_"]) else {
+                    return Err(e);
+                };
+                let count = field(tg, id, &["__tree_", "__pair3_", "__value_"])?.0;
+                (end, 0, 0, 8, count)
+            }
+        };
     Ok(RbLayout {
-        header_off: field(tg, id, &["_M_t", "_M_impl", "_M_header"])?.0,
-        count_off: field(tg, id, &["_M_t", "_M_impl", "_M_node_count"])?.0,
+        header_off,
+        root_link,
+        left_off,
+        right_off,
+        count_off,
         value_off,
         value_size,
         node_size: round_up(value_off + value_size, value_align.max(8)),

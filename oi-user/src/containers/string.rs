@@ -1,9 +1,11 @@
 //! `std::__cxx11::basic_string<CharT>` (32 bytes): `_M_dataplus._M_p`, `_M_string_length`,
 //! and a union of the 16-byte SSO buffer with `_M_allocated_capacity`. Inline (SSO) iff the
-//! data pointer points inside the object; charged 32 + capacity·sizeof(CharT) when on the
-//! heap (no +1 for the terminator, docs/semantics.md, "Structs and standard containers").
+//! data pointer points inside the object; charged 32 + (capacity + 1)·sizeof(CharT) when on
+//! the heap under real sizes (the terminator is allocated too), 32 + capacity·sizeof(CharT)
+//! under OI's rules (docs/semantics.md, "Structs and standard containers").
 
 use super::{LayoutError, field, unexpected};
+use crate::plan::Sizing;
 use crate::typegraph::{TypeGraph, TypeId, layout};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -42,13 +44,17 @@ impl StringLayout {
         15 / self.char_size
     }
 
-    /// (exclusiveSize, length, capacity) from the stream words `len, heap_capacity`.
-    pub fn account(&self, len: u64, heap_cap: u64) -> (u64, u64, u64) {
+    /// (exclusiveSize, length, capacity) from the stream words `len, heap_capacity`, under
+    /// `sizing`.
+    pub fn account(&self, len: u64, heap_cap: u64, sizing: Sizing) -> (u64, u64, u64) {
         if heap_cap == 0 {
             (self.size, len, self.local_capacity())
         } else {
             (
-                self.size + heap_cap.saturating_mul(self.char_size),
+                self.size
+                    + heap_cap
+                        .saturating_add(sizing.terminator())
+                        .saturating_mul(self.char_size),
                 len,
                 heap_cap,
             )
@@ -85,8 +91,14 @@ mod tests {
 
     #[test]
     fn heap_string_counts_capacity_without_terminator() {
-        assert_eq!(l().account(35, 35), (67, 35, 35));
-        assert_eq!(l().account(3, 0), (32, 3, 15));
+        assert_eq!(l().account(35, 35, Sizing::Oi), (67, 35, 35));
+        assert_eq!(l().account(3, 0, Sizing::Oi), (32, 3, 15));
+    }
+
+    #[test]
+    fn real_sizes_count_the_terminator_of_heap_strings_only() {
+        assert_eq!(l().account(35, 35, Sizing::Real), (68, 35, 35));
+        assert_eq!(l().account(3, 0, Sizing::Real), (32, 3, 15));
     }
 
     #[test]

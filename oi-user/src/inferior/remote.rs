@@ -260,11 +260,15 @@ pub fn wait_for(
                 held.0.push(sig);
                 resume(pid, None).map_err(ptrace_err(tid, "resume"))?;
             }
-            WaitStatus::PtraceEvent(pid, sig, ev)
-                if ev == libc::PTRACE_EVENT_STOP && sig != Signal::SIGTRAP =>
-            {
-                // A group-stop began meanwhile: keep the stop signal for afterwards.
-                held.0.push(sig);
+            WaitStatus::PtraceEvent(pid, sig, ev) if ev == libc::PTRACE_EVENT_STOP => {
+                // A group-stop began meanwhile: keep the stop signal for afterwards. With
+                // SIGTRAP it is an interrupt of ours that was still queued (a release sends one
+                // to every thread, and again to one it lets past a signal): it means nothing
+                // here, and a remote syscall met by it would otherwise fail and leave our
+                // segments mapped.
+                if sig != Signal::SIGTRAP {
+                    held.0.push(sig);
+                }
                 resume(pid, None).map_err(ptrace_err(tid, "resume"))?;
             }
             other => return Ok(other),

@@ -2,9 +2,9 @@
 //! where and why it can be trusted), so that an unchanged probe costs no Cranelift work on the
 //! next run.
 //!
-//! Content-addressed: the key is a hash of the plan (its `Debug` form, which spells every
-//! field), the roots and this oi-trace build, so a changed plan or compiler can never pick up
-//! stale code. (`plan_cache` spares the DWARF work that makes the plan.) The only side effects
+//! Content-addressed: the key is a hash of the plan (its nodes' `Debug` form, which spells
+//! every field, and its sizing), the roots and this oi-trace build, so a changed plan or
+//! compiler can never pick up stale code. (`plan_cache` spares the DWARF work that makes the plan.) The only side effects
 //! are files under the cache directory; an entry whose MAC fails is ignored and rewritten.
 
 use std::collections::HashMap;
@@ -22,7 +22,11 @@ const MAGIC: &[u8; 8] = b"OIJIT\0\0\x01";
 
 /// Cache key of (plan, roots) for this compiler.
 pub fn key(plan: &Plan, roots: &[NodeId]) -> u64 {
-    stable_hash((CODEGEN_VERSION, format!("{:?}", plan.nodes), roots))
+    stable_hash((
+        CODEGEN_VERSION,
+        format!("{:?}", (&plan.nodes, plan.sizing)),
+        roots,
+    ))
 }
 
 pub struct WalkerCache {
@@ -134,6 +138,7 @@ mod tests {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         });
         p.compute_dynamic();
         p

@@ -67,6 +67,9 @@ fn off(r: &mut Rng, size: u64) -> u64 {
 fn random_plan(r: &mut Rng) -> Plan {
     let n = 2 + r.below(9) as usize;
     let mut p = Plan::default();
+    if r.chance(50) {
+        p.sizing = crate::plan::Sizing::Real;
+    }
     for i in 0..n {
         let size = 8 + 8 * r.below(8);
         // Aggregate / container children come later (a DAG); pointers may go anywhere.
@@ -148,6 +151,7 @@ fn random_plan(r: &mut Rng) -> Plan {
             (9, Some(c)) => Op::List {
                 layout: ListLayout {
                     head_off: off(r, size),
+                    next_off: 0,
                     size_off: off(r, size),
                     value_off: 16,
                     node_size: 24 + 8 * r.below(4),
@@ -159,6 +163,9 @@ fn random_plan(r: &mut Rng) -> Plan {
             (10, Some(c)) => Op::RbTree {
                 layout: RbLayout {
                     header_off: off(r, size),
+                    root_link: crate::containers::rbtree::PARENT,
+                    left_off: crate::containers::rbtree::LEFT,
+                    right_off: crate::containers::rbtree::RIGHT,
                     count_off: off(r, size),
                     value_off: 32,
                     value_size: 8 * r.below(3),
@@ -215,10 +222,21 @@ fn random_plan(r: &mut Rng) -> Plan {
                 },
                 alternatives: (0..1 + r.below(3)).filter_map(|_| later(r)).collect(),
             },
-            (15, _) => Op::SmartPtr {
-                offset: off(r, size),
-                target: r.chance(80).then(|| any(r)),
-            },
+            (15, _) => {
+                let target = r.chance(80).then(|| any(r));
+                Op::SmartPtr {
+                    offset: off(r, size),
+                    target,
+                    control: (target.is_some() && r.chance(50)).then(|| {
+                        crate::plan::ControlBlock {
+                            offset: off(r, size),
+                            inplace_at: 16,
+                            inplace_extra: 16 + 8 * r.below(2),
+                            separate: 24,
+                        }
+                    }),
+                }
+            }
             (16, _) => Op::RefWrap {
                 offset: off(r, size),
                 target: r.chance(80).then(|| any(r)),
@@ -261,6 +279,7 @@ fn random_plan(r: &mut Rng) -> Plan {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         });
     }
     p.compute_dynamic();
@@ -723,11 +742,13 @@ fn oil_walks_in_the_child_hand_over_and_fault_as_oil_sees_them() {
         op: Op::SmartPtr {
             offset: 0,
             target: Some(1),
+            control: None,
         },
         dynamic: false,
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     };
     let mut plan = Plan {
         nodes: vec![node(0), node(1)],

@@ -397,6 +397,7 @@ pub(super) fn plan_node(name: &str, ty: &str, size: u64, op: crate::plan::Op) ->
         readable: ty.into(),
         value: None,
         opaque_union: false,
+        foreign: false,
     }
 }
 
@@ -405,6 +406,7 @@ fn unique_ptr_op(target: usize) -> crate::plan::Op {
     crate::plan::Op::SmartPtr {
         offset: 0,
         target: Some(target),
+        control: None,
     }
 }
 
@@ -1355,6 +1357,7 @@ fn jit_refuses_plans_with_dangling_nodes() {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     });
     assert!(matches!(compile(&p, &[0]), Err(JitError::NoSuchNode(7))));
     assert!(matches!(compile(&p, &[3]), Err(JitError::NoSuchNode(3))));

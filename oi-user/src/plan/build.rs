@@ -25,6 +25,11 @@ pub enum PlanError {
 /// read the scalar values the tree shows with `--values`.
 pub const VALUES: &str = "values";
 
+/// Not OI features either, passed with them for the same reason: the sizing (`--sizes`).
+/// Without either, a plan follows OI's rules (`Sizing::Oi`).
+pub const SIZES_REAL: &str = "sizes-real";
+pub const SIZES_OI: &str = "sizes-oi";
+
 /// Options that change the walk (docs/semantics.md, "Pointers, sharing and cycles",
 /// "Captured keys").
 #[derive(Debug, Clone, Default)]
@@ -48,6 +53,8 @@ pub struct Options {
     pub ignored_members: Vec<(String, String)>,
     /// Containers described as data (`describe`): the shipped ones and `--containers`.
     pub descriptions: crate::describe::Descriptions,
+    /// The rules that charge containers' bytes (`--sizes`).
+    pub sizing: super::Sizing,
 }
 
 type MemoKey = (TypeId, &'static str);
@@ -71,6 +78,8 @@ pub struct PlanBuilder<'t> {
     capture_here: bool,
     /// Set by `op` when it made an opaque union, for the node it builds.
     opaque_union_here: bool,
+    /// Set by `op` when it met a standard container it does not know, for the node it builds.
+    foreign_here: bool,
     /// Types descriptions name by spelling, found in DWARF beforehand (`describe::names`).
     named: crate::describe::names::NamedTypes,
 }
@@ -81,13 +90,17 @@ impl<'t> PlanBuilder<'t> {
     pub fn new(tg: &'t TypeGraph, opts: Options) -> Self {
         Self {
             tg,
-            plan: Plan::default(),
+            plan: Plan {
+                sizing: opts.sizing,
+                ..Plan::default()
+            },
             opts,
             anon: names::AnonNames::default(),
             memo: HashMap::new(),
             poly: HashMap::new(),
             capture_here: false,
             opaque_union_here: false,
+            foreign_here: false,
             named: Default::default(),
         }
     }
@@ -219,6 +232,7 @@ impl<'t> PlanBuilder<'t> {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         })
     }
 
@@ -293,9 +307,11 @@ impl<'t> PlanBuilder<'t> {
     /// Gives node `id` the op of resolved type `r` (and says if it is an opaque union).
     fn set_op(&mut self, id: NodeId, r: TypeId) -> Result<(), PlanError> {
         self.opaque_union_here = false;
+        self.foreign_here = false;
         let op = self.op(r)?;
         self.plan.nodes[id].op = op;
         self.plan.nodes[id].opaque_union = std::mem::take(&mut self.opaque_union_here);
+        self.plan.nodes[id].foreign = std::mem::take(&mut self.foreign_here);
         Ok(())
     }
 
@@ -350,6 +366,15 @@ impl<'t> PlanBuilder<'t> {
                             };
                             Op::Described { layout, elem }
                         }
+                        // A standard container whose shipped description does not fit (libc++
+                        // of another version, or a class that only borrows its name): never a
+                        // plain struct, a node not walked.
+                        Err(_)
+                            if d.shipped && crate::typegraph::kinds::unknown_standard(&d.name) =>
+                        {
+                            let name = st.name.clone().unwrap_or_default();
+                            self.foreign(&name)
+                        }
                         // A shipped description written for another library version: the
                         // type is still measured, as the class it is, and the user is told.
                         Err(e) if d.shipped => {
@@ -366,11 +391,29 @@ impl<'t> PlanBuilder<'t> {
                         }
                         Err(e) => return Err(e.into()),
                     },
-                    None => self.structure(r)?,
+                    None => match st.name.as_deref() {
+                        Some(n) if crate::typegraph::kinds::unknown_standard(n) => self.foreign(n),
+                        _ => self.structure(r)?,
+                    },
                 },
             },
             _ => Op::Leaf,
         })
+    }
+
+    /// A standard container of a library whose layout oi-trace does not know: never a plain
+    /// struct (its members are the library's internals, and its heap would go uncounted), but
+    /// a node not walked (E = S) and one warning per type.
+    fn foreign(&mut self, name: &str) -> Op {
+        let line = format!(
+            "{name} is a container of a standard library oi-trace does not know; \
+             not walked (its heap is not counted; JSON notWalked)"
+        );
+        if !self.plan.warnings.contains(&line) {
+            self.plan.warnings.push(line);
+        }
+        self.foreign_here = true;
+        Op::Leaf
     }
 
     /// A union with exactly one member (protobuf's `union { Impl_ _impl_; }`) is walked as
@@ -409,6 +452,7 @@ impl<'t> PlanBuilder<'t> {
         self.plan.nodes[id].op = Op::SmartPtr {
             offset: 0,
             target: Some(target),
+            control: None,
         };
         self.plan.nodes[id].readable = format!("{}*", readable::readable(self.tg, r));
         Ok(id)
@@ -530,6 +574,7 @@ impl<'t> PlanBuilder<'t> {
             self.plan.nodes[id].op = Op::SmartPtr {
                 offset: 0,
                 target: Some(target),
+                control: None,
             };
             id
         } else {
@@ -601,6 +646,7 @@ impl<'t> PlanBuilder<'t> {
                 self.plan.nodes[id].op = Op::SmartPtr {
                     offset: 0,
                     target: Some(target),
+                    control: None,
                 };
                 id
             } else if m.bit_size.is_some() {
@@ -704,7 +750,13 @@ impl<'t> PlanBuilder<'t> {
             K::UnorderedSet | K::UnorderedMultiSet => {
                 let t = self.arg(r, 0)?;
                 Op::Hashtable {
-                    layout: hashtable::layout(tg, r, tg.size(t), tg.align(t))?,
+                    layout: hashtable::layout(
+                        tg,
+                        r,
+                        tg.size(t),
+                        tg.align(t),
+                        self.hash_cached(r)?,
+                    )?,
                     elem: self.child(t, "[]")?,
                     is_map: false,
                 }
@@ -720,7 +772,7 @@ impl<'t> PlanBuilder<'t> {
                 .transpose()?;
                 let hashed = matches!(kind, K::UnorderedMap | K::UnorderedMultiMap);
                 let (op, node_size) = if hashed {
-                    let l = hashtable::layout(tg, r, psize, palign)?;
+                    let l = hashtable::layout(tg, r, psize, palign, self.hash_cached(r)?)?;
                     (
                         Op::Hashtable {
                             layout: l,
@@ -812,9 +864,17 @@ impl<'t> PlanBuilder<'t> {
                     smart_ptr::shared_ptr_offset(tg, r)?
                 };
                 let t = self.arg(r, 0)?;
+                let target = self.pointee(t, "ptr_val")?;
+                let control = match (kind, target) {
+                    (K::SharedPtr, Some(_)) if self.opts.sizing == super::Sizing::Real => {
+                        Some(smart_ptr::control_block(tg, r, t)?)
+                    }
+                    _ => None,
+                };
                 Op::SmartPtr {
                     offset,
-                    target: self.pointee(t, "ptr_val")?,
+                    target,
+                    control,
                 }
             }
             K::WeakPtr => Op::Leaf,
@@ -833,6 +893,15 @@ impl<'t> PlanBuilder<'t> {
                     target: self.pointee(t, "ref_val")?,
                 }
             }
+        })
+    }
+
+    /// Whether the nodes of unordered container `r` hold the hash code: under OI's rules
+    /// always; under real sizes as its library decided (`hashtable::caches_hash`).
+    fn hash_cached(&self, r: TypeId) -> Result<bool, PlanError> {
+        Ok(match self.opts.sizing {
+            super::Sizing::Oi => true,
+            super::Sizing::Real => hashtable::caches_hash(self.tg, r)?,
         })
     }
 

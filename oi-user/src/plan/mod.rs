@@ -18,7 +18,9 @@
 //! - `Hashtable`: `address, len, bucket_count`, then the elements.
 //! - `Optional`: `engaged`, then the value if engaged. `Variant`: `index` (u64::MAX when
 //!   valueless), then the active alternative.
-//! - `SmartPtr`, `RefWrap`, `RawPointer`: `pointer, descended`, then the target if descended.
+//! - `SmartPtr`, `RefWrap`, `RawPointer`: `pointer, descended`, then (a `SmartPtr` with a
+//!   `control` block only) the block's kind (`ControlBlock::kind`), then the target if
+//!   descended.
 //! - `HeapPointer` (a raw pointer with chase-raw-pointers): `pointer, descended, block`,
 //!   then the target if descended. `block` is the usable size of the glibc heap block the
 //!   pointer starts, charged here (0: not the start of a block, a block no larger than a
@@ -57,6 +59,72 @@ use crate::containers::{
 
 pub type NodeId = usize;
 
+/// Which rules charge a container's bytes (docs/semantics.md, "Two sizings"): `Real`, the
+/// bytes its library really obtained from the allocator for it; `Oi`, Object Introspection's
+/// rules, byte for byte. Decided when the plan is built (a hash node's size is static) and
+/// read by the decoder and the walkers that add up sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Sizing {
+    Real,
+    #[default]
+    Oi,
+}
+
+impl Sizing {
+    /// As `--sizes` and the summary spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sizing::Real => "real",
+            Sizing::Oi => "oi",
+        }
+    }
+
+    /// Bytes a heap string allocated beyond its capacity, in characters: the terminator,
+    /// which OI's rules do not count.
+    pub fn terminator(self) -> u64 {
+        u64::from(self == Sizing::Real)
+    }
+}
+
+/// The control block of a `shared_ptr` under real sizes (`containers::smart_ptr`): where
+/// the pointer to it sits in the `shared_ptr`, and what each kind of block costs beyond the
+/// object it manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ControlBlock {
+    /// Offset of the control block pointer in the `shared_ptr` object.
+    pub offset: u64,
+    /// `make_shared`'s combined block holds the object at this offset from its start.
+    pub inplace_at: u64,
+    /// The combined block's bytes beyond the object (its counts, vptr and padding).
+    pub inplace_extra: u64,
+    /// A block of its own (`shared_ptr<T>(new T)`): its bytes.
+    pub separate: u64,
+}
+
+impl ControlBlock {
+    /// The stream's word for a control block pointer `cb` beside object pointer `ptr`: 0 no
+    /// block, 1 combined with the object, 2 a block of its own.
+    pub fn kind(&self, ptr: u64, cb: u64) -> u64 {
+        if cb == 0 {
+            0
+        } else if cb.wrapping_add(self.inplace_at) == ptr {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// Bytes charged for a block of `kind` whose object was `descended` into (a block
+    /// reached again, with its object, is charged once).
+    pub fn charge(&self, kind: u64, descended: bool) -> u64 {
+        match (descended, kind) {
+            (true, 1) => self.inplace_extra,
+            (true, 2) => self.separate,
+            _ => 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     pub nodes: Vec<Node>,
@@ -65,6 +133,9 @@ pub struct Plan {
     /// that a cached plan says it too.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// The rules the plan's sizes follow.
+    #[serde(default)]
+    pub sizing: Sizing,
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -87,6 +158,10 @@ pub struct Node {
     /// opaque, E = S; the report says how many bytes sat in such unions.
     #[serde(default)]
     pub opaque_union: bool,
+    /// A container of a standard library oi-trace does not know (`typegraph::kinds::
+    /// unknown_standard`): not walked, E = S, JSON `notWalked`; never a plain-struct total.
+    #[serde(default)]
+    pub foreign: bool,
 }
 
 /// A scalar read for `--values`: its size in bytes (1, 2, 4, 8 or 16) and how to show it.
@@ -216,9 +291,12 @@ pub enum Op {
         cases: Vec<(u64, Option<(u64, NodeId)>)>,
     },
     /// unique_ptr / shared_ptr: pointer at `offset`; `target` None for incomplete types.
+    /// `control`: a shared_ptr's control block, charged under real sizes.
     SmartPtr {
         offset: u64,
         target: Option<NodeId>,
+        #[serde(default)]
+        control: Option<ControlBlock>,
     },
     /// std::reference_wrapper (child `ref_val`).
     RefWrap {

@@ -22,6 +22,18 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// `error` as the user should read it: when the traced process is gone (exited, or a
+    /// zombie), the failure of a file read or an attach was only its consequence, and the
+    /// run ends as any run whose target went away does (exit 1), saying nothing was counted.
+    pub fn explain(&self, error: Error) -> Error {
+        match self.pid {
+            Some(pid) if matches!(procfs::state(pid), None | Some('Z' | 'X')) => Error::sample(
+                format!("the target (pid {pid}) exited during start-up: nothing was counted"),
+            ),
+            _ => error,
+        }
+    }
+
     pub fn resolve(args: &crate::cli::profiler::ScopeArgs) -> Result<Self> {
         match (args.pid, &args.cgroup) {
             (Some(pid), _) => {

@@ -380,6 +380,7 @@ mod tests {
             readable: String::new(),
             value: None,
             opaque_union: false,
+            foreign: false,
         }
     }
 

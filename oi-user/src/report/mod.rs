@@ -64,7 +64,8 @@ pub struct NodeOut<'a> {
     /// With `--values`: the scalar's words (low, high; high is 0 below 16 bytes).
     pub value: Option<(u64, u64)>,
     /// A union not walked: opaque (`Node::opaque_union`), or discriminated by a value no
-    /// case of its `[[union]]` rule names (JSON `notWalked`: its staticSize).
+    /// case of its `[[union]]` rule names; or a container of a standard library oi-trace
+    /// does not know (`Node::foreign`). JSON `notWalked`: its staticSize.
     pub not_walked: bool,
 }
 
@@ -381,7 +382,7 @@ impl<'a> Decoder<'a, '_> {
             length_capacity: lc,
             has_children,
             value,
-            not_walked: not_walked || n.opaque_union,
+            not_walked: not_walked || n.opaque_union || n.foreign,
         };
         if let Some(sink) = self.sink.as_mut() {
             sink.begin(&out)?;
@@ -474,7 +475,7 @@ impl<'a> Decoder<'a, '_> {
                     Some(lc) => lc,
                     None => (self.word()?, self.bounded(MAX_BYTES, "string capacity")?),
                 };
-                let (e, l, c) = l.account(len, cap);
+                let (e, l, c) = l.account(len, cap, plan.sizing);
                 lc = Some((l, c));
                 (e, Children::None)
             }
@@ -540,7 +541,7 @@ impl<'a> Decoder<'a, '_> {
                     _ => layout.value_size,
                 };
                 (
-                    layout.exclusive(len, buckets, key_size),
+                    layout.charge(plan.sizing, len, buckets, key_size, *is_map),
                     Children::Repeat(*elem, len),
                 )
             }
@@ -592,9 +593,24 @@ impl<'a> Decoder<'a, '_> {
             }
             // Handled by `node_here` (transparent).
             Op::Poly { fallback, .. } => (s, Children::One(*fallback)),
-            Op::SmartPtr { target, .. }
-            | Op::RefWrap { target, .. }
-            | Op::RawPointer { target } => {
+            Op::SmartPtr {
+                target, control, ..
+            } => {
+                let ptr = self.pointer()?;
+                let descended = self.word()? != 0;
+                // Real sizes: the shared_ptr's control block, charged with its object.
+                let block = match control {
+                    Some(c) => c.charge(self.word()?, descended && target.is_some()),
+                    None => 0,
+                };
+                pointer = Some(ptr);
+                lc = Some((u64::from(descended), 1));
+                match (descended, target) {
+                    (true, Some(t)) => (s.saturating_add(block), Children::One(*t)),
+                    _ => (s, Children::None),
+                }
+            }
+            Op::RefWrap { target, .. } | Op::RawPointer { target } => {
                 let ptr = self.pointer()?;
                 let descended = self.word()? != 0;
                 pointer = Some(ptr);
@@ -667,7 +683,7 @@ impl<'a> Decoder<'a, '_> {
                         let groups = reader.run(s, &mut pos, *count).map_err(run_error)?;
                         if groups > 0 {
                             let group = reader.group().iter().fold(0u64, |g, &(len, cap)| {
-                                g.saturating_add(l.account(len, cap).0)
+                                g.saturating_add(l.account(len, cap, plan.sizing).0)
                             });
                             t = t.saturating_add(group.saturating_mul(groups));
                             reader.skip_run();
@@ -676,7 +692,7 @@ impl<'a> Decoder<'a, '_> {
                         }
                         let (len, cap) = reader.next(s, &mut pos).map_err(stream_error)?;
                         check_string_capacity(cap)?;
-                        t = t.saturating_add(l.account(len, cap).0);
+                        t = t.saturating_add(l.account(len, cap, plan.sizing).0);
                         i += 1;
                     }
                     self.pos = pos;

@@ -18,6 +18,7 @@ fn node(name: &str, ty: &str, size: u64, op: Op) -> Node {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     }
 }
 

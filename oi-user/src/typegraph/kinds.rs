@@ -1,6 +1,9 @@
 //! Which standard-library container a type is: [`ContainerKind`] and its recognition by the
 //! qualified DWARF name (docs/semantics.md, "Type names"): the name itself or the name followed by `<`.
 //! Decided while the type graph is built; never looks at a layout (`containers` does).
+//! [`unknown_standard`] names what is *not* recognised yet looks like a standard container: a
+//! container of a standard library oi-trace does not know (libc++'s `std::__1::vector`,
+//! libstdc++'s old-ABI `std::basic_string`), which is never walked as a plain struct.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ContainerKind {
@@ -33,6 +36,16 @@ const NAMES: &[(&str, ContainerKind)] = &[
     ("std::vector", ContainerKind::Vector),
     ("std::__cxx11::basic_string", ContainerKind::String),
     ("std::__cxx11::list", ContainerKind::List),
+    // libc++ (LLVM 14): what the built-in walkers take with another field's name (list,
+    // pair, map, set, shared_ptr, weak_ptr); its other containers are described in containers/libcxx.toml.
+    ("std::__1::list", ContainerKind::List),
+    ("std::__1::pair", ContainerKind::Pair),
+    ("std::__1::map", ContainerKind::Map),
+    ("std::__1::multimap", ContainerKind::MultiMap),
+    ("std::__1::set", ContainerKind::Set),
+    ("std::__1::multiset", ContainerKind::MultiSet),
+    ("std::__1::shared_ptr", ContainerKind::SharedPtr),
+    ("std::__1::weak_ptr", ContainerKind::WeakPtr),
     ("std::deque", ContainerKind::Deque),
     ("std::set", ContainerKind::Set),
     ("std::multiset", ContainerKind::MultiSet),
@@ -61,6 +74,63 @@ pub fn recognise(qualified: &str) -> Option<ContainerKind> {
         let rest = qualified.strip_prefix(n)?;
         (rest.is_empty() || rest.starts_with('<')).then_some(*k)
     })
+}
+
+/// Container families of the C++ standard library, by their unqualified template name: the
+/// recognised ones' and those libstdc++ lays out as ordinary classes (`forward_list`, `tuple`).
+const FAMILIES: &[&str] = &[
+    "vector",
+    "basic_string",
+    "list",
+    "forward_list",
+    "deque",
+    "set",
+    "multiset",
+    "map",
+    "multimap",
+    "unordered_set",
+    "unordered_multiset",
+    "unordered_map",
+    "unordered_multimap",
+    "pair",
+    "tuple",
+    "array",
+    "optional",
+    "variant",
+    "unique_ptr",
+    "shared_ptr",
+    "weak_ptr",
+    "reference_wrapper",
+    "stack",
+    "queue",
+    "priority_queue",
+];
+
+/// Whether a qualified DWARF name that [`recognise`] does not know is a standard container of
+/// a library whose layout oi-trace does not know: `std::`, then inline namespaces (`__1`,
+/// `__ndk1`, `__debug`: every component starting with `__`), then a container family's name,
+/// alone or followed by `<`. Under libstdc++'s own namespaces (`std::`, `std::__cxx11::`)
+/// only the families [`recognise`] knows count: `forward_list` and `tuple` are ordinary
+/// classes there (docs/semantics.md, "Type names"), and an old-ABI `std::list` or
+/// `std::basic_string` is not a layout oi-trace knows.
+pub fn unknown_standard(qualified: &str) -> bool {
+    if recognise(qualified).is_some() {
+        return false;
+    }
+    let head = qualified.split('<').next().unwrap_or(qualified);
+    let mut parts = head.split("::");
+    if parts.next() != Some("std") {
+        return false;
+    }
+    let parts: Vec<&str> = parts.collect();
+    let Some((family, inline)) = parts.split_last() else {
+        return false;
+    };
+    if !inline.iter().all(|p| p.starts_with("__")) || !FAMILIES.contains(family) {
+        return false;
+    }
+    let libstdcxx = inline.iter().all(|p| *p == "__cxx11");
+    !libstdcxx || !matches!(*family, "forward_list" | "tuple")
 }
 
 impl ContainerKind {
@@ -117,5 +187,25 @@ mod tests {
             Some(ContainerKind::PriorityQueue)
         );
         assert_eq!(recognise("std::stacked<int>"), None);
+    }
+
+    #[test]
+    fn unknown_standard_containers_are_named_by_family_under_inline_namespaces() {
+        assert!(unknown_standard(
+            "std::__1::vector<int, std::__1::allocator<int> >"
+        ));
+        assert!(unknown_standard("std::__ndk1::basic_string<char>"));
+        assert!(unknown_standard("std::__1::forward_list<int>"));
+        assert!(unknown_standard("std::__debug::map<int, int>"));
+        assert!(unknown_standard("std::basic_string<char>"));
+        assert!(unknown_standard("std::list<int>"));
+        assert!(!unknown_standard("std::vector<int>"));
+        assert!(!unknown_standard("std::forward_list<int>"));
+        assert!(!unknown_standard("std::tuple<int, long>"));
+        assert!(!unknown_standard("std::__1::__tree<int>"));
+        assert!(!unknown_standard("std::__1::vector_base<int>"));
+        assert!(!unknown_standard("std::_Vector_base<int>"));
+        assert!(!unknown_standard("ns::vector<int>"));
+        assert!(!unknown_standard("std::__detail::_Hash_node<int, false>"));
     }
 }

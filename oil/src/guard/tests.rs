@@ -29,6 +29,7 @@ fn string_plan() -> Plan {
         readable: "std::string".into(),
         value: None,
         opaque_union: false,
+        foreign: false,
     });
     plan.compute_dynamic();
     plan

@@ -6,6 +6,8 @@
 //! through two frames (later calls keep their parent), and sleeps a known time (a lower bound).
 //! Every run leaves the fixture running, untraced, and able to finish its own work.
 
+mod midrun;
+
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},

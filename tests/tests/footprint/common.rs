@@ -1,6 +1,7 @@
 //! Helpers for the footprint journeys: build a `tests/fixtures/footprint_*.cpp` fixture, read
 //! the expectations it prints about itself, run `oi-trace --mode remote` on it for one probe,
-//! and compare the JSON sample with the fixture's numbers (exact equality).
+//! and compare the JSON sample with the fixture's numbers (exact equality). The fixtures
+//! compute OI's rules, so runs pass `--sizes oi` unless a journey gives `--sizes` itself.
 //!
 //! Fixture protocol (see `tests/fixtures/footprint_basic.cpp`): lines
 //! `PROBE <entry|return> <symbol> <args> <features|->`, each followed by `E <path> <key>
@@ -30,6 +31,18 @@ fn workspace() -> PathBuf {
 
 /// Compiles a fixture into `target/fixtures/` (rebuilt when the source is newer).
 pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
+    build_fixture_with(name, opt, "g++", &[], "")
+}
+
+/// [`build_fixture`] with another compiler and flags (`clang++`, `-stdlib=libc++`), into a
+/// file named with `suffix`.
+pub fn build_fixture_with(
+    name: &str,
+    opt: &str,
+    compiler: &str,
+    flags: &[&str],
+    suffix: &str,
+) -> PathBuf {
     // Tests run in parallel threads and share fixtures: build one at a time.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
@@ -38,19 +51,20 @@ pub fn build_fixture(name: &str, opt: &str) -> PathBuf {
         .join(format!("{name}.cpp"));
     let dir = workspace().join("target/fixtures");
     std::fs::create_dir_all(&dir).expect("create target/fixtures");
-    let exe = dir.join(format!("{name}{}", opt.trim_start_matches('-')));
+    let exe = dir.join(format!("{name}{suffix}{}", opt.trim_start_matches('-')));
     let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     if mtime(&exe).is_none() || mtime(&exe) < mtime(&src) {
-        let out = Command::new("g++")
+        let out = Command::new(compiler)
             .args(["-g", "-std=c++17", opt])
+            .args(flags)
             .arg(&src)
             .arg("-o")
             .arg(&exe)
             .output()
-            .expect("run g++");
+            .unwrap_or_else(|e| panic!("run {compiler}: {e}"));
         assert!(
             out.status.success(),
-            "g++: {}",
+            "{compiler}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -212,6 +226,12 @@ pub fn run_probe(name: &str, opt: &str, index: usize, extra: &[&str]) -> (String
 
 /// `run_probe` on a fixture binary built elsewhere.
 pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe) {
+    let (text, p, _) = run_probe_stderr(exe, index, extra);
+    (text, p)
+}
+
+/// `run_probe_exe`, also returning everything oi-trace printed on stderr.
+pub fn run_probe_stderr(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe, String) {
     let (mut fixture, _out, mut probes) = start_fixture(exe);
     let p = probes.swap_remove(index);
     let mut cmd = Command::new(oi_trace());
@@ -225,6 +245,10 @@ pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe
         .arg(&p.symbol)
         .args(["--arg", &p.args, "--count", "1"])
         .args(extra);
+    // The fixtures compute OI's rules (docs/semantics.md) unless a journey asks for others.
+    if !extra.contains(&"--sizes") {
+        cmd.args(["--sizes", "oi"]);
+    }
     for f in &p.features {
         cmd.args(["--feature", f]);
     }
@@ -237,12 +261,14 @@ pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe
     // Wait until the probes are armed, then let the fixture run.
     let mut err = BufReader::new(tracer.0.stderr.take().expect("stderr"));
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut before = String::new();
     loop {
         let mut line = String::new();
         assert!(
             err.read_line(&mut line).expect("stderr") > 0,
-            "oi-trace exited: {line}"
+            "oi-trace exited: {before}{line}"
         );
+        before.push_str(&line);
         if line.contains("attached") {
             break;
         }
@@ -266,11 +292,11 @@ pub fn run_probe_exe(exe: &Path, index: usize, extra: &[&str]) -> (String, Probe
         .expect("sample");
     let status = tracer.0.wait().expect("wait oi-trace");
     drop(stdin);
+    let stderr = before + &stderr_rest.join().unwrap_or_default();
     if !status.success() {
-        let stderr = stderr_rest.join().unwrap_or_default();
         panic!("oi-trace failed: {status}\n{stderr}");
     }
-    (text, p)
+    (text, p, stderr)
 }
 
 /// Checks every probe of a fixture, one oi-trace run each.

@@ -47,6 +47,8 @@ fn sample(pid: i32, probe: &str, args: &str, mode: &str, extra: &[&str]) -> oi_e
     let pid = pid.to_string();
     let mut argv = vec![
         "--pid", &pid, "--uprobe", probe, "--arg", args, "--count", "1", "--mode", mode,
+        // The fixture computes OI's rules (docs/semantics.md).
+        "--sizes", "oi",
     ];
     argv.extend_from_slice(extra);
     run_oi_trace(&argv, 60 * SECOND)

@@ -47,7 +47,8 @@ fn printed(f: &Fixture, key: &str) -> String {
 /// `oi-trace --pid PID ARGS` to completion; its stdout, after checking it succeeded.
 fn oi_trace(pid: i32, args: &[&str]) -> String {
     let pid = pid.to_string();
-    let mut all = vec!["--pid", pid.as_str()];
+    // The fixture computes OI's rules (docs/semantics.md).
+    let mut all = vec!["--pid", pid.as_str(), "--sizes", "oi"];
     all.extend_from_slice(args);
     let out = run_oi_trace(&all, TIMEOUT);
     assert!(out.status.success(), "oi-trace {all:?}: {out:#?}");
@@ -406,6 +407,8 @@ fn svg_and_folded_pictures_are_in_bytes() {
         &[
             "--pid",
             &pid,
+            "--sizes",
+            "oi",
             "--uprobe",
             "inspect",
             "--every",
@@ -491,6 +494,8 @@ fn growth_follows_each_member_over_the_samples() {
         let t = OiTrace::attached(&[
             "--pid",
             &pid,
+            "--sizes",
+            "oi",
             "--uprobe",
             "grow",
             "--count",

@@ -58,6 +58,9 @@ fn nlohmann_json_objects_measured_against_the_library() {
     let measuring = OiTrace::attached(&[
         "--pid",
         &pid,
+        // The fixture computes OI's rules (docs/semantics.md).
+        "--sizes",
+        "oi",
         "--uprobe",
         "catalog",
         "--uprobe",

@@ -391,3 +391,29 @@ fn oil_warns_once_of_a_shipped_description_that_does_not_fit() {
         );
     }
 }
+
+/// OIL measures with real sizes by default: the size of `footprint_owned`'s struct equals the
+/// bytes its own operator new says the struct owns, exactly (`sizes-oi` gives OI's rules).
+fn oil_size_equals_the_bytes_the_object_owns(opt: &str) {
+    let exe = FixtureBuild::new("footprint_owned")
+        .variant(&format!("footprint_owned_oil{opt}"), &[opt, "-DWITH_OIL"])
+        .with_oil()
+        .build();
+    let mut f = Fixture::start(&exe, &[]);
+    let owned = number(&mut f, "owned");
+    assert_eq!(number(&mut f, "oil-size"), owned, "{opt}: oil::size");
+    assert!(
+        number(&mut f, "oil-size-oi") > owned,
+        "{opt}: OI's rules count more here"
+    );
+}
+
+#[test]
+fn oil_size_equals_the_bytes_the_object_owns_o0() {
+    oil_size_equals_the_bytes_the_object_owns("-O0");
+}
+
+#[test]
+fn oil_size_equals_the_bytes_the_object_owns_o2() {
+    oil_size_equals_the_bytes_the_object_owns("-O2");
+}

@@ -28,6 +28,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "containers/abseil.toml",
         include_str!("../../../containers/abseil.toml"),
     ),
+    (
+        "containers/libcxx.toml",
+        include_str!("../../../containers/libcxx.toml"),
+    ),
 ];
 
 #[derive(Debug, Clone)]

@@ -356,6 +356,8 @@ pub fn options_for(features: &[String]) -> Result<Options, MeasureError> {
             "capture-keys" => opts.capture_keys = true,
             "polymorphic-inheritance" => opts.polymorphic = true,
             VALUES => opts.values = true,
+            SIZES_REAL => opts.sizing = crate::plan::Sizing::Real,
+            SIZES_OI => opts.sizing = crate::plan::Sizing::Oi,
             other => {
                 use crate::oi_config::{Rule, parse_rule};
                 match parse_rule(other) {

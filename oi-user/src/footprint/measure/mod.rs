@@ -57,6 +57,8 @@ impl OutputFormat {
 
 /// The feature name of `--values` (defined with the plan's options, which it sets).
 pub use crate::plan::build::VALUES;
+/// The feature names of `--sizes real` and `--sizes oi`.
+pub use crate::plan::build::{SIZES_OI, SIZES_REAL};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {

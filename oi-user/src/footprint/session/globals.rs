@@ -63,6 +63,12 @@ pub fn run(args: &Args) -> Result<()> {
         .iter()
         .map(|name| find(pid, name, &features))
         .collect::<Result<Vec<_>>>()?;
+    let mut warned = std::collections::HashSet::new();
+    for w in globals.iter().flat_map(|g| &g.measurer.plan().warnings) {
+        if warned.insert(w) {
+            eprintln!("oi-trace: warning: {w}");
+        }
+    }
     let signals = SignalSet::block()?;
     let outputs = Outputs::from_args(args).map_err(Error::input)?;
     let mut reporter = Reporter::start(outputs)

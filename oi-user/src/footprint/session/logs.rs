@@ -95,6 +95,7 @@ impl Logs {
                     "plans_cached": p.plans_cached, "walkers_cached": p.walkers_cached,
                     "samples_failed": f.samples, "roots_failed": f.roots,
                     "union_bytes_not_walked": f.unions,
+                    "sizes": p.measurers.first().map(|m| m.plan().sizing.name()),
                 })
             })
             .collect();

@@ -62,7 +62,8 @@ pub struct Outputs {
     pub growth: Option<OutputFile>,
     /// With `growth`: print the table so far this often.
     pub interval: Option<Duration>,
-    /// `--framed`: each JSON sample wrapped in an object naming its probe, thread and hit.
+    /// `--framed`: each JSON sample wrapped in an object naming its probe, thread, hit and
+    /// sizing.
     pub framed: bool,
 }
 
@@ -373,12 +374,14 @@ impl State {
         let write = |out: &mut dyn Write| -> std::io::Result<()> {
             write!(
                 out,
-                "{{\"probe\":{},\"pid\":{},\"tid\":{},\"hit\":{},\"args\":[{}],\"roots\":",
+                "{{\"probe\":{},\"pid\":{},\"tid\":{},\"hit\":{},\"args\":[{}],\"sizes\":{},\
+                 \"roots\":",
                 text(&job.probe),
                 job.tgid,
                 job.tid,
                 job.hit,
-                args.join(",")
+                args.join(","),
+                text(job.measurer.plan().sizing.name())
             )?;
             out.write_all(roots)?;
             out.write_all(b"}\n")

@@ -65,6 +65,9 @@ impl Session {
             .collect();
         for ((probe, c), f) in self.probes.iter().zip(&counters).zip(&self.failures) {
             let mut line = summary_line(c);
+            if let Some(m) = probe.measurers.first() {
+                line += &format!("; {} sizes", m.plan().sizing.name());
+            }
             if f.unions > 0 {
                 line += &format!(
                     "; up to {} per sample in unions not walked",

@@ -634,7 +634,7 @@ impl Walker<'_> {
                 self.emit_len(len, addr)?;
                 if self.dynamic(*elem) {
                     let head = addr + layout.head_off;
-                    let mut cur = word(obj, layout.head_off, addr)?;
+                    let mut cur = word(obj, layout.head_off + layout.next_off, addr)?;
                     for _ in 0..len {
                         if cur == head || cur == 0 {
                             return Err(corrupt(addr, "list shorter than its size"));
@@ -642,7 +642,7 @@ impl Walker<'_> {
                         let node = self.read(cur, layout.node_size)?;
                         let v = sub(&node, layout.value_off, layout.elem_size, cur)?;
                         self.walk(*elem, cur + layout.value_off, v)?;
-                        cur = word(&node, 0, cur)?;
+                        cur = word(&node, layout.next_off, cur)?;
                     }
                 }
             }
@@ -651,7 +651,7 @@ impl Walker<'_> {
                 self.emit(addr);
                 self.emit_len(len, addr)?;
                 if self.dynamic(*elem) {
-                    let root = word(obj, layout.header_off + rbtree::PARENT, addr)?;
+                    let root = word(obj, layout.header_off + layout.root_link, addr)?;
                     self.rb_elements(*elem, layout, root, len, addr)?;
                 }
             }
@@ -717,7 +717,24 @@ impl Walker<'_> {
                     None => self.emit(u64::MAX),
                 }
             }
-            Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
+            Op::SmartPtr {
+                offset,
+                target,
+                control,
+            } => {
+                let ptr = word(obj, *offset, addr)?;
+                let tag = plan.visit_tag(*target);
+                let descend = ptr != 0 && target.is_some() && self.visit(ptr ^ tag);
+                self.emit_pointer(ptr);
+                self.emit(u64::from(descend));
+                if let Some(c) = control {
+                    self.emit(c.kind(ptr, word(obj, c.offset, addr)?));
+                }
+                if let (true, Some(t)) = (descend, target) {
+                    self.walk_at(*t, ptr)?;
+                }
+            }
+            Op::RefWrap { offset, target } => {
                 let ptr = word(obj, *offset, addr)?;
                 let tag = plan.visit_tag(*target);
                 let descend = ptr != 0 && target.is_some() && self.visit(ptr ^ tag);
@@ -908,7 +925,7 @@ impl Walker<'_> {
             addr,
             |w, cur| {
                 let node = w.read(cur, l.node_size)?;
-                Ok((word(&node, rbtree::LEFT, cur)?, node))
+                Ok((word(&node, l.left_off, cur)?, node))
             },
             |w, n, node| {
                 seen += 1;
@@ -917,7 +934,7 @@ impl Walker<'_> {
                 }
                 let v = sub(&node, l.value_off, l.value_size, n)?;
                 w.walk(elem, n + l.value_off, v)?;
-                word(&node, rbtree::RIGHT, n)
+                word(&node, l.right_off, n)
             },
         )
     }

@@ -18,6 +18,7 @@ fn plan(op: Op, elem_dynamic: bool) -> Plan {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     });
     // Element: a string when it must be walked, else an int.
     let elem_op = if elem_dynamic {
@@ -41,6 +42,7 @@ fn plan(op: Op, elem_dynamic: bool) -> Plan {
         readable: String::new(),
         value: None,
         opaque_union: false,
+        foreign: false,
     });
     p.compute_dynamic();
     p
@@ -95,6 +97,7 @@ fn corrupt_objects_are_errors_not_panics() {
         Op::List {
             layout: ListLayout {
                 head_off: 0,
+                next_off: 0,
                 size_off: 16,
                 value_off: 16,
                 node_size: 48,

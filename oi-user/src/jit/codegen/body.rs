@@ -179,7 +179,8 @@ impl Gen<'_, '_> {
                     return Ok(());
                 }
                 let head = self.add(addr, l.head_off);
-                let first = self.field(addr, len, l.head_off, ErrorCode::FieldOutside)?;
+                let first =
+                    self.field(addr, len, l.head_off + l.next_off, ErrorCode::FieldOutside)?;
                 let node = self.b.declare_var(I64);
                 self.b.def_var(node, first);
                 let elem = *elem;
@@ -191,7 +192,7 @@ impl Gen<'_, '_> {
                     g.fail_if(short, ErrorCode::ListShort, addr);
                     let v = g.member(cur, l.node_size, l.value_off, l.elem_size)?;
                     g.child(elem, v, l.elem_size, k)?;
-                    let next = g.field(cur, l.node_size, 0, ErrorCode::FieldOutside)?;
+                    let next = g.field(cur, l.node_size, l.next_off, ErrorCode::FieldOutside)?;
                     g.b.def_var(node, next);
                     Ok(())
                 })
@@ -217,7 +218,7 @@ impl Gen<'_, '_> {
                 let root = self.field(
                     addr,
                     len,
-                    l.header_off + rbtree::PARENT,
+                    l.header_off + l.root_link,
                     ErrorCode::FieldOutside,
                 )?;
                 self.rb_elements(*elem, &l, root, n, addr, k)
@@ -239,8 +240,26 @@ impl Gen<'_, '_> {
                         _ => l.value_size,
                     };
                     let table = self.b.ins().imul_imm_s(buckets, 8);
-                    self.tally(table);
-                    self.tally_nodes(l.size, l.node_size.wrapping_sub(key_size), n, *elem);
+                    let per_node = match plan.sizing {
+                        Sizing::Oi => l.node_size.wrapping_sub(key_size),
+                        // Real: no bucket array for the one inline bucket, and a map's
+                        // entries carry their nodes' overhead themselves.
+                        Sizing::Real => {
+                            let one = self.icmp_imm(IntCC::Equal, buckets, 1);
+                            let zero = self.c(0);
+                            let table = self.b.ins().select(one, zero, table);
+                            self.tally(table);
+                            if *is_map {
+                                0
+                            } else {
+                                l.node_size.wrapping_sub(l.value_size)
+                            }
+                        }
+                    };
+                    if plan.sizing == Sizing::Oi {
+                        self.tally(table);
+                    }
+                    self.tally_nodes(l.size, per_node, n, *elem);
                 }
                 if !self.dynamic(*elem) {
                     return Ok(());
@@ -327,13 +346,28 @@ impl Gen<'_, '_> {
                 let value = self.ld_uint(at, 0, u64::from(*width));
                 self.one_of(value, cases, addr, len, s, k, tail)
             }
-            Op::SmartPtr { offset, target } | Op::RefWrap { offset, target } => {
+            Op::SmartPtr {
+                offset,
+                target,
+                control,
+            } => {
                 let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
-                self.pointer(s, ptr, *target, target.is_some(), k, tail)
+                let control = match control {
+                    Some(c) => {
+                        let cb = self.field(addr, len, c.offset, ErrorCode::FieldOutside)?;
+                        Some((*c, cb))
+                    }
+                    None => None,
+                };
+                self.pointer(s, ptr, *target, target.is_some(), control, k, tail)
+            }
+            Op::RefWrap { offset, target } => {
+                let ptr = self.field(addr, len, *offset, ErrorCode::FieldOutside)?;
+                self.pointer(s, ptr, *target, target.is_some(), None, k, tail)
             }
             Op::RawPointer { target } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;
-                self.pointer(s, ptr, *target, true, k, tail)
+                self.pointer(s, ptr, *target, true, None, k, tail)
             }
             Op::HeapPointer { target, lone } => {
                 let ptr = self.field(addr, len, 0, ErrorCode::FieldOutside)?;

@@ -62,6 +62,7 @@ use crate::interp::heap::MAX_HEAPS;
 use crate::interp::walk::{MAX_CAPTURED_KEY, MAX_DESCRIBED_HEAP, MAX_ELEMENTS, VISITED_CAPACITY};
 use crate::plan::stream::{MAX_WORD_BYTES, RUN_MARKER};
 use crate::plan::{BLOCK_TAG, Capture, NodeId, Op, Plan};
+use crate::plan::{ControlBlock, Sizing};
 
 mod body;
 mod btree;

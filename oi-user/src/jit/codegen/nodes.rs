@@ -63,10 +63,10 @@ impl Gen<'_, '_> {
     /// child. (Not its left child too, even when in the page of a word already read: that
     /// makes the walk no faster, in order or shuffled, and costs eleven instructions a node.)
     fn prefetch_right(&mut self, node: Value, l: &rbtree::RbLayout) {
-        if rbtree::RIGHT + 8 > l.node_size {
+        if l.right_off + 8 > l.node_size {
             return;
         }
-        let right = self.ld(node, rbtree::RIGHT);
+        let right = self.ld(node, l.right_off);
         self.prefetch(right);
     }
 
@@ -160,7 +160,7 @@ impl Gen<'_, '_> {
             root,
             addr,
             |g, c| {
-                let left = g.field(c, l.node_size, rbtree::LEFT, ErrorCode::FieldOutside)?;
+                let left = g.field(c, l.node_size, l.left_off, ErrorCode::FieldOutside)?;
                 g.prefetch_right(c, l);
                 Ok(left)
             },
@@ -169,7 +169,7 @@ impl Gen<'_, '_> {
                 g.count_within(seen, len, ErrorCode::RbLarge, addr);
                 let v = g.member(node, l.node_size, l.value_off, l.value_size)?;
                 g.child(elem, v, l.value_size, k)?;
-                g.field(node, l.node_size, rbtree::RIGHT, ErrorCode::FieldOutside)
+                g.field(node, l.node_size, l.right_off, ErrorCode::FieldOutside)
             },
         )?;
         if self.reg.sizes {

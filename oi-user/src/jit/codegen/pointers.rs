@@ -4,19 +4,22 @@
 use super::*;
 
 impl Gen<'_, '_> {
-    /// SmartPtr / RefWrap / RawPointer: `pointer, descended`, then the target.
-    /// `visits`: whether a non-null pointer is looked up in the visited set at all.
+    /// SmartPtr / RefWrap / RawPointer: `pointer, descended`, then (a shared_ptr under real
+    /// sizes: `control` is its block and the block's pointer) the block's kind, then the
+    /// target. `visits`: whether a non-null pointer is looked up in the visited set at all.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn pointer(
         &mut self,
         s: u64,
         ptr: Value,
         target: Option<NodeId>,
         visits: bool,
+        control: Option<(ControlBlock, Value)>,
         k: u64,
         tail: bool,
     ) -> G {
         if visits && self.reg.optimistic {
-            return self.optimistic_pointer(s, ptr, target, k, tail);
+            return self.optimistic_pointer(s, ptr, target, control, k, tail);
         }
         let descend = self.b.declare_var(I64);
         let zero = self.c(0);
@@ -44,6 +47,16 @@ impl Gen<'_, '_> {
             self.emit_pointer_and_flag(ptr, zero);
         }
         let d = self.b.use_var(descend);
+        if let Some((c, cb)) = control {
+            let kind = self.control_kind(&c, ptr, cb);
+            self.emit(&[kind]);
+            if self.reg.sizes {
+                let charge = self.control_charge(&c, kind);
+                let zero = self.c(0);
+                let charge = self.b.ins().select(d, charge, zero);
+                self.tally(charge);
+            }
+        }
         self.tally_const(s);
         if let Some(t) = target {
             self.tally_static(t, d);
@@ -63,6 +76,7 @@ impl Gen<'_, '_> {
         s: u64,
         ptr: Value,
         target: Option<NodeId>,
+        control: Option<(ControlBlock, Value)>,
         k: u64,
         tail: bool,
     ) -> G {
@@ -75,6 +89,11 @@ impl Gen<'_, '_> {
             if !recorded {
                 g.visit_as(ptr, tag);
             }
+            if let Some((c, cb)) = control {
+                let kind = g.control_kind(&c, ptr, cb);
+                let charge = g.control_charge(&c, kind);
+                g.tally(charge);
+            }
             let Some(t) = target else {
                 return Ok(());
             };
@@ -86,6 +105,25 @@ impl Gen<'_, '_> {
                 Ok(())
             }
         })
+    }
+
+    /// `ControlBlock::kind` of block pointer `cb` beside object pointer `ptr`.
+    fn control_kind(&mut self, c: &ControlBlock, ptr: Value, cb: Value) -> Value {
+        let none = self.icmp_imm(IntCC::Equal, cb, 0);
+        let at = self.b.ins().iadd_imm_s(cb, c.inplace_at as i64);
+        let inplace = self.b.ins().icmp(IntCC::Equal, at, ptr);
+        let (zero, one, two) = (self.c(0), self.c(1), self.c(2));
+        let some = self.b.ins().select(inplace, one, two);
+        self.b.ins().select(none, zero, some)
+    }
+
+    /// `ControlBlock::charge` of a block of `kind` whose object is descended into.
+    fn control_charge(&mut self, c: &ControlBlock, kind: Value) -> Value {
+        let is_inplace = self.icmp_imm(IntCC::Equal, kind, 1);
+        let is_separate = self.icmp_imm(IntCC::Equal, kind, 2);
+        let (inplace, separate, zero) = (self.c(c.inplace_extra), self.c(c.separate), self.c(0));
+        let other = self.b.ins().select(is_separate, separate, zero);
+        self.b.ins().select(is_inplace, inplace, other)
     }
 
     /// HeapPointer: `pointer, descended, block`, then the target (`Walker::heap_block`).

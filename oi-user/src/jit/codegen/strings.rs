@@ -52,6 +52,7 @@ impl Gen<'_, '_> {
         self.emit(&[n, cap]);
         if self.reg.sizes {
             self.decoder_bound(cap, MAX_BYTES, ErrorCode::String, addr);
+            let cap = self.heap_chars(cap);
             let heap = self.b.ins().imul_imm_s(cap, l.char_size as i64);
             let e = self.b.ins().iadd_imm_s(heap, l.size as i64);
             self.tally(e);
@@ -80,7 +81,11 @@ impl Gen<'_, '_> {
             let bad = self.icmp_imm(IntCC::UnsignedGreaterThan, less, MAX_BYTES - 1);
             self.fail_if(bad, ErrorCode::String, addr);
         }
-        let bytes = self.b.ins().imul_imm_s(cap, l.char_size as i64);
+        let chars = self
+            .b
+            .ins()
+            .iadd_imm_s(cap, self.plan.sizing.terminator() as i64);
+        let bytes = self.b.ins().imul_imm_s(chars, l.char_size as i64);
         self.tally(bytes);
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(join);
@@ -106,16 +111,29 @@ impl Gen<'_, '_> {
         (len, cap)
     }
 
-    /// The running sum and largest of heap capacities, with sizes.
+    /// The running sum of the characters heap strings allocated (`heap_chars`) and the
+    /// largest heap capacity, with sizes.
     pub(super) fn sum_max(&mut self, sum: Value, max: Value, caps: &[Value]) -> (Value, Value) {
         let (mut sum, mut max) = (sum, max);
         if self.reg.sizes {
             for &c in caps {
-                sum = self.b.ins().iadd(sum, c);
+                let chars = self.heap_chars(c);
+                sum = self.b.ins().iadd(sum, chars);
                 max = self.b.ins().umax(max, c);
             }
         }
         (sum, max)
+    }
+
+    /// The characters charged for heap capacity `cap` (0: inline): the capacity, and under
+    /// real sizes the terminator of a heap string (`Sizing::terminator`).
+    fn heap_chars(&mut self, cap: Value) -> Value {
+        if self.plan.sizing.terminator() == 0 {
+            return cap;
+        }
+        let heap = self.icmp_imm(IntCC::NotEqual, cap, 0);
+        let one = self.b.ins().uextend(I64, heap);
+        self.b.ins().iadd(cap, one)
     }
 
     /// The hot loop of `vector<string>` (the interpreter's fast path too), writing the
@@ -623,7 +641,7 @@ impl Gen<'_, '_> {
         self.b.ins().select(room, bound, p)
     }
 
-    /// `count` strings of the unchecked loop: their objects and heap capacities (`sum`), after
+    /// `count` strings of the unchecked loop: their objects and heap characters (`sum`), after
     /// the decoder's check of the largest capacity.
     pub(super) fn tally_strings(
         &mut self,

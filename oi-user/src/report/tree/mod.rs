@@ -193,6 +193,9 @@ impl<'p> TreeSink<'p> {
         if let Some(block) = n.heap_block {
             return Some(format!("heap block {}", human(block)));
         }
+        if n.not_walked && n.node.foreign {
+            return Some("unknown standard library, not walked".into());
+        }
         if n.not_walked {
             return Some("union, not walked".into());
         }
