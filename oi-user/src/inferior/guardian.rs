@@ -25,6 +25,7 @@ use crate::inject::patch::{self, Undo};
 
 pub struct Guardian {
     pipe: File,
+    pid: i32,
 }
 
 impl Guardian {
@@ -60,10 +61,16 @@ impl Guardian {
                 // SAFETY: ends the child without running the parent's destructors.
                 unsafe { libc::_exit(0) }
             }
-            _ => Ok(Self {
+            child => Ok(Self {
                 pipe: File::from(write),
+                pid: child,
             }),
         }
+    }
+
+    /// The guardian's process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
     }
 
     /// From now on, resume `pid` if oi-trace dies without saying "clean".
@@ -139,6 +146,11 @@ fn watch(pipe: File) {
         let Some(plan) = Undo::merged(&of_pid) else {
             continue;
         };
+        // oi-trace died after its own unpatch but before it could say so: nothing is left,
+        // and seizing would only hold the process from whoever traces it next.
+        if !patch::remains(&plan) {
+            continue;
+        }
         let mut tracer = Tracer::default();
         // oi-trace's pipe closes before the kernel has detached its tracees: until then a
         // seize is refused.
@@ -153,7 +165,7 @@ fn watch(pipe: File) {
     }
     // oi-trace is gone; the kernel has detached its tracees. A SIGSTOP in flight may still
     // land: watch for a little while.
-    for _ in 0..50 {
+    for _ in 0..if watched.is_empty() { 0 } else { 50 } {
         resume_stopped(&watched);
         std::thread::sleep(Duration::from_millis(10));
     }

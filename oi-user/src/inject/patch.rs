@@ -325,6 +325,18 @@ impl Injection {
         let mut bootstrap = self.bootstrap;
         undo(tracer, &self.undo_plan(&[]), &mut bootstrap, DRAIN)
     }
+
+    /// [`Self::unpatch`], then `read` of our view of the data part, which outlives the
+    /// target's mapping: every count the wrappers made, the last ones included.
+    pub fn unpatch_then_read<R>(
+        self,
+        tracer: &mut Tracer,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> (Result<Unpatched, InjectError>, R) {
+        let mut bootstrap = self.bootstrap;
+        let result = undo(tracer, &self.undo_plan(&[]), &mut bootstrap, DRAIN);
+        (result, read(self.segment.data()))
+    }
 }
 
 /// Undoes `plan` in its process (traced by `tracer`, or seized here): see the module's
@@ -394,6 +406,18 @@ pub fn undo(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Whether anything of `plan` is still in its process: one of our jumps, a part still ours,
+/// or a descriptor of our memfd. Read without stopping anything (for the guardian, once the
+/// process that patched is gone and nobody else changes these).
+pub fn remains(plan: &Undo) -> bool {
+    let pid = plan.pid;
+    plan.sites.iter().any(|site| {
+        let mut now = vec![0u8; site.relocated.len()];
+        remote::read_memory(pid, site.entry(), &mut now).is_ok() && now == site.jump()
+    }) || plan.parts.iter().any(|p| still_ours(pid, p))
+        || !our_memfds(pid).is_empty()
 }
 
 /// Puts the original bytes back where our jump still is (bytes that are neither it nor the
