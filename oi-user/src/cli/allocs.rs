@@ -32,6 +32,9 @@ Examples:
       lifetimes in four buckets (< 10 ms, < 1 s, < 30 s, longer), and a flame graph of bytes
   oi-trace allocs --cgroup /sys/fs/cgroup/shop.slice --every 100 --duration 10
       every process of the cgroup, every 100th allocation (estimates scaled by 100)
+  oi-trace allocs --pid 4242 --mechanism inject --duration 30
+      exact totals, bytes, live blocks and lifetimes counted inside the process (glibc's
+      malloc family patched, no trap per call); no sites, types or classes yet
 
 Exit status: 0 success, 1 the profiler failed while running, 2 bad usage or input.")]
 pub struct AllocsArgs {
@@ -79,6 +82,20 @@ pub struct AllocsArgs {
     /// At exit, write a flame graph of the allocated bytes by stack (SVG).
     #[arg(long, value_name = "FILE")]
     pub flamegraph: Option<PathBuf>,
+
+    /// Where allocations are counted. `uprobes` (the default): a uprobe on every allocator
+    /// function, counted in the kernel, with stacks. `inject`: glibc's malloc family patched
+    /// to jump to counting code placed in the process (no trap per call); exact totals, bytes,
+    /// live blocks and lifetimes, no sites, types or classes yet; one --pid only. A process
+    /// that cannot be patched whole stays on uprobes (one line on stderr says why).
+    #[arg(long, value_enum, default_value_t = AllocsMechanism::Uprobes)]
+    pub mechanism: AllocsMechanism,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AllocsMechanism {
+    Uprobes,
+    Inject,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -452,7 +452,7 @@ fn move_out_of_prologues(stopped: &Stopped<'_>, sites: &[Site]) -> Result<(), Re
 /// Whether `part` is still exactly one mapping of ours (a guardian acting late must not unmap
 /// what the target mapped there since): anonymous private code (RW until sealed, then RX),
 /// or our memfd.
-fn still_ours(pid: i32, part: &Part) -> bool {
+pub fn still_ours(pid: i32, part: &Part) -> bool {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return false;
     };
