@@ -311,3 +311,52 @@ fn inject_refuses_options_it_cannot_honour() {
         );
     }
 }
+
+/// oi-trace SIGKILLed while the fixture allocates through the patched functions: its
+/// guardian puts every byte back and unmaps the segment within a second, and the fixture
+/// finishes its work with its own counts.
+#[test]
+fn inject_sigkill_of_oi_trace_is_undone_by_its_guardian_within_a_second() {
+    if !privileged() {
+        return;
+    }
+    let mut fx = Fixture::start(&fixture(true), &["2", "2", "200000"]);
+    let pid = fx.pid.to_string();
+    let entries = libc_entries(fx.pid);
+    let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "--mechanism", "inject"]);
+    let attached = maps_of(fx.pid);
+    let ours: Vec<String> = attached
+        .iter()
+        .filter(|m| !without_segment(attached.clone()).contains(m))
+        .cloned()
+        .collect();
+    assert_eq!(ours.len(), 2, "code and data parts: {ours:?}");
+    fx.signal(SIGUSR1);
+    std::thread::sleep(Duration::from_millis(200));
+    tracer.signal(oi_e2e::SIGKILL);
+    let killed = std::time::Instant::now();
+    let restored = || {
+        let maps = maps_of(fx.pid);
+        entries.iter().all(|(_, addr, original)| {
+            let mut now = vec![0u8; original.len()];
+            remote::read_memory(fx.pid, *addr, &mut now).is_ok() && &now == original
+        }) && !ours.iter().any(|m| maps.contains(m))
+            && procfs::ProcessInfo::tracer_of(fx.pid).is_none()
+    };
+    while !restored() && killed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let took = killed.elapsed();
+    eprintln!(
+        "guardian restore after SIGKILL of oi-trace: {} ms",
+        took.as_millis()
+    );
+    assert!(restored(), "bytes, maps and tracer restored");
+    assert!(took < Duration::from_secs(1), "within 1 s, not {took:?}");
+    let out = tracer.finish(Duration::from_secs(10));
+    assert!(!out.status.success(), "oi-trace was killed");
+    fx.stdout.expect("counts", Duration::from_secs(120));
+    fx.stdout.expect("done", Duration::from_secs(10));
+    fx.assert_running();
+    assert!(fx.finish().success());
+}
