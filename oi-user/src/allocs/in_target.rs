@@ -44,7 +44,7 @@ use crate::{
     event_loop::{End, EventLoop, Profiler},
     inferior::{Tracer, guardian::Guardian, procfs, remote},
     inject::{
-        patch::{self, Injection, Site, Unpatched},
+        patch::{self, Injection, Site},
         record::{self, Shape, Snapshot},
         relocate::{self, MAX_RELOCATED, Prologue},
     },
@@ -194,20 +194,28 @@ pub fn profile(
         // Nothing of ours is left in the process: its code and maps went with the exit or exec.
         let bytes = inj.segment_ref().data().to_vec();
         drop(inj);
+        guardian.uninjected(key);
         bytes
     } else {
-        tracer.seize(pid)?;
-        let (undone, bytes) = inj.unpatch_then_read(&mut tracer, <[u8]>::to_vec);
-        tracer.release(pid);
-        match undone {
-            Ok(Unpatched::Clean) => {}
-            Ok(Unpatched::SegmentLeft) => {}
-            Err(e) => eprintln!("oi-trace: unpatching pid {pid}: {e}"),
+        match tracer.seize(pid) {
+            Ok(()) => {
+                let (undone, bytes) = inj.unpatch_then_read(&mut tracer, <[u8]>::to_vec);
+                tracer.release(pid);
+                match undone {
+                    Ok(_) => guardian.uninjected(key),
+                    // The guardian keeps the plan and tries once more when we exit.
+                    Err(e) => eprintln!("oi-trace: unpatching pid {pid}: {e}"),
+                }
+                bytes
+            }
+            Err(e) => {
+                // Gone meanwhile, or traced by someone else: the guardian keeps the plan and
+                // undoes what is left once we exit.
+                eprintln!("oi-trace: cannot seize pid {pid} to unpatch it: {e}");
+                inj.segment_ref().data().to_vec()
+            }
         }
-        bytes
     };
-    guardian.uninjected(key);
-    guardian.clean();
     let end = end?;
     if end == End::TargetExited {
         eprintln!("oi-trace: the target exited; the report holds the allocations made until then");
@@ -577,11 +585,22 @@ impl InjectReport {
             "\ncounted in the target (patched): {}\n",
             of("inject").join(", ")
         );
-        let none = of("none");
-        if !none.is_empty() {
+        let mut files: Vec<&str> = self
+            .functions
+            .iter()
+            .filter(|f| f.mechanism == "none")
+            .map(|f| f.file.as_str())
+            .collect();
+        files.dedup();
+        for file in files {
+            let n = self
+                .functions
+                .iter()
+                .filter(|f| f.mechanism == "none" && f.file == file)
+                .count();
             out += &format!(
-                "not hooked, counted at the C function they call: {}\n",
-                none.join(", ")
+                "not hooked, counted at the C function they call: {file}'s operator new and \
+                 delete ({n} variants)\n"
             );
         }
         for n in &self.not_available {
