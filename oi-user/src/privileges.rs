@@ -13,7 +13,8 @@
 //! - freezing and walking a process: `CAP_SYS_PTRACE`, or the same uid as the target (and no
 //!   Yama restriction);
 //! - resuming a process that a killed oi-trace left stopped (the guardian): `CAP_KILL`, or the
-//!   same uid;
+//!   same uid; undoing the patches it left in one (`inject`): `CAP_SYS_PTRACE` and
+//!   `CAP_DAC_OVERRIDE` too (`GUARDIAN_INJECT`);
 //! - reading `/proc/PID/map_files` (`CAP_SYS_ADMIN` or `CAP_CHECKPOINT_RESTORE`): finding the
 //!   unused code bytes a process's first remote system calls run through, self-restoring if
 //!   oi-trace is killed meanwhile. So it is done before the capabilities are dropped
@@ -42,6 +43,10 @@ pub const TO_LOAD: &[Cap] = &[BPF, PERFMON];
 pub const AFTER_ARMING: &[Cap] = &[SYS_PTRACE, KILL, DAC_OVERRIDE, DAC_READ_SEARCH];
 /// What the guardian takes to resume a process a killed oi-trace left stopped.
 pub const GUARDIAN: &[Cap] = &[KILL];
+/// What the guardian of a run that patches code (`inject`) takes to undo the patches a killed
+/// oi-trace left: ptrace (stop the threads, unmap), and writing the original bytes through
+/// `/proc/PID/mem`, a file of the target's user.
+pub const GUARDIAN_INJECT: &[Cap] = &[KILL, SYS_PTRACE, DAC_OVERRIDE];
 
 /// The capabilities of `set` ("CapEff", "CapPrm") this process holds, as a bit mask.
 fn held(set: &str) -> u64 {

@@ -352,7 +352,8 @@ pub struct Lines {
 }
 
 impl Lines {
-    fn spawn(stream: impl std::io::Read + Send + 'static, writer: i32) -> Self {
+    /// Reads `stream` (written by process `writer`) on a thread of its own.
+    pub fn spawn(stream: impl std::io::Read + Send + 'static, writer: i32) -> Self {
         let (tx, rx) = channel();
         thread::spawn(move || {
             for line in BufReader::new(stream).lines() {

@@ -31,6 +31,7 @@
 //! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
 
 pub mod hooks;
+pub mod in_target;
 pub mod names;
 pub mod pprof;
 pub mod program;
@@ -46,7 +47,7 @@ use std::{
 use oi_common::allocs::{MAX_BUCKETS, MAX_THREAD_SLOTS};
 
 use crate::{
-    cli::allocs::{AllocsArgs, AllocsFormat},
+    cli::allocs::{AllocsArgs, AllocsFormat, AllocsMechanism},
     debuginfo::{Binary, dwarf::with_debug_info},
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
@@ -102,6 +103,14 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
                 file.target_path.display(),
                 h.skipped.join(", ")
             );
+        }
+    }
+    if args.mechanism == AllocsMechanism::Inject {
+        match in_target::profile(args, scope, &files, &hooks, blocks, bucket_s)? {
+            in_target::Outcome::Done => return Ok(()),
+            in_target::Outcome::Uprobes(why) => {
+                eprintln!("oi-trace: --mechanism inject: {why}; counting with uprobes instead")
+            }
         }
     }
     let settings = Settings {
@@ -312,6 +321,9 @@ fn validate(args: &AllocsArgs) -> Result<Vec<f64>> {
             "--sample-bytes must be between 1 and {}, got {b}",
             (1u64 << 31) - 1
         )));
+    }
+    if args.mechanism == AllocsMechanism::Inject {
+        in_target::validate(args)?;
     }
     if args.every == Some(0) {
         return Err(Error::input(

@@ -112,6 +112,8 @@ pub struct Counters {
 pub struct Report {
     pub pid: Option<i32>,
     pub elapsed_s: f64,
+    /// `"uprobes"` (`--mechanism inject` prints `in_target::InjectReport`).
+    pub mechanism: &'static str,
     pub sampled: bool,
     pub totals: Totals,
     pub buckets_s: Vec<f64>,
@@ -263,6 +265,7 @@ pub fn build(
     Report {
         pid: cx.pid,
         elapsed_s: (cx.elapsed_s * 1000.0).round() / 1000.0,
+        mechanism: "uprobes",
         sampled: scale > 1 || cx.sample_bytes.is_some(),
         totals,
         buckets_s: cx.bucket_s.to_vec(),
@@ -374,7 +377,7 @@ fn classes_of(stack: &[Arc<str>], known: &std::collections::HashSet<String>) -> 
     out
 }
 
-fn bucket_labels(bounds: &[f64]) -> Vec<String> {
+pub(super) fn bucket_labels(bounds: &[f64]) -> Vec<String> {
     let mut labels: Vec<String> = bounds.iter().map(|b| format!("<{}s", b)).collect();
     if let Some(last) = bounds.last() {
         labels.push(format!(">={last}s"));

@@ -34,6 +34,9 @@ Examples:
       every process of the cgroup, every 100th allocation (estimates scaled by 100)
   oi-trace allocs --pid 4242 --duration 30 --pprof heap.pb.gz && go tool pprof -top heap.pb.gz
       a Go-style heap profile, read with pprof (or sent to Pyroscope)
+  oi-trace allocs --pid 4242 --mechanism inject --duration 30
+      exact totals, bytes, live blocks and lifetimes counted inside the process (glibc's
+      malloc family patched, no trap per call); no sites, types or classes yet
 
 Exit status: 0 success, 1 the profiler failed while running, 2 bad usage or input.")]
 pub struct AllocsArgs {
@@ -93,6 +96,20 @@ pub struct AllocsArgs {
     /// bucket, the bucket a leaf frame (`lifetime: < 0.001 s`).
     #[arg(long, value_name = "FILE")]
     pub pprof_lifetimes: Option<PathBuf>,
+
+    /// Where allocations are counted. `uprobes` (the default): a uprobe on every allocator
+    /// function, counted in the kernel, with stacks. `inject`: glibc's malloc family patched
+    /// to jump to counting code placed in the process (no trap per call); exact totals, bytes,
+    /// live blocks and lifetimes, no sites, types or classes yet; one --pid only. A process
+    /// that cannot be patched whole stays on uprobes (one line on stderr says why).
+    #[arg(long, value_enum, default_value_t = AllocsMechanism::Uprobes)]
+    pub mechanism: AllocsMechanism,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AllocsMechanism {
+    Uprobes,
+    Inject,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

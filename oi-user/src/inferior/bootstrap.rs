@@ -82,22 +82,38 @@ pub fn is_lone_anonymous(pid: i32, addr: u64, len: u64) -> bool {
 /// A page-aligned address for `len` bytes in the highest hole of `pid`'s address space
 /// that leaves a free page on each side, below the stack's neighbourhood.
 pub fn free_hole(pid: i32, len: u64) -> Option<u64> {
-    const PAGE: u64 = 4096;
-    const CEILING: u64 = 0x7f00_0000_0000;
-    const FLOOR: u64 = 0x1000_0000;
+    free_hole_within(pid, len, FLOOR, CEILING)
+}
+
+const PAGE: u64 = 4096;
+const CEILING: u64 = 0x7f00_0000_0000;
+const FLOOR: u64 = 0x1000_0000;
+
+/// The highest page-aligned address for `len` bytes with the whole of `[addr, addr + len)`
+/// inside `[lo, hi)` and a free page on each side, or None. The caller chooses `hi` away from
+/// the stack (the stack's own guard gap is not a mapping).
+pub fn free_hole_within(pid: i32, len: u64, lo: u64, hi: u64) -> Option<u64> {
+    let lo = lo.max(FLOOR);
     let maps = procfs::regions(pid);
-    let mut above = CEILING;
-    for m in maps.iter().rev() {
-        if m.start >= CEILING {
-            continue;
+    let mut below_ceiling = maps.iter().rev().filter(|m| m.start < hi);
+    let mut above = hi;
+    loop {
+        // The hole between the next mapping down (or the floor) and `above`.
+        let next = below_ceiling.next();
+        let floor = next.map_or(FLOOR, |m| m.end.saturating_add(PAGE).max(FLOOR));
+        let top = above.saturating_sub(PAGE).min(hi);
+        let start = floor.max(lo).next_multiple_of(PAGE);
+        if let Some(at) = top.checked_sub(len).map(|a| a & !(PAGE - 1))
+            && at >= start
+        {
+            return Some(at);
         }
-        let below = m.end.max(FLOOR);
-        if above > below && above - below >= len + 2 * PAGE {
-            return Some((above - PAGE - len) & !(PAGE - 1));
+        let m = next?;
+        if m.end <= lo {
+            return None;
         }
         above = above.min(m.start);
     }
-    (above > FLOOR && above - FLOOR >= len + 2 * PAGE).then(|| (above - PAGE - len) & !(PAGE - 1))
 }
 
 /// `syscall`, then `mov` of every register a remote syscall changes (the arguments, the

@@ -407,7 +407,8 @@ pub fn munmap(
     check("munmap", r).map(drop)
 }
 
-fn check(what: &'static str, r: i64) -> Result<i64, RemoteError> {
+/// A raw system call result as a value, or its errno as an error naming `what`.
+pub fn check(what: &'static str, r: i64) -> Result<i64, RemoteError> {
     if (-4095..0).contains(&r) {
         Err(RemoteError::Syscall {
             what,

@@ -60,7 +60,7 @@ impl Tracer {
     }
 
     /// The threads of `tgid` we trace.
-    fn threads_of(&self, tgid: i32) -> Vec<i32> {
+    pub fn threads_of(&self, tgid: i32) -> Vec<i32> {
         self.threads
             .iter()
             .filter(|&(_, &g)| g == tgid)
@@ -198,6 +198,12 @@ impl Tracer {
     pub fn stop_thread(&mut self, tid: i32) -> Result<()> {
         let pid = Pid::from_raw(tid);
         ptrace::interrupt(pid).map_err(|e| Error::sample(format!("interrupting {tid}: {e}")))?;
+        self.wait_quiet_stop(tid)
+    }
+
+    /// After an interrupt of `tid`: waits for its quiet stop (see [`Self::stop_thread`]).
+    fn wait_quiet_stop(&mut self, tid: i32) -> Result<()> {
+        let pid = Pid::from_raw(tid);
         let gone = |this: &mut Self| {
             this.threads.remove(&tid);
             Err(Error::sample(format!("thread {tid} exited")))
@@ -280,12 +286,23 @@ impl Tracer {
 
     /// Every thread of `tgid` in a quiet ptrace-stop (`--global --stop-all`): a consistent
     /// snapshot. Threads that exit meanwhile are forgotten.
+    /// Every thread is interrupted before the first is waited for: on a busy machine a thread
+    /// may wait a scheduler slice to take its stop, and those waits overlap.
     pub fn stop_all(&mut self, tgid: i32) -> Result<()> {
         self.seize(tgid)?;
         let mine = self.threads_of(tgid);
-        let mut stopped = 0;
+        let mut interrupted = Vec::with_capacity(mine.len());
         for tid in mine {
-            if self.stop_thread(tid).is_ok() {
+            match ptrace::interrupt(Pid::from_raw(tid)) {
+                Ok(()) => interrupted.push(tid),
+                Err(_) => {
+                    self.threads.remove(&tid);
+                }
+            }
+        }
+        let mut stopped = 0;
+        for tid in interrupted {
+            if self.wait_quiet_stop(tid).is_ok() {
                 stopped += 1;
             }
         }

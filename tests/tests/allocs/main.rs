@@ -10,6 +10,7 @@
 //! (with `pid_max` raised for the journey) and has them inside allocator calls at once. The
 //! `allocs_threads` fixture keeps three threads allocating and freeing while oi-trace attaches.
 
+mod inject;
 mod pprof;
 
 use std::{
@@ -278,6 +279,7 @@ fn assert_exact(printed: &Printed, report: &Value, usable_size: &str) {
     assert!(leak_site["oldest_live_s"].as_f64().is_some());
     assert_eq!(report["usable_size"], usable_size);
     assert_eq!(report["sampled"], false);
+    assert_eq!(report["mechanism"], "uprobes");
 }
 
 /// The class whose methods allocate gets every allocation made beneath them.

@@ -152,9 +152,9 @@ fn sigkill_of_oi_trace_at_random_moments_leaves_the_target_intact() {
             "run {run}: oi-trace was killed"
         );
         // The kernel detaches the threads as the tracer dies; a SIGSTOP the trigger sent an
-        // instant before stops the process until the guardian resumes it (it watches for
-        // half a second): give both a moment, which a loaded machine stretches.
-        fixture.wait_running(2 * SECOND);
+        // instant before stops the process until the guardian resumes it (it watches for two
+        // seconds): give both a moment, which a loaded machine stretches.
+        fixture.wait_running(3 * SECOND);
         assert_healthy(&mut fixture);
     }
     // A normal run afterwards works, removes the segments the killed runs left, and leaves

@@ -262,7 +262,14 @@ impl Held {
         self.bootstrap
     }
 
-    fn mmap(&mut self, at: u64, len: u64, prot: i32, extra_flags: i32) -> Result<u64, RemoteError> {
+    /// Anonymous private memory in the target (see [`remote::mmap`]).
+    pub fn mmap(
+        &mut self,
+        at: u64,
+        len: u64,
+        prot: i32,
+        extra_flags: i32,
+    ) -> Result<u64, RemoteError> {
         self.land()?;
         let (tid, insn) = (self.tid, self.insn()?);
         remote::mmap(
@@ -277,16 +284,30 @@ impl Held {
         )
     }
 
-    fn munmap(&mut self, addr: u64, len: u64) -> Result<(), RemoteError> {
+    pub fn munmap(&mut self, addr: u64, len: u64) -> Result<(), RemoteError> {
         self.land()?;
         let (tid, insn) = (self.tid, self.insn()?);
         remote::munmap(tid, &self.saved, insn, addr, len, &mut self.held)
     }
 
-    fn mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), RemoteError> {
+    pub fn mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), RemoteError> {
         self.land()?;
         let (tid, insn) = (self.tid, self.insn()?);
         remote::mprotect(tid, &self.saved, insn, addr, len, prot, &mut self.held)
+    }
+
+    /// Any other system call `nr` in the held thread; its result, or the errno as an error
+    /// naming `what`.
+    pub fn syscall(
+        &mut self,
+        what: &'static str,
+        nr: i64,
+        args: [u64; 6],
+    ) -> Result<u64, RemoteError> {
+        self.land()?;
+        let (tid, insn) = (self.tid, self.insn()?);
+        let r = remote::syscall(tid, &self.saved, insn, nr, args, &mut self.held)?;
+        remote::check(what, r).map(|v| v as u64)
     }
 
     /// The `syscall` instruction remote syscalls use: our segment's stub once armed; before,

@@ -1,0 +1,643 @@
+//! `oi-trace allocs --mechanism inject`: the allocations of one process counted inside it, by
+//! wrappers the in-target core (`inject`) patches glibc's C allocator functions to jump to,
+//! instead of a uprobe trap per call.
+//!
+//! Which functions, and why ([`choose`]): one mechanism per library, so that the nesting rule
+//! (one count per request, at the outermost hooked call) holds: the wrappers keep their depth
+//! in the target, uprobes in the kernel, and a request seen by both would count twice. So
+//! `inject` applies when every `malloc` the process maps is glibc's and every other file with
+//! allocator functions is libstdc++, whose `operator new`/`delete` call `malloc`/`free` (and
+//! `aligned_alloc`) through its PLT: libstdc++ is left unhooked, its requests are counted at
+//! the C function (so the new/delete kinds and their mismatches are not checked), and no
+//! `operator new`, which may throw, runs through a wrapper without unwind information.
+//! Anything else (jemalloc or tcmalloc, whose C++ entry points do not go through a hooked C
+//! function; an allocator of the program's own; `--cgroup`) stays whole on uprobes, and so
+//! does the whole run when one of glibc's functions is refused (`relocate::Refusal`, said on
+//! stderr).
+//!
+//! The run: seize the process, map a segment near libc with a data part laid out by
+//! `oi_common::inject` (live table sized by `--max-live`), relocate each function's first
+//! instructions and place its wrapper, patch them all with every thread stopped, let the
+//! process go; the guardian holds the undo plan throughout. At the end (Ctrl-C, `--duration`,
+//! SIGTERM): seize, unpatch, wait for `in_flight`, unmap (docs/inject.md), then read the
+//! counts from our own view of the data part. If the target exits, nothing is undone; if it
+//! execs (our code part is gone from its maps), nothing of ours is left to undo either.
+//!
+//! The report has the exact totals, requested and usable bytes, frees, live blocks and the
+//! lifetime histogram (`record::Snapshot`); sites, types and classes need stacks, which this
+//! mechanism does not take yet, and the report says so instead of printing empty tables.
+
+use std::{
+    io::Write as _,
+    time::{Duration, Instant},
+};
+
+use object::{Object as _, ObjectSymbol as _, SymbolKind};
+use oi_common::inject::{DataLayout, offset, usable};
+use serde::Serialize;
+
+use super::hooks::{self, Blocks, FileHooks, Hooked};
+use crate::{
+    cli::allocs::{AllocsArgs, AllocsFormat},
+    debuginfo::Binary,
+    error::{Error, Result},
+    event_loop::{End, EventLoop, Profiler},
+    inferior::{Tracer, guardian::Guardian, procfs, remote},
+    inject::{
+        patch::{self, Injection, Site},
+        record::{self, Shape, Snapshot},
+        relocate::{self, MAX_RELOCATED, Prologue},
+    },
+    probe::scope::{File, Scope},
+    report::tree::{human, thousands},
+};
+
+/// One function to patch.
+struct Candidate {
+    file: String,
+    name: String,
+    shape: Shape,
+    prologue: Prologue,
+}
+
+/// What the choice leaves to each function: the report's `functions`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionMechanism {
+    pub file: String,
+    pub function: String,
+    /// `"inject"`, or `"none"` (counted at the C function it calls).
+    pub mechanism: &'static str,
+}
+
+/// How a `--mechanism inject` run went.
+pub enum Outcome {
+    /// Counted in the target; the report is printed.
+    Done,
+    /// Nothing was patched (or all was undone): the run goes on uprobes, for this reason.
+    Uprobes(String),
+}
+
+/// Runs the profile in the target, or says why the run stays on uprobes.
+pub fn profile(
+    args: &AllocsArgs,
+    scope: &Scope,
+    files: &[File],
+    file_hooks: &[FileHooks],
+    blocks: Blocks,
+    bucket_s: &[f64],
+) -> Result<Outcome> {
+    let Some(pid) = scope.pid else {
+        return Ok(Outcome::Uprobes(
+            "it patches one process (--pid), not a cgroup".into(),
+        ));
+    };
+    let (candidates, mut functions) = match choose(pid, files, file_hooks, blocks) {
+        Ok(c) => c,
+        Err(why) => return Ok(Outcome::Uprobes(why)),
+    };
+    let Some(first) = candidates.first() else {
+        return Ok(Outcome::Uprobes(
+            "no glibc allocator function to patch".into(),
+        ));
+    };
+    let span = patch::span_of(pid, first.prologue.entry)
+        .ok_or_else(|| Error::sample(format!("pid {pid}: libc is no longer mapped")))?;
+    // Forked before any thread or descriptor of ours exists but the files read.
+    let mut guardian = Guardian::spawn_for_inject()
+        .map_err(|e| Error::internal(format!("starting the guardian: {e}")))?;
+    let layout = layout_for(args.max_live);
+    let code_len = (candidates.len() * (MAX_RELOCATED + record::wrapper::MAX_LEN)) as u64;
+    let attach_start = Instant::now();
+    let mut tracer = Tracer::default();
+    tracer.seize(pid)?;
+    let created = Injection::create(
+        &mut tracer,
+        pid,
+        &[span],
+        (code_len, layout.size()),
+        &mut |u| guardian.inject(u),
+    );
+    let mut inj = match created {
+        Ok(inj) => inj,
+        Err(e) => {
+            tracer.release(pid);
+            return Ok(Outcome::Uprobes(format!("no segment near libc: {e}")));
+        }
+    };
+    let placed = place(&mut inj, &candidates, &layout, bucket_s);
+    let sites = match placed {
+        Ok(sites) => sites,
+        Err(why) => {
+            let key = inj.undo_plan(&[]).key();
+            let _ = inj.unpatch(&mut tracer);
+            guardian.uninjected(key);
+            tracer.release(pid);
+            return Ok(Outcome::Uprobes(why));
+        }
+    };
+    let results = inj.patch(&mut tracer, &sites, &mut |u| guardian.inject(u));
+    let refused: Vec<String> = match &results {
+        Ok(r) => r
+            .iter()
+            .zip(&candidates)
+            .filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.name)))
+            .collect(),
+        Err(e) => vec![e.to_string()],
+    };
+    if !refused.is_empty() {
+        // One mechanism per library: what was patched goes back.
+        let key = inj.undo_plan(&[]).key();
+        inj.unpatch(&mut tracer)
+            .map_err(|e| Error::internal(format!("undoing a partial patch: {e}")))?;
+        guardian.uninjected(key);
+        tracer.release(pid);
+        return Ok(Outcome::Uprobes(format!(
+            "not patched: {}",
+            refused.join("; ")
+        )));
+    }
+    tracer.release(pid);
+    let attach_ms = attach_start.elapsed().as_millis();
+    // What is left: seizing the process again to unpatch (and reading its maps).
+    crate::privileges::keep_only(crate::privileges::AFTER_ARMING);
+    let patched: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
+    let armed = format!(
+        "oi-trace: attached in the target: patched {} allocator function(s) of {} in {} in {} \
+         ms ({}); armed {} ms after start",
+        patched.len(),
+        first.file,
+        scope.place,
+        attach_ms,
+        patched.join(", "),
+        crate::uptime::elapsed().as_millis(),
+    );
+    let started = Instant::now();
+    let mut watch = Watch {
+        inj: &inj,
+        args,
+        scope,
+        bucket_s,
+        functions: &functions,
+        started,
+        last_check: Instant::now(),
+        exec: false,
+        armed,
+    };
+    let end = EventLoop::new(args.scope.duration, args.scope.interval)
+        .watch_process(pid)
+        .run(&mut watch);
+    let exec = watch.exec;
+    let elapsed = started.elapsed();
+    let key = inj.undo_plan(&[]).key();
+    let gone = matches!(end, Ok(End::TargetExited)) || exec || procfs::state(pid).is_none();
+    let bytes = if gone {
+        // Nothing of ours is left in the process: its code and maps went with the exit or exec.
+        let bytes = inj.segment_ref().data().to_vec();
+        drop(inj);
+        guardian.uninjected(key);
+        bytes
+    } else {
+        match tracer.seize(pid) {
+            Ok(()) => {
+                let (undone, bytes) = inj.unpatch_then_read(&mut tracer, <[u8]>::to_vec);
+                tracer.release(pid);
+                match undone {
+                    Ok(_) => guardian.uninjected(key),
+                    // The guardian keeps the plan and tries once more when we exit.
+                    Err(e) => eprintln!("oi-trace: unpatching pid {pid}: {e}"),
+                }
+                bytes
+            }
+            Err(e) => {
+                // Gone meanwhile, or traced by someone else: the guardian keeps the plan and
+                // undoes what is left once we exit.
+                eprintln!("oi-trace: cannot seize pid {pid} to unpatch it: {e}");
+                inj.segment_ref().data().to_vec()
+            }
+        }
+    };
+    let end = end?;
+    if end == End::TargetExited {
+        eprintln!("oi-trace: the target exited; the report holds the allocations made until then");
+    }
+    if exec {
+        eprintln!(
+            "oi-trace: the target executed a new program; the report holds the allocations made \
+             until then"
+        );
+    }
+    let snapshot = Snapshot::read(&bytes).map_err(|e| Error::internal(e.to_string()))?;
+    functions.sort_by(|a, b| (&a.file, &a.function).cmp(&(&b.file, &b.function)));
+    let report = InjectReport::new(&snapshot, pid, elapsed, bucket_s, functions);
+    print(&report, args, scope);
+    Ok(Outcome::Done)
+}
+
+/// The live table: twice `--max-live` entries (a power of two), so that probing stays short.
+fn layout_for(max_live: u32) -> DataLayout {
+    let table = (u64::from(max_live) * 2)
+        .next_power_of_two()
+        .clamp(1024, oi_common::inject::MAX_TABLE_SLOTS);
+    DataLayout::new(DataLayout::DEFAULT.slots, table).unwrap_or(DataLayout::DEFAULT)
+}
+
+/// The functions to patch (glibc's C allocator functions, analysed in the target's memory),
+/// and every function's mechanism; or why the run stays on uprobes (see the module's docs).
+fn choose(
+    pid: i32,
+    files: &[File],
+    file_hooks: &[FileHooks],
+    blocks: Blocks,
+) -> Result<(Vec<Candidate>, Vec<FunctionMechanism>), String> {
+    if blocks != Blocks::Glibc {
+        return Err(format!(
+            "the process allocates with {} (its C++ entry points do not go through a hooked C \
+             function)",
+            if blocks == Blocks::Jemalloc {
+                "jemalloc"
+            } else {
+                "an allocator other than glibc's"
+            }
+        ));
+    }
+    let mut candidates = Vec::new();
+    let mut functions = Vec::new();
+    let mut refused = Vec::new();
+    for (file, h) in files.iter().zip(file_hooks) {
+        if h.functions.is_empty() {
+            continue;
+        }
+        let name = file
+            .target_path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        if name.starts_with("libstdc++") && h.functions.iter().all(|f| is_cxx(&f.name)) {
+            functions.extend(h.functions.iter().map(|f| FunctionMechanism {
+                file: name.clone(),
+                function: f.name.clone(),
+                mechanism: "none",
+            }));
+            continue;
+        }
+        let shared_glibc = hooks::is_glibc(&file.binary)
+            && name.starts_with("libc.so")
+            && h.functions.iter().all(|f| !is_cxx(&f.name));
+        if !shared_glibc {
+            return Err(format!(
+                "{} defines allocator functions of its own ({})",
+                file.target_path.display(),
+                h.functions
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let bias = load_bias(pid, file).ok_or_else(|| format!("{name} is not mapped in {pid}"))?;
+        for f in &h.functions {
+            match candidate(pid, &file.binary, f, bias) {
+                Ok(prologue) => {
+                    let Some(shape) = Shape::of(f.function, hooks::align_source(&f.name)) else {
+                        refused.push(format!("{}: no wrapper shape", f.name));
+                        continue;
+                    };
+                    candidates.push(Candidate {
+                        file: name.clone(),
+                        name: f.name.clone(),
+                        shape,
+                        prologue,
+                    });
+                    functions.push(FunctionMechanism {
+                        file: name.clone(),
+                        function: f.name.clone(),
+                        mechanism: "inject",
+                    });
+                }
+                Err(why) => refused.push(format!("{}: {why}", f.name)),
+            }
+        }
+    }
+    if !refused.is_empty() {
+        return Err(format!("not patched: {}", refused.join("; ")));
+    }
+    Ok((candidates, functions))
+}
+
+/// `operator new`/`delete` (any variant).
+fn is_cxx(name: &str) -> bool {
+    name.starts_with("_Z")
+}
+
+/// The load bias of `file` in `pid` (its lowest mapping).
+fn load_bias(pid: i32, file: &File) -> Option<u64> {
+    let maps = procfs::mappings(pid).ok()?;
+    let m = maps
+        .iter()
+        .filter(|m| m.path == file.target_path)
+        .min_by_key(|m| m.start)?;
+    file.binary.load_bias(m.start, m.offset)
+}
+
+/// The prologue of `f` as the process has it in memory (its symbol's size of bytes).
+fn candidate(pid: i32, binary: &Binary, f: &Hooked, bias: u64) -> Result<Prologue, String> {
+    let obj = binary.object().map_err(|e| e.to_string())?;
+    let size = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| s.address() == f.address && s.kind() == SymbolKind::Text)
+        .map(|s| s.size())
+        .max()
+        .ok_or("no symbol size")?;
+    // A function is a few KiB at most; a symbol claiming more is not read whole.
+    let size = size.min(1 << 16) as usize;
+    let entry = f.address.wrapping_add(bias);
+    let mut body = vec![0u8; size];
+    remote::read_memory(pid, entry, &mut body).map_err(|e| e.to_string())?;
+    relocate::analyse(entry, &body).map_err(|e| e.to_string())
+}
+
+/// Writes the data part's header, each relocated prologue and its wrapper into the segment.
+fn place(
+    inj: &mut Injection,
+    candidates: &[Candidate],
+    layout: &DataLayout,
+    bucket_s: &[f64],
+) -> Result<Vec<Site>, String> {
+    let bucket_ns: Vec<u64> = bucket_s.iter().map(|s| (s * 1e9).round() as u64).collect();
+    let header = layout.header(record::clock::ns_per_tick_q32(), usable::GLIBC, &bucket_ns);
+    let seg = inj.segment();
+    seg.data_mut()[..header.to_bytes().len()].copy_from_slice(&header.to_bytes());
+    let data = seg.data_addr();
+    let mut sites = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        let at = seg.code_at(MAX_RELOCATED).map_err(|e| e.to_string())?;
+        let relocated =
+            relocate::relocate(&c.prologue, at).map_err(|e| format!("{}: {e}", c.name))?;
+        seg.write(at, &relocated.code).map_err(|e| e.to_string())?;
+        let wrapper = seg
+            .code_at(record::wrapper::MAX_LEN)
+            .map_err(|e| e.to_string())?;
+        let code = record::wrapper(c.shape, wrapper, at, data).map_err(|e| e.to_string())?;
+        seg.write(wrapper, &code).map_err(|e| e.to_string())?;
+        sites.push(Site { relocated, wrapper });
+    }
+    inj.set_in_flight(offset::IN_FLIGHT as usize);
+    Ok(sites)
+}
+
+/// The event loop's view of a run in the target.
+struct Watch<'a> {
+    inj: &'a Injection,
+    args: &'a AllocsArgs,
+    scope: &'a Scope,
+    bucket_s: &'a [f64],
+    functions: &'a [FunctionMechanism],
+    started: Instant,
+    last_check: Instant,
+    /// The process executed a new program: our code part is gone from its maps.
+    exec: bool,
+    armed: String,
+}
+
+impl Profiler for Watch<'_> {
+    fn armed(&mut self) {
+        eprintln!("{}", self.armed);
+    }
+
+    fn housekeeping(&mut self) -> Option<End> {
+        if self.last_check.elapsed() < Duration::from_secs(1) {
+            return None;
+        }
+        self.last_check = Instant::now();
+        let pid = self.inj.pid();
+        let code = self.inj.segment_ref().code();
+        if procfs::state(pid).is_some() && !patch::still_ours(pid, &code) {
+            self.exec = true;
+            return Some(End::Finished);
+        }
+        None
+    }
+
+    fn interval(&mut self) {
+        let bytes = self.inj.segment_ref().data().to_vec();
+        match Snapshot::read(&bytes) {
+            Ok(snapshot) => {
+                let report = InjectReport::new(
+                    &snapshot,
+                    self.inj.pid(),
+                    self.started.elapsed(),
+                    self.bucket_s,
+                    self.functions.to_vec(),
+                );
+                print(&report, self.args, self.scope);
+            }
+            Err(e) => eprintln!("oi-trace: {e}"),
+        }
+    }
+}
+
+/// Totals as `allocs`' uprobe report has them, and what only the target's counts have.
+#[derive(Debug, Clone, Serialize)]
+pub struct InjectTotals {
+    pub allocs: u64,
+    pub frees: u64,
+    pub bytes: u64,
+    pub usable_bytes: u64,
+    pub freed_bytes: u64,
+    pub live_allocs: u64,
+    pub live_bytes: u64,
+    pub live_usable_bytes: u64,
+    pub unknown_frees: u64,
+    /// Allocations whose block found the live table full (`--max-live`).
+    pub dropped: u64,
+    pub failed: u64,
+    pub reallocs: u64,
+}
+
+/// What the target's counters say beyond the totals.
+#[derive(Debug, Clone, Serialize)]
+pub struct InjectCounters {
+    /// Hooked calls inside another hooked call of the same thread (passed through).
+    pub nested_calls: u64,
+    /// Calls of threads that found no thread slot: not counted.
+    pub no_slot: u64,
+    /// Thread slots taken.
+    pub threads: u64,
+    /// Live-table entries older than another of the same address (a free a signal handler
+    /// made inside an allocator call), and entries not believed.
+    pub stale: u64,
+    pub bad_entries: u64,
+    /// Threads inside a wrapper when the counts were read (0 after detaching).
+    pub in_flight: u64,
+}
+
+/// The report of a run in the target (`--format json`: these keys).
+#[derive(Debug, Clone, Serialize)]
+pub struct InjectReport {
+    pub pid: i32,
+    pub elapsed_s: f64,
+    pub mechanism: &'static str,
+    pub sampled: bool,
+    pub totals: InjectTotals,
+    pub buckets_s: Vec<f64>,
+    /// Freed blocks by lifetime: < each bound, then ≥ the last.
+    pub lifetimes: Vec<u64>,
+    pub usable_size: &'static str,
+    /// Each allocator function and how it was counted.
+    pub functions: Vec<FunctionMechanism>,
+    /// What this mechanism does not report yet, and why.
+    pub not_available: Vec<&'static str>,
+    pub counters: InjectCounters,
+}
+
+/// Why sites, types and classes are missing.
+const NO_STACKS: &str = "sites, types and classes: they need allocating stacks, which \
+                         --mechanism inject does not take yet (use --mechanism uprobes)";
+/// Why new/delete are not told apart.
+const NO_NEW_DELETE: &str = "operator new/delete kinds and mismatches: libstdc++'s operator \
+                             new and delete are counted at the malloc and free they call";
+
+impl InjectReport {
+    fn new(
+        s: &Snapshot,
+        pid: i32,
+        elapsed: Duration,
+        bucket_s: &[f64],
+        functions: Vec<FunctionMechanism>,
+    ) -> Self {
+        let (live_bytes, live_usable_bytes) = s.live_bytes();
+        let t = &s.totals;
+        let mut not_available = vec![NO_STACKS];
+        if functions.iter().any(|f| f.mechanism == "none") {
+            not_available.push(NO_NEW_DELETE);
+        }
+        Self {
+            pid,
+            elapsed_s: elapsed.as_secs_f64(),
+            mechanism: "inject",
+            sampled: false,
+            totals: InjectTotals {
+                allocs: t.allocs,
+                frees: t.frees,
+                bytes: t.bytes,
+                usable_bytes: t.usable_bytes,
+                freed_bytes: t.freed_bytes,
+                live_allocs: s.live.len() as u64,
+                live_bytes,
+                live_usable_bytes,
+                unknown_frees: t.unknown_frees,
+                dropped: s.table_full,
+                failed: t.failed,
+                reallocs: t.reallocs,
+            },
+            buckets_s: bucket_s.to_vec(),
+            lifetimes: t.lifetimes.clone(),
+            usable_size: "glibc",
+            functions,
+            not_available,
+            counters: InjectCounters {
+                nested_calls: t.nested,
+                no_slot: s.no_slot,
+                threads: s.threads,
+                stale: s.stale,
+                bad_entries: s.bad_entries,
+                in_flight: s.in_flight,
+            },
+        }
+    }
+
+    fn text(&self, place: &str) -> String {
+        let t = &self.totals;
+        let mut out = format!(
+            "allocations of {place} over {:.1} s: {} allocs ({}), {} frees; live: {} blocks ({}); \
+             unknown frees: {}; dropped: {}\n",
+            self.elapsed_s,
+            thousands(t.allocs),
+            human(t.bytes),
+            thousands(t.frees),
+            thousands(t.live_allocs),
+            human(t.live_bytes),
+            thousands(t.unknown_frees),
+            thousands(t.dropped),
+        );
+        out += &format!(
+            "usable bytes: {} allocated, {} live; failed allocations: {}; reallocs: {}\n",
+            human(t.usable_bytes),
+            human(t.live_usable_bytes),
+            thousands(t.failed),
+            thousands(t.reallocs),
+        );
+        let labels = super::report::bucket_labels(&self.buckets_s);
+        let hist: Vec<String> = labels
+            .iter()
+            .zip(&self.lifetimes)
+            .map(|(l, n)| format!("{l}: {}", thousands(*n)))
+            .collect();
+        out += &format!("lifetimes of freed blocks: {}\n", hist.join("  "));
+        let of = |m: &str| -> Vec<&str> {
+            self.functions
+                .iter()
+                .filter(|f| f.mechanism == m)
+                .map(|f| f.function.as_str())
+                .collect()
+        };
+        out += &format!(
+            "\ncounted in the target (patched): {}\n",
+            of("inject").join(", ")
+        );
+        let mut files: Vec<&str> = self
+            .functions
+            .iter()
+            .filter(|f| f.mechanism == "none")
+            .map(|f| f.file.as_str())
+            .collect();
+        files.dedup();
+        for file in files {
+            let n = self
+                .functions
+                .iter()
+                .filter(|f| f.mechanism == "none" && f.file == file)
+                .count();
+            out += &format!(
+                "not hooked, counted at the C function they call: {file}'s operator new and \
+                 delete ({n} variants)\n"
+            );
+        }
+        for n in &self.not_available {
+            out += &format!("not available: {n}\n");
+        }
+        out
+    }
+}
+
+fn print(report: &InjectReport, args: &AllocsArgs, scope: &Scope) {
+    let mut out = std::io::stdout().lock();
+    let written = match args.format {
+        AllocsFormat::Text => out.write_all(report.text(&scope.place).as_bytes()),
+        AllocsFormat::Json => serde_json::to_writer(&mut out, report)
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out)),
+    };
+    // A closed stdout (a pager that quit) is no failure of the profiler.
+    let _ = written.and_then(|()| out.flush());
+}
+
+/// The options `--mechanism inject` cannot honour yet: one line, exit 2.
+pub fn validate(args: &AllocsArgs) -> Result<()> {
+    let unsupported = [
+        (args.scope.cgroup.is_some(), "--cgroup"),
+        (args.every.is_some(), "--every"),
+        (args.sample_bytes.is_some(), "--sample-bytes"),
+        (args.folded.is_some(), "--folded"),
+        (args.flamegraph.is_some(), "--flamegraph"),
+        (args.pprof.is_some(), "--pprof"),
+        (args.pprof_lifetimes.is_some(), "--pprof-lifetimes"),
+    ];
+    if let Some((_, option)) = unsupported.iter().find(|(given, _)| *given) {
+        return Err(Error::input(format!(
+            "--mechanism inject counts every allocation of one process without stacks: {option} \
+             needs --mechanism uprobes"
+        )));
+    }
+    Ok(())
+}
