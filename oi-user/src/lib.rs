@@ -38,7 +38,9 @@ pub mod symbolize;
 pub mod typegraph;
 
 // The core stages with side effects: the eBPF probe layer, the live process (ptrace, /proc),
-// reading its memory, and unwinding its stacks.
+// the code we place in it, the guardian that restores it if oi-trace is killed, reading its
+// memory, and unwinding its stacks.
+pub mod guardian;
 pub mod inferior;
 pub mod inject;
 pub mod interp;

@@ -42,7 +42,8 @@ use crate::{
     debuginfo::Binary,
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
-    inferior::{Tracer, guardian::Guardian, procfs, remote},
+    guardian::Guardian,
+    inferior::{Tracer, procfs, remote},
     inject::{
         patch::{self, Injection, Site},
         record::{self, Shape, Snapshot},

@@ -4,7 +4,6 @@
 //! signal of ours to the target: the SIGSTOPs the eBPF trigger sends are always suppressed.
 
 pub mod bootstrap;
-pub mod guardian;
 pub mod hijack;
 pub mod procfs;
 pub mod remote;

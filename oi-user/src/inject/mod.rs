@@ -6,7 +6,7 @@
 //! the segment with iced-x86, so that calling the relocated copy is calling the original, in
 //! [`relocate`]; *patching* of those entries to jump to their wrappers, and unpatching, with
 //! every thread stopped and outside the replaced bytes, in [`patch`], with a guardian
-//! (`inferior::guardian`) that undoes everything if oi-trace dies; and *recording*
+//! (`guardian`) that undoes everything if oi-trace dies; and *recording*
 //! ([`record`]): the wrappers themselves, which count each request once, at the outermost
 //! hooked call, into the data part, and the tracer-side reader of that part.
 //!

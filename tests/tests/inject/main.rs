@@ -15,7 +15,8 @@ use nix::sys::signal::Signal::SIGUSR2;
 use oi_e2e::{Fixture, FixtureBuild, SIGKILL, SIGTERM, SIGUSR1, maps_of, privileged};
 use oi_trace::{
     debuginfo::{Binary, symbols::find_function},
-    inferior::{Tracer, guardian::Guardian, procfs, remote},
+    guardian::Guardian,
+    inferior::{Tracer, procfs, remote},
     inject::{
         counter::counting_wrapper,
         patch::{Injection, Site, Undo, Unpatched, span_of},

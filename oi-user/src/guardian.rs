@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use super::{Tracer, procfs};
+use crate::inferior::{Tracer, procfs};
 use crate::inject::patch::{self, Undo};
 
 pub struct Guardian {
