@@ -795,11 +795,16 @@ fn dlopen_journey(binary: &Path, plugin: &Path, in_cgroup: bool, at_once: bool) 
         );
     }
     let nested = report["counters"]["nested_calls"].as_u64().unwrap();
-    assert!(
-        nested >= want[0] + want[1],
-        "{what}: nested calls: {nested} (counters {})",
-        report["counters"]
-    );
+    // A dlopen's thread is held at most 1 s while the plugin is hooked (docs/allocs.md); past
+    // that bound (`holds_expired`, which a loaded machine reaches) its first requests reach
+    // malloc before the plugin's operators are hooked: counted all the same, not as nested.
+    if report["counters"]["holds_expired"].as_u64() == Some(0) {
+        assert!(
+            nested >= want[0] + want[1],
+            "{what}: nested calls: {nested} (counters {})",
+            report["counters"]
+        );
+    }
     drop(cgroup);
 }
 
