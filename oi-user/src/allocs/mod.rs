@@ -74,14 +74,47 @@ pub fn run(args: &AllocsArgs) -> Result<()> {
     profile(args, &scope, &bucket_s).map_err(|e| scope.explain(e))
 }
 
+/// The files the scope's processes execute and their allocator hooks. A process caught while
+/// its dynamic loader is still mapping its libraries (nothing but the executable and the loader
+/// mapped) maps no allocator yet: its files are read again, every 20 ms for at most 2 s.
+fn allocator_files(scope: &Scope) -> Result<(Vec<File>, Vec<hooks::FileHooks>, hooks::Blocks)> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let files = files_of(&scope.processes)?;
+        let (hooks, blocks) = hooks::hooks_of(&files);
+        let is_loader = |f: &File| {
+            f.target_path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ld-") && n.contains(".so"))
+        };
+        let loading = hooks.iter().all(|h| h.functions.is_empty())
+            && files.len() <= 2
+            && files.iter().any(is_loader);
+        if !loading || Instant::now() >= deadline {
+            return Ok((files, hooks, blocks));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
-    let files = files_of(&scope.processes)?;
-    let (hooks, blocks) = hooks::hooks_of(&files);
+    let (files, hooks, blocks) = allocator_files(scope)?;
     let functions: usize = hooks.iter().map(|h| h.functions.len()).sum();
     if functions == 0 {
+        let names: Vec<String> = files
+            .iter()
+            .map(|f| f.target_path.display().to_string())
+            .collect();
         return Err(Error::input(format!(
-            "{} maps no allocator function (malloc, operator new, …) that can be hooked",
-            scope.place
+            "{} maps no allocator function (malloc, operator new, …) that can be hooked (its \
+             code comes from: {})",
+            scope.place,
+            if names.is_empty() {
+                "no file".to_string()
+            } else {
+                names.join(", ")
+            }
         )));
     }
     if args.scope.verbose {
