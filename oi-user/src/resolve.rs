@@ -122,10 +122,14 @@ pub fn in_process(cache: &mut BinaryCache, pid: i32, query: &str) -> Result<Vec<
     let query = Query::parse(query);
     let mut found = Vec::new();
     // The executable comes first (see `executable_files`).
-    for (i, file) in procfs::executable_files(pid)?.into_iter().enumerate() {
-        if i == 1 && found.iter().any(|r: &Resolved| r.fit == Fit::Exact) {
-            break;
-        }
+    let mut files = procfs::executable_files(pid)?.into_iter();
+    if let Some(exe) = files.next() {
+        found.extend(in_file(cache, &exe.target, &exe.host, &query)?);
+    }
+    if found.iter().any(|r| r.fit == Fit::Exact) {
+        return Ok(found);
+    }
+    for file in files {
         found.extend(in_file(cache, &file.target, &file.host, &query)?);
     }
     Ok(found)

@@ -464,9 +464,7 @@ impl Fixture {
     pub fn wait_running(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            let status =
-                std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
-            if matches!(self.state(), 'R' | 'S' | 'D') && status.contains("TracerPid:\t0") {
+            if self.running_untraced() == (true, true) {
                 return;
             }
             thread::sleep(Duration::from_millis(5));
@@ -475,19 +473,19 @@ impl Fixture {
     }
 
     pub fn assert_running(&self) {
-        let state = self.state();
-        assert!(
-            matches!(state, 'R' | 'S' | 'D'),
-            "fixture {} is in state {state}",
-            self.pid
-        );
+        let (running, untraced) = self.running_untraced();
+        assert!(running, "fixture {} is in state {}", self.pid, self.state());
+        assert!(untraced, "fixture {} is still traced", self.pid);
+    }
+
+    /// Whether the fixture runs (state R, S or D), and whether nothing traces it.
+    fn running_untraced(&self) -> (bool, bool) {
         let status =
             std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
-        assert!(
+        (
+            matches!(self.state(), 'R' | 'S' | 'D'),
             status.contains("TracerPid:\t0"),
-            "fixture {} is still traced",
-            self.pid
-        );
+        )
     }
 
     /// Closes stdin (the fixture's cue to exit) and waits for its exit status.

@@ -34,17 +34,22 @@ fn ok_lines(args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// The fixture as the journeys run it: built by default and at -O2.
+fn builds() -> [std::path::PathBuf; 2] {
+    [
+        FixtureBuild::new("globals").build(),
+        FixtureBuild::new("globals")
+            .variant("globals_O2", &["-O2"])
+            .build(),
+    ]
+}
+
 #[test]
 fn globals_in_every_mode_equal_the_same_objects_as_arguments() {
     if !privileged() {
         return;
     }
-    for binary in [
-        FixtureBuild::new("globals").build(),
-        FixtureBuild::new("globals")
-            .variant("globals_O2", &["-O2"])
-            .build(),
-    ] {
+    for binary in builds() {
         one_build(&binary);
     }
 }
@@ -121,12 +126,7 @@ fn globals_are_found_as_functions_are_and_labelled_with_their_names() {
     if !privileged() {
         return;
     }
-    for binary in [
-        FixtureBuild::new("globals").build(),
-        FixtureBuild::new("globals")
-            .variant("globals_O2", &["-O2"])
-            .build(),
-    ] {
+    for binary in builds() {
         let mut f = Fixture::start(&binary, &[]);
         let line = f.stdout.expect("hidden", 20 * SECOND);
         let owned: u64 = line
