@@ -156,7 +156,8 @@ fn check(binary: &Path, extra: &[&str], exact: bool) {
         &heap,
     );
     let rows = top_rows(&top);
-    assert!(!by_type.is_empty());
+    // A sampled run may take no allocation of a known type; an unsampled one always does.
+    assert!(!exact || !by_type.is_empty(), "no typed site: {report}");
     for t in report["types"].as_array().unwrap() {
         let name = t["type"].as_str().unwrap();
         assert_eq!(by_type[name], u(&t["bytes"]), "{t}");
@@ -189,7 +190,7 @@ fn check(binary: &Path, extra: &[&str], exact: bool) {
         .flat_map(|s| s["lifetimes"].as_array().unwrap())
         .map(u)
         .sum();
-    assert!(frees > 0);
+    assert!(!exact || frees > 0, "no frees: {report}");
     assert_eq!(raw_totals(&raw), [frees]);
     let top = go_pprof(&["-top"], &lifetimes);
     assert_eq!(top_total(&top), frees.to_string(), "{top}");
