@@ -18,3 +18,4 @@ pub mod patch;
 pub mod record;
 pub mod relocate;
 pub mod segment;
+pub mod spans;

@@ -11,7 +11,8 @@
 //!
 //! Unpatch ([`undo`], also what the guardian runs for a killed oi-trace): stop all; put every
 //! original byte back and read it back; move any thread inside a relocated prologue to the
-//! matching original instruction; run on. Then wait, at most [`DRAIN`], until no thread is
+//! matching original instruction; put back every return address a call stub hooked
+//! (`spans::undo`, again in every later round); run on. Then wait, at most [`DRAIN`], until no thread is
 //! inside a wrapper (the data part's `in_flight` word is zero); stop all again; if no RIP lies
 //! in the segment and `in_flight` is still zero, unmap each part, else run on and retry.
 //! Threads that never leave (one parked forever inside the allocator a wrapper called) keep
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     relocate::{PATCH_LEN, Refusal, Relocated},
     segment::{self, Part, Segment, SegmentError},
+    spans::undo::{self as returns, Returns},
 };
 use crate::{
     error::Error,
@@ -100,6 +102,10 @@ pub struct Undo {
     /// Target addresses of the `in_flight` words (threads inside wrappers), where the
     /// wrappers keep one.
     pub in_flight: Vec<u64>,
+    /// Where call stubs keep the shadow stacks of hooked return addresses
+    /// (`spans::undo::Returns`): put back before the exit stub may go.
+    #[serde(default)]
+    pub returns: Vec<Returns>,
 }
 
 impl Undo {
@@ -113,6 +119,10 @@ impl Undo {
             in_flight: plans
                 .iter()
                 .flat_map(|p| p.in_flight.iter().copied())
+                .collect(),
+            returns: plans
+                .iter()
+                .flat_map(|p| p.returns.iter().copied())
                 .collect(),
         })
     }
@@ -187,6 +197,8 @@ pub struct Injection {
     bootstrap: Option<Bootstrap>,
     /// Offset of the `in_flight` word in the data part, if the wrappers keep one.
     in_flight: Option<usize>,
+    /// The shadow stacks of the call stubs, if any hook returns into this segment.
+    returns: Option<Returns>,
 }
 
 /// How an unpatch ended.
@@ -218,6 +230,7 @@ impl Injection {
                 sites: Vec::new(),
                 parts: parts.to_vec(),
                 in_flight: Vec::new(),
+                returns: Vec::new(),
             })
         };
         let segment = stopped.held(&mut bootstrap, |h| {
@@ -228,6 +241,7 @@ impl Injection {
             patched: Vec::new(),
             bootstrap,
             in_flight: None,
+            returns: None,
         })
     }
 
@@ -248,6 +262,11 @@ impl Injection {
         self.in_flight = Some(offset);
     }
 
+    /// Call stubs hook return addresses into this segment: unpatching puts them back first.
+    pub fn set_returns(&mut self, returns: Returns) {
+        self.returns = Some(returns);
+    }
+
     pub fn patched(&self) -> &[Site] {
         &self.patched
     }
@@ -263,6 +282,7 @@ impl Injection {
                 .map(|o| self.segment.data_addr() + o as u64)
                 .into_iter()
                 .collect(),
+            returns: self.returns.into_iter().collect(),
         }
     }
 
@@ -370,6 +390,11 @@ pub fn undo(
             restore_bytes(pid, &plan.sites)?;
         }
         move_out_of_prologues(&stopped, &plan.sites)?;
+        // Every hooked return address back, in each round: a thread stopped inside an entry
+        // stub may have hooked its caller's since the last one.
+        for r in &plan.returns {
+            returns::restore(pid, r)?;
+        }
         let inside = stopped
             .threads()
             .iter()

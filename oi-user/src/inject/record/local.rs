@@ -28,7 +28,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn anonymous(len: usize) -> Result<Mapping> {
+    pub(crate) fn anonymous(len: usize) -> Result<Mapping> {
         // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
         let addr = unsafe {
             libc::mmap(
@@ -64,7 +64,7 @@ impl Mapping {
         self.len == 0
     }
 
-    fn write(&mut self, at: usize, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn write(&mut self, at: usize, bytes: &[u8]) -> Result<()> {
         if at.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
             return Err(local(format!(
                 "{} bytes at {at} do not fit a mapping of {}",

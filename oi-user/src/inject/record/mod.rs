@@ -22,7 +22,7 @@
 pub mod clock;
 pub mod local;
 pub mod shape;
-mod slot;
+pub(crate) mod slot;
 pub mod snapshot;
 mod table;
 mod usable;

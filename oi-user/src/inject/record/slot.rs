@@ -19,7 +19,7 @@ use iced_x86::code_asm::*;
 use oi_common::inject::{HASH_MULTIPLIER, HEADER_SIZE, SLOT_PROBES, SLOT_SHIFT, offset};
 
 /// Where the out-of-line part of the lookup ([`slow_path`]) goes back to.
-pub(super) struct Slow {
+pub(crate) struct Slow {
     slow: CodeLabel,
     found: CodeLabel,
 }
@@ -28,7 +28,7 @@ pub(super) struct Slow {
 /// path); jumps to `nested` with the slot in r11 when the thread is inside a hooked call
 /// already; a slot that is not the first of the hash is found by [`slow_path`], emitted out of
 /// line after the wrapper's `ret`.
-pub(super) fn lookup(
+pub(crate) fn lookup(
     a: &mut CodeAssembler,
     data: u64,
     nested: CodeLabel,
@@ -54,11 +54,11 @@ pub(super) fn lookup(
 
 /// The rest of the lookup: probes on from the hash, claiming the first free slot, and jumps
 /// back to the decision; a thread without a slot is counted in `Header::no_slot` and jumps to
-/// the original (`original`: a label on the qword holding its address) directly.
-pub(super) fn slow_path(
+/// `no_slot` (the caller's way to the original) with the stack as at the lookup's start.
+pub(crate) fn slow_path(
     a: &mut CodeAssembler,
     labels: Slow,
-    original: CodeLabel,
+    no_slot: CodeLabel,
 ) -> Result<(), IcedError> {
     let Slow { mut slow, found } = labels;
     let mut probe = a.create_label();
@@ -94,7 +94,7 @@ pub(super) fn slow_path(
     a.pop(rsi)?;
     a.pop(rdi)?;
     a.lock().inc(qword_ptr(r10 + offset::NO_SLOT))?;
-    a.jmp(qword_ptr(original))?;
+    a.jmp(no_slot)?;
     a.set_label(&mut claimed)?;
     a.pop(rdx)?;
     a.pop(rsi)?;

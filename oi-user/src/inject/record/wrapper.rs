@@ -119,8 +119,10 @@ fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, 
 
     a.set_label(&mut nested)?;
     a.inc(qword_ptr(r11 + offset::NESTED))?;
+    let mut no_slot = a.create_label();
+    a.set_label(&mut no_slot)?;
     a.jmp(qword_ptr(original_slot))?;
-    slot::slow_path(&mut a, slow, original_slot)?;
+    slot::slow_path(&mut a, slow, no_slot)?;
     a.set_label(&mut original_slot)?;
     a.dq(&[original])?;
     a.assemble(at)

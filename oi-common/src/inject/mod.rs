@@ -24,6 +24,8 @@
 
 use crate::allocs::MAX_BUCKETS;
 
+pub mod spans;
+
 /// `Header::magic`: "OIREC\0\0\x01" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"OIREC\0\0\x01");
 /// `Header::version`: changes with any change of this layout.

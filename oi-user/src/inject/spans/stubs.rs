@@ -1,0 +1,330 @@
+//! The entry and exit stubs, assembled with iced-x86's `CodeAssembler` for the address each
+//! will run at.
+//!
+//! ```text
+//! entry stub of f (reached by the jmp patched over f's entry; [rsp] = f's return address)
+//!   push rax, r10; the thread's slot from fs:[0] (record's slot lookup)
+//!   f is not the entry function and the window is 0 → pop; jmp f's relocated prologue
+//!   push rdx, rcx, rsi, rdi; the thread's area; busy → interrupted, pass
+//!   busy = 1; t = rdtsc
+//!   close the shadow entries the stack left (their slot at or below f's, but a tail call's)
+//!     with an UNWOUND event each
+//!   no room in the ring for the entry, its exit and every open frame's exit → dropped, pass
+//!   shadow full → shadow_full, pass
+//!   push {[rsp], rsp, f | window bit, t} on the shadow stack; ENTRY event {f, t}
+//!   entry function: window += 1
+//!   [rsp] = exit stub; busy = 0; pop everything; jmp f's relocated prologue
+//!
+//! exit stub (f returned into it; rsp = its return slot + 8)
+//!   push rax, rdx (return values); slot; area; busy = 1; t = rdtsc
+//!   close the shadow entries below this frame's slot (UNWOUND); pop this frame's (EXIT)
+//!   entry function: window -= 1
+//!   busy = 0; pop rdx, rax; jmp the real return address
+//! ```
+//!
+//! What the function sees is what its caller passed: every argument register (rdi, rsi, rdx,
+//! rcx, r8, r9, rax the vararg count, r10) is given back before the jump, the stubs never
+//! touch xmm or x87 registers, and nothing pushed stays on the stack, so stack-passed
+//! arguments and varargs are where the function expects them. The exit stub gives back rax
+//! and rdx, and leaves xmm0, xmm1 and st(0) untouched (a `long double` returns intact); it
+//! clobbers rcx, rsi, rdi and r8-r11, which no return value uses. The flags are clobbered,
+//! which a call allows (DF stays clear).
+//!
+//! A tail call (`jmp g` from hooked f) reaches g's stub with [rsp] already the exit stub: g's
+//! shadow entry gets the exit stub as its return address, so g returns into the exit stub,
+//! which pops g, then returns into it again for f: g is f's child and both close together.
+//!
+//! Bounded everywhere: the shadow depth is checked against [`SHADOW_CAP`] before it indexes
+//! anything, the ring index is masked. A return whose frame the shadow stack does not hold
+//! cannot know where to go and stops on `ud2`: it takes a target that corrupted the area.
+
+use iced_x86::IcedError;
+use iced_x86::code_asm::*;
+use oi_common::inject::{
+    HEADER_SIZE, SLOT_SHIFT,
+    offset::DEPTH as WINDOW,
+    spans::{
+        AREA_SHIFT, EVENT_SHIFT, FUNCTION_MASK, KIND_SHIFT, RING_CAP, RING_OFFSET, SHADOW_CAP,
+        SHADOW_ENTRY_SIZE, SHADOW_OFFSET, SHADOW_SHIFT, SpansLayout, WINDOW_BIT, kind, offset,
+    },
+};
+
+use super::{Result, SpansError};
+use crate::inject::record::slot;
+
+/// The most bytes an entry stub takes.
+pub const ENTRY_MAX: usize = 768;
+/// The most bytes the exit stub takes.
+pub const EXIT_MAX: usize = 768;
+
+/// Where a stub finds what it needs: the data part and its layout, and the exit stub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    pub data: u64,
+    pub layout: SpansLayout,
+    pub exit: u64,
+}
+
+/// The entry stub of function `function` (its id in events), to run at `at`, continuing in
+/// `original` (the relocated prologue). `window`: it is the entry function.
+pub fn entry_stub(
+    place: Place,
+    at: u64,
+    function: u32,
+    window: bool,
+    original: u64,
+) -> Result<Vec<u8>> {
+    if u64::from(function) > FUNCTION_MASK {
+        return Err(SpansError::Assemble(format!(
+            "function id {function} does not fit an event"
+        )));
+    }
+    let bytes = assemble_entry(place, at, function, window, original)
+        .map_err(|e| SpansError::Assemble(e.to_string()))?;
+    fits(bytes, ENTRY_MAX)
+}
+
+/// The exit stub, to run at `place.exit`.
+pub fn exit_stub(place: Place) -> Result<Vec<u8>> {
+    let bytes = assemble_exit(place).map_err(|e| SpansError::Assemble(e.to_string()))?;
+    fits(bytes, EXIT_MAX)
+}
+
+fn fits(bytes: Vec<u8>, max: usize) -> Result<Vec<u8>> {
+    if bytes.len() > max {
+        return Err(SpansError::Assemble(format!(
+            "{} bytes, more than {max}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// r10 = the thread's area, from r10 = the data part and r11 = its slot. Clobbers rax.
+fn area(a: &mut CodeAssembler, layout: SpansLayout) -> Result<(), IcedError> {
+    a.mov(rax, r11)?;
+    a.sub(rax, r10)?;
+    a.sub(rax, HEADER_SIZE as i32)?;
+    // (slot offset − header) is the index << SLOT_SHIFT.
+    a.shl(rax, AREA_SHIFT - SLOT_SHIFT)?;
+    a.add(rax, layout.areas_offset() as i32)?;
+    a.add(r10, rax)?;
+    Ok(())
+}
+
+/// t = rdtsc into rdi. Clobbers rax, rdx.
+fn timestamp(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.rdtsc()?;
+    a.shl(rdx, 32)?;
+    a.or(rax, rdx)?;
+    a.mov(rdi, rax)?;
+    Ok(())
+}
+
+/// Writes the event {esi = kind << 28 | function, rdi = tsc} to the area's (r10) ring, then
+/// advances `reserved`. The caller checked the room. Clobbers rax, rdx.
+fn emit(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.mov(rax, qword_ptr(r10 + offset::RESERVED))?;
+    a.mov(rdx, rax)?;
+    a.and(edx, (RING_CAP - 1) as u32)?;
+    a.shl(rdx, EVENT_SHIFT)?;
+    a.add(rdx, r10)?;
+    a.mov(qword_ptr(rdx + (RING_OFFSET + offset::EVENT_TSC)), rdi)?;
+    a.shl(rax, 32)?;
+    a.or(rax, rsi)?;
+    a.mov(qword_ptr(rdx + (RING_OFFSET + offset::EVENT_WORD)), rax)?;
+    a.inc(qword_ptr(r10 + offset::RESERVED))?;
+    Ok(())
+}
+
+/// Turns the shadow entry at rcx's function word into an event word in esi (`kind`), and
+/// closes a window when the entry has its bit (r11: the slot). Clobbers rsi.
+fn close_word(a: &mut CodeAssembler, kind: u64) -> Result<(), IcedError> {
+    let mut plain = a.create_label();
+    a.mov(rsi, qword_ptr(rcx + offset::FUNCTION))?;
+    a.bt(rsi, WINDOW_BIT.trailing_zeros())?;
+    a.jnc(plain)?;
+    a.dec(qword_ptr(r11 + WINDOW))?;
+    a.set_label(&mut plain)?;
+    a.and(esi, FUNCTION_MASK as u32)?;
+    a.or(esi, (kind << KIND_SHIFT) as u32)?;
+    Ok(())
+}
+
+/// rcx = the top shadow entry of the area (r10); jumps to `empty` when there is none and to
+/// `corrupt` when the depth is beyond the stack. Clobbers rax.
+fn top(a: &mut CodeAssembler, empty: CodeLabel, corrupt: CodeLabel) -> Result<(), IcedError> {
+    a.mov(rax, qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.test(rax, rax)?;
+    a.je(empty)?;
+    a.cmp(rax, SHADOW_CAP as i32)?;
+    a.ja(corrupt)?;
+    a.shl(rax, SHADOW_SHIFT)?;
+    a.lea(
+        rcx,
+        qword_ptr(r10 + rax + (SHADOW_OFFSET - SHADOW_ENTRY_SIZE)),
+    )?;
+    Ok(())
+}
+
+fn assemble_entry(
+    place: Place,
+    at: u64,
+    function: u32,
+    window: bool,
+    original: u64,
+) -> Result<Vec<u8>, IcedError> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut hook = a.create_label();
+    let mut pass = a.create_label();
+    let mut original_slot = a.create_label();
+    // Once all six registers are pushed, the return slot is here.
+    const SLOT: i32 = 48;
+
+    a.push(rax)?;
+    a.push(r10)?;
+    let slow = slot::lookup(&mut a, place.data, hook)?;
+    if window {
+        a.jmp(hook)?;
+    }
+    a.set_label(&mut pass)?;
+    a.pop(r10)?;
+    a.pop(rax)?;
+    a.jmp(qword_ptr(original_slot))?;
+
+    let mut interrupted = a.create_label();
+    let mut resync = a.create_label();
+    let mut synced = a.create_label();
+    let mut dropped = a.create_label();
+    let mut full = a.create_label();
+    let mut done = a.create_label();
+    let mut restore = a.create_label();
+    let mut stale = a.create_label();
+    a.set_label(&mut hook)?;
+    for r in [rdx, rcx, rsi, rdi] {
+        a.push(r)?;
+    }
+    area(&mut a, place.layout)?;
+    a.cmp(qword_ptr(r10 + offset::BUSY), 0)?;
+    a.jne(interrupted)?;
+    a.mov(qword_ptr(r10 + offset::BUSY), 1)?;
+    timestamp(&mut a)?;
+
+    // Frames the stack has left: their return slot lies at or below this call's. The one
+    // exception is a tail call, which reuses the slot of the frame that jumped, still hooked.
+    a.set_label(&mut resync)?;
+    top(&mut a, synced, full)?;
+    a.lea(rdx, qword_ptr(rsp + SLOT))?;
+    a.cmp(qword_ptr(rcx + offset::SLOT), rdx)?;
+    a.ja(synced)?;
+    a.jb(stale)?;
+    a.mov(rax, place.exit)?;
+    a.cmp(qword_ptr(rsp + SLOT), rax)?;
+    a.je(synced)?;
+    a.set_label(&mut stale)?;
+    close_word(&mut a, kind::UNWOUND)?;
+    emit(&mut a)?;
+    a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.jmp(resync)?;
+
+    a.set_label(&mut synced)?;
+    // Room for this entry and exit and the exit of every open frame.
+    a.mov(rax, qword_ptr(r10 + offset::RESERVED))?;
+    a.sub(rax, qword_ptr(r10 + offset::CONSUMED))?;
+    a.add(rax, qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.add(rax, 2)?;
+    a.cmp(rax, RING_CAP as i32)?;
+    a.ja(dropped)?;
+    a.mov(rax, qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.cmp(rax, SHADOW_CAP as i32)?;
+    a.jae(full)?;
+    a.shl(rax, SHADOW_SHIFT)?;
+    a.lea(rcx, qword_ptr(r10 + rax + SHADOW_OFFSET))?;
+    a.mov(rdx, qword_ptr(rsp + SLOT))?;
+    a.mov(qword_ptr(rcx + offset::RET), rdx)?;
+    a.lea(rdx, qword_ptr(rsp + SLOT))?;
+    a.mov(qword_ptr(rcx + offset::SLOT), rdx)?;
+    let word = u64::from(function) | if window { WINDOW_BIT } else { 0 };
+    a.mov(rsi, word)?;
+    a.mov(qword_ptr(rcx + offset::FUNCTION), rsi)?;
+    a.mov(qword_ptr(rcx + offset::TSC), rdi)?;
+    a.inc(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.mov(
+        esi,
+        (u64::from(function) | (kind::ENTRY << KIND_SHIFT)) as u32,
+    )?;
+    emit(&mut a)?;
+    if window {
+        a.inc(qword_ptr(r11 + WINDOW))?;
+    }
+    a.mov(rax, place.exit)?;
+    a.mov(qword_ptr(rsp + SLOT), rax)?;
+    a.set_label(&mut done)?;
+    a.mov(qword_ptr(r10 + offset::BUSY), 0)?;
+    a.set_label(&mut restore)?;
+    for r in [rdi, rsi, rcx, rdx] {
+        a.pop(r)?;
+    }
+    a.jmp(pass)?;
+
+    a.set_label(&mut dropped)?;
+    a.inc(qword_ptr(r10 + offset::DROPPED))?;
+    a.jmp(done)?;
+    a.set_label(&mut full)?;
+    a.inc(qword_ptr(r10 + offset::SHADOW_FULL))?;
+    a.jmp(done)?;
+    a.set_label(&mut interrupted)?;
+    a.inc(qword_ptr(r10 + offset::INTERRUPTED))?;
+    a.jmp(restore)?;
+
+    // No slot: the stack is as at the lookup's start.
+    slot::slow_path(&mut a, slow, pass)?;
+    a.set_label(&mut original_slot)?;
+    a.dq(&[original])?;
+    a.assemble(at)
+}
+
+fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut found_slot = a.create_label();
+    let mut lost = a.create_label();
+    let mut resync = a.create_label();
+    let mut ours = a.create_label();
+    // This frame's return slot once rax and rdx are pushed.
+    const SLOT: i32 = 8;
+
+    a.push(rax)?;
+    a.push(rdx)?;
+    let slow = slot::lookup(&mut a, place.data, found_slot)?;
+    a.set_label(&mut found_slot)?;
+    area(&mut a, place.layout)?;
+    a.mov(qword_ptr(r10 + offset::BUSY), 1)?;
+    timestamp(&mut a)?;
+    a.lea(r8, qword_ptr(rsp + SLOT))?;
+
+    a.set_label(&mut resync)?;
+    top(&mut a, lost, lost)?;
+    a.cmp(qword_ptr(rcx + offset::SLOT), r8)?;
+    a.je(ours)?;
+    a.ja(lost)?;
+    // Below this frame: left without returning.
+    close_word(&mut a, kind::UNWOUND)?;
+    emit(&mut a)?;
+    a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.jmp(resync)?;
+
+    a.set_label(&mut ours)?;
+    close_word(&mut a, kind::EXIT)?;
+    emit(&mut a)?;
+    a.mov(r9, qword_ptr(rcx + offset::RET))?;
+    a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.mov(qword_ptr(r10 + offset::BUSY), 0)?;
+    a.pop(rdx)?;
+    a.pop(rax)?;
+    a.jmp(r9)?;
+
+    a.set_label(&mut lost)?;
+    a.ud2()?;
+    slot::slow_path(&mut a, slow, lost)?;
+    a.assemble(place.exit)
+}

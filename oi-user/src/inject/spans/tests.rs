@@ -1,0 +1,750 @@
+//! The stubs run in this process (`local`), called in place of the functions they hook:
+//! exact trees from known call patterns, the window, tail calls, return values in every
+//! return register, eight integer arguments and varargs, a full ring, a signal handler's
+//! calls, threads, and the reader on hostile bytes.
+
+use std::{
+    ffi::{CStr, c_char, c_int},
+    hint::black_box,
+    sync::{
+        Arc, Barrier,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use oi_common::calls::{NodeKey, NodeStats, ROOT};
+use oi_common::inject::spans::{AREA_SIZE, Event, RING_CAP, SpansLayout, kind, offset};
+
+use super::{
+    local::{Hook, LocalSpans},
+    nodes::Nodes,
+    reader::{self, View},
+};
+
+/// Stub addresses the test functions call through: what a patched entry's jump would do.
+static STUB: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+const F: usize = 0;
+const G: usize = 1;
+const LEAF: usize = 2;
+const TAIL: usize = 3;
+
+fn stub<T: Copy>(i: usize) -> T {
+    as_fn(STUB[i].load(Ordering::Acquire))
+}
+
+/// The stub at `at` as a function of type `T`.
+fn as_fn<T: Copy>(at: u64) -> T {
+    assert_ne!(at, 0);
+    assert_eq!(std::mem::size_of::<T>(), 8);
+    // SAFETY: every `T` here is an `extern "C" fn` type matching the hooked function, and the
+    // address is its entry stub in a live read-execute mapping.
+    unsafe { std::mem::transmute_copy::<u64, T>(&at) }
+}
+
+type U2U = extern "C" fn(u64) -> u64;
+
+extern "C" fn leaf(n: u64) -> u64 {
+    black_box(n) + 1
+}
+
+extern "C" fn g(n: u64) -> u64 {
+    stub::<U2U>(LEAF)(n) * 2
+}
+
+/// F → G → LEAF, n times, and LEAF once directly.
+extern "C" fn f(n: u64) -> u64 {
+    let mut acc = 0;
+    for i in 0..n {
+        acc += stub::<U2U>(G)(i);
+    }
+    acc + stub::<U2U>(LEAF)(100)
+}
+
+fn addr(f: *const ()) -> u64 {
+    f as u64
+}
+
+fn small() -> SpansLayout {
+    SpansLayout::new(16).unwrap()
+}
+
+/// The stubs of f, g and leaf (ids 0, 1, 2; f the entry), published for the test functions.
+fn three() -> LocalSpans {
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(f as *const ()),
+            },
+            Hook {
+                function: 1,
+                window: false,
+                original: addr(g as *const ()),
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+            },
+        ],
+    )
+    .unwrap();
+    for (i, cell) in STUB.iter().enumerate().take(3) {
+        cell.store(spans.entry(i), Ordering::Release);
+    }
+    spans
+}
+
+/// (parent function path, calls) of every node, for exact comparison.
+fn shape(nodes: &[(NodeKey, u32, NodeStats)]) -> Vec<(Vec<u32>, u64)> {
+    let path = |mut id: u32| {
+        let mut p = Vec::new();
+        while let Some((key, _, _)) = nodes.iter().find(|(_, i, _)| *i == id) {
+            p.push(key.function);
+            if key.parent == ROOT {
+                break;
+            }
+            id = key.parent;
+        }
+        p.reverse();
+        p
+    };
+    let mut out: Vec<(Vec<u32>, u64)> = nodes
+        .iter()
+        .map(|(_, id, s)| (path(*id), s.calls))
+        .collect();
+    out.sort();
+    out
+}
+
+// The tests share STUB: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn calls_inside_the_window_build_the_exact_tree_and_outside_cost_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spans = three();
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    // Outside the window: no event.
+    assert_eq!(stub::<U2U>(LEAF)(41), 42);
+    assert_eq!(stub::<U2U>(G)(1), 4);
+    assert_eq!(spans.drain_into(&mut nodes).events, 0);
+
+    let expected: u64 = (0..5).map(|i| (i + 1) * 2).sum::<u64>() + 101;
+    for _ in 0..3 {
+        assert_eq!(stub::<U2U>(F)(5), expected);
+    }
+    let drained = spans.drain_into(&mut nodes);
+    // Per f: itself, 5 g, 5 leaf beneath them, 1 leaf: 12 calls, two events each.
+    assert_eq!((drained.events, drained.bad), (3 * 12 * 2, 0));
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![
+            (vec![0], 3),
+            (vec![0, 1], 15),
+            (vec![0, 1, 2], 15),
+            (vec![0, 2], 3)
+        ]
+    );
+    assert_eq!(nodes.counters.windows_closed, 3);
+    assert_eq!(nodes.counters.unmatched, 0);
+    // Outside again: the window closed.
+    assert_eq!(stub::<U2U>(LEAF)(1), 2);
+    assert_eq!(spans.drain_into(&mut nodes).events, 0);
+    let t = spans.totals();
+    assert_eq!((t.threads, t.open, t.dropped, t.shadow_full), (1, 0, 0, 0));
+    // Times add up: a node's total is its self time and its children's totals.
+    let all = nodes.nodes();
+    let root = all.iter().find(|(k, _, _)| k.parent == ROOT).unwrap();
+    let children: u64 = all
+        .iter()
+        .filter(|(k, _, _)| k.parent == root.1)
+        .map(|(_, _, s)| s.total_ns)
+        .sum();
+    assert_eq!(root.2.total_ns, root.2.self_ns + children);
+}
+
+#[test]
+fn the_entry_function_called_inside_itself_keeps_the_window_until_the_outer_call_returns() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    extern "C" fn outer(n: u64) -> u64 {
+        // f (the entry) again, through its stub, then leaf: still inside the outer window.
+        let r = stub::<U2U>(F)(n);
+        r + stub::<U2U>(LEAF)(0)
+    }
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(outer as *const ()),
+            },
+            Hook {
+                function: 1,
+                window: true,
+                original: addr(f as *const ()),
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+            },
+            Hook {
+                function: 3,
+                window: false,
+                original: addr(g as *const ()),
+            },
+        ],
+    )
+    .unwrap();
+    // outer is the entry too (window); F's stub is f's, G's is g's.
+    STUB[F].store(spans.entry(1), Ordering::Release);
+    STUB[LEAF].store(spans.entry(2), Ordering::Release);
+    STUB[G].store(spans.entry(3), Ordering::Release);
+    let outer_fn: U2U = as_fn(spans.entry(0));
+    assert_eq!(outer_fn(2), (2 + 4) + 101 + 1);
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    spans.drain_into(&mut nodes);
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![
+            (vec![0], 1),
+            (vec![0, 1], 1),
+            (vec![0, 1, 2], 1),
+            (vec![0, 1, 3], 2),
+            (vec![0, 1, 3, 2], 2),
+            (vec![0, 2], 1),
+        ]
+    );
+    assert_eq!(stub::<U2U>(LEAF)(1), 2);
+    assert_eq!(
+        spans.drain_into(&mut nodes).events,
+        0,
+        "both windows closed"
+    );
+}
+
+/// A tail call: `mov r11, [the cell holding TAIL's callee]; jmp r11`.
+fn tail_code(cell: &AtomicU64) -> crate::inject::record::local::Mapping {
+    use iced_x86::code_asm::*;
+    let cell = cell as *const AtomicU64 as u64;
+    crate::inject::record::local::executable(64, |at| {
+        let mut a = CodeAssembler::new(64).map_err(asm)?;
+        a.mov(r11, cell).map_err(asm)?;
+        a.mov(r11, qword_ptr(r11)).map_err(asm)?;
+        a.jmp(r11).map_err(asm)?;
+        a.assemble(at).map_err(asm)
+    })
+    .unwrap()
+}
+
+fn asm(e: iced_x86::IcedError) -> crate::inject::record::RecordError {
+    crate::inject::record::RecordError::Local(e.to_string())
+}
+
+extern "C" fn f_tail(n: u64) -> u64 {
+    stub::<U2U>(TAIL)(n) + 1
+}
+
+#[test]
+fn a_tail_call_is_the_jumping_functions_child_and_both_return_together() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    static CALLEE: AtomicU64 = AtomicU64::new(0);
+    let code = tail_code(&CALLEE);
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(f_tail as *const ()),
+            },
+            Hook {
+                function: 1,
+                window: false,
+                original: addr(g as *const ()),
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+            },
+            Hook {
+                function: 3,
+                window: false,
+                original: code.addr(),
+            },
+        ],
+    )
+    .unwrap();
+    STUB[F].store(spans.entry(0), Ordering::Release);
+    STUB[G].store(spans.entry(1), Ordering::Release);
+    STUB[LEAF].store(spans.entry(2), Ordering::Release);
+    STUB[TAIL].store(spans.entry(3), Ordering::Release);
+    CALLEE.store(spans.entry(1), Ordering::Release);
+    for n in 0..4 {
+        assert_eq!(stub::<U2U>(F)(n), (n + 1) * 2 + 1);
+    }
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    spans.drain_into(&mut nodes);
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![
+            (vec![0], 4),
+            (vec![0, 3], 4),
+            (vec![0, 3, 1], 4),
+            (vec![0, 3, 1, 2], 4),
+        ]
+    );
+    assert_eq!((nodes.counters.unmatched, nodes.counters.abandoned), (0, 0));
+    assert_eq!(spans.totals().open, 0);
+    assert_eq!(stub::<U2U>(LEAF)(1), 2);
+    assert_eq!(spans.drain_into(&mut nodes).events, 0);
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pair {
+    a: u64,
+    b: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Floats {
+    x: f64,
+    y: f64,
+}
+
+extern "C" fn pair(n: u64) -> Pair {
+    Pair {
+        a: black_box(n) * 3,
+        b: black_box(n) ^ 0xdead_beef_0000,
+    }
+}
+
+extern "C" fn half(x: f64) -> f64 {
+    black_box(x) / 2.0
+}
+
+extern "C" fn floats(x: f64) -> Floats {
+    Floats {
+        x: black_box(x) + 0.25,
+        y: black_box(x) * -3.5,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn eight(a: u64, b: u64, c: u64, d: u64, e: u64, f: u64, g: u64, h: u64) -> u64 {
+    [a, b, c, d, e, f, g, h]
+        .iter()
+        .enumerate()
+        .fold(0u64, |acc, (i, v)| {
+            acc.wrapping_mul(31).wrapping_add(v ^ i as u64)
+        })
+}
+
+std::arch::global_asm!(
+    ".globl oi_spans_test_pi",
+    "oi_spans_test_pi:",
+    "fldpi",
+    "ret",
+);
+
+unsafe extern "C" {
+    fn oi_spans_test_pi();
+}
+
+type Snprintf = unsafe extern "C" fn(*mut c_char, usize, *const c_char, ...) -> c_int;
+
+#[test]
+fn return_values_arguments_and_varargs_pass_through_hooked_calls_unchanged() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = |i: u32, original: u64| Hook {
+        function: i,
+        window: true,
+        original,
+    };
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            entry(0, addr(pair as *const ())),
+            entry(1, addr(half as *const ())),
+            entry(2, addr(floats as *const ())),
+            entry(3, addr(eight as *const ())),
+            entry(4, addr(libc::snprintf as *const ())),
+            entry(5, addr(oi_spans_test_pi as *const ())),
+        ],
+    )
+    .unwrap();
+    let hooked_pair: extern "C" fn(u64) -> Pair = as_fn(spans.entry(0));
+    let hooked_half: extern "C" fn(f64) -> f64 = as_fn(spans.entry(1));
+    let hooked_floats: extern "C" fn(f64) -> Floats = as_fn(spans.entry(2));
+    #[allow(clippy::type_complexity)]
+    let hooked_eight: extern "C" fn(u64, u64, u64, u64, u64, u64, u64, u64) -> u64 =
+        as_fn(spans.entry(3));
+    let hooked_snprintf: Snprintf = as_fn(spans.entry(4));
+
+    for n in [0u64, 7, u64::MAX / 3] {
+        assert_eq!(hooked_pair(n), pair(n));
+    }
+    for x in [0.0, 1.5, -1e300, f64::MIN_POSITIVE] {
+        assert_eq!(hooked_half(x).to_bits(), half(x).to_bits());
+        assert_eq!(hooked_floats(x), floats(x));
+    }
+    let args = [
+        0x1111_2222_3333_4444u64,
+        5,
+        u64::MAX,
+        0,
+        0x8000_0000_0000_0000,
+        42,
+        0xfeed_face,
+        0x0123_4567_89ab_cdef,
+    ];
+    let [a, b, c, d, e, f, g, h] = args;
+    assert_eq!(
+        hooked_eight(a, b, c, d, e, f, g, h),
+        eight(a, b, c, d, e, f, g, h)
+    );
+
+    // Varargs: two doubles (al = 2, which the hooked function reads) and integers past the
+    // registers, on the stack.
+    let format = c"%d %.3f %s %ld %.1f %d %d %d %d|";
+    let print = |f: Snprintf| {
+        let mut buf = [0 as c_char; 128];
+        // SAFETY: a buffer of its stated size, a NUL-terminated format, and arguments of the
+        // types the format names.
+        let n = unsafe {
+            f(
+                buf.as_mut_ptr(),
+                buf.len(),
+                format.as_ptr(),
+                -17 as c_int,
+                std::f64::consts::E,
+                c"str".as_ptr(),
+                1i64 << 40,
+                -0.5f64,
+                1 as c_int,
+                2 as c_int,
+                3 as c_int,
+                4 as c_int,
+            )
+        };
+        // SAFETY: snprintf wrote a NUL-terminated string into `buf`.
+        (n, unsafe { CStr::from_ptr(buf.as_ptr()) }.to_owned())
+    };
+    let direct = print(libc::snprintf);
+    assert_eq!(
+        direct.1.to_str().unwrap(),
+        "-17 2.718 str 1099511627776 -0.5 1 2 3 4|"
+    );
+    assert_eq!(print(hooked_snprintf), direct);
+
+    // A long double in st(0), directly and through the stubs.
+    let st0 = |f: u64| {
+        let mut out = 0f64;
+        // SAFETY: calls a function that takes nothing and leaves pi in st(0), which is stored
+        // and popped here; every register the C ABI lets a call clobber is declared so.
+        unsafe {
+            std::arch::asm!(
+                "call {f}",
+                "fstp qword ptr [r12]",
+                f = in(reg) f,
+                // Callee-saved: the call keeps it.
+                in("r12") &mut out as *mut f64,
+                clobber_abi("C"),
+            );
+        }
+        out
+    };
+    assert_eq!(
+        st0(addr(oi_spans_test_pi as *const ())),
+        std::f64::consts::PI
+    );
+    assert_eq!(st0(spans.entry(5)), std::f64::consts::PI);
+
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    spans.drain_into(&mut nodes);
+    // Every call above went through its stub, hooked, and returned through the exit stub.
+    assert_eq!(nodes.counters.windows_closed, 3 + 8 + 1 + 1 + 1);
+    assert_eq!(spans.totals().open, 0);
+}
+
+extern "C" fn many(n: u64) -> u64 {
+    (0..n).map(|i| stub::<U2U>(LEAF)(i)).sum()
+}
+
+#[test]
+fn a_full_ring_leaves_calls_unhooked_and_counts_them_and_exits_always_fit() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(many as *const ()),
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+            },
+        ],
+    )
+    .unwrap();
+    STUB[F].store(spans.entry(0), Ordering::Release);
+    STUB[LEAF].store(spans.entry(1), Ordering::Release);
+    let n = 10_000u64;
+    assert_eq!(stub::<U2U>(F)(n), (1..=n).sum::<u64>());
+    // Room for the entry, then a leaf needs its 2 events and the entry's exit: 8191 fit.
+    let t = spans.totals();
+    assert_eq!((t.dropped, t.open), (n - 8191, 0));
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let drained = spans.drain_into(&mut nodes);
+    assert_eq!((drained.events, drained.bad), (RING_CAP, 0));
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![(vec![0], 1), (vec![0, 2], 8191)]
+    );
+    // Drained: room again.
+    assert_eq!(stub::<U2U>(F)(3), 6);
+    spans.drain_into(&mut nodes);
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![(vec![0], 2), (vec![0, 2], 8194)]
+    );
+}
+
+extern "C" fn on_usr1(_: c_int) {
+    stub::<U2U>(LEAF)(1);
+}
+
+extern "C" fn raiser(n: u64) -> u64 {
+    // SAFETY: raises a signal whose handler (installed by the test) only calls `leaf`.
+    unsafe { libc::raise(libc::SIGUSR1) };
+    n
+}
+
+#[test]
+fn a_signal_handlers_calls_inside_a_hooked_call_are_its_children() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(raiser as *const ()),
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+            },
+        ],
+    )
+    .unwrap();
+    STUB[LEAF].store(spans.entry(1), Ordering::Release);
+    // SAFETY: installs a handler for SIGUSR1, which nothing else in the tests uses; restored
+    // below.
+    let old = unsafe { libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t) };
+    let hooked: U2U = as_fn(spans.entry(0));
+    assert_eq!(hooked(5), 5);
+    // SAFETY: puts the previous disposition back.
+    unsafe { libc::signal(libc::SIGUSR1, old) };
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    spans.drain_into(&mut nodes);
+    assert_eq!(shape(&nodes.nodes()), vec![(vec![0], 1), (vec![0, 2], 1)]);
+    assert_eq!(spans.totals().interrupted, 0);
+}
+
+#[test]
+fn eight_threads_count_exactly_while_the_rings_are_drained() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spans = Arc::new(three());
+    let threads = 8;
+    let calls = 500u64;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let done = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (barrier, done) = (barrier.clone(), done.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..calls {
+                    assert_eq!(stub::<U2U>(F)(3), 2 + 4 + 6 + 101);
+                }
+                done.fetch_add(1, Ordering::AcqRel);
+            })
+        })
+        .collect();
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    barrier.wait();
+    while done.load(Ordering::Acquire) < threads as u64 {
+        spans.drain_into(&mut nodes);
+        std::thread::yield_now();
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    spans.drain_into(&mut nodes);
+    let n = threads as u64 * calls;
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![
+            (vec![0], n),
+            (vec![0, 1], 3 * n),
+            (vec![0, 1, 2], 3 * n),
+            (vec![0, 2], n)
+        ]
+    );
+    let t = spans.totals();
+    assert_eq!(
+        (t.threads, t.dropped, t.open, t.interrupted),
+        (threads as u64, 0, 0, 0)
+    );
+}
+
+#[test]
+fn the_reader_and_the_tree_refuse_hostile_bytes_without_panicking() {
+    let layout = small();
+    let mut bytes = vec![0u64; (layout.size() / 8) as usize];
+    // SAFETY: a buffer of ours, 8-byte aligned, alive for the whole test.
+    let view = unsafe { View::new(bytes.as_mut_ptr().cast(), bytes.len() * 8) };
+    let slot0 = oi_common::inject::HEADER_SIZE;
+    view.store(slot0, 0x1234);
+    let area = layout.area_offset(0);
+    // A ring claiming more than it holds: skipped whole.
+    view.store(area + offset::RESERVED, RING_CAP * 3);
+    let mut seen = Vec::new();
+    let d = reader::drain(view, layout, &mut |t, e| seen.push((t, e)));
+    assert_eq!((d.events, d.bad), (0, 1));
+    assert_eq!(view.load(area + offset::CONSUMED), RING_CAP * 3);
+    // Events whose numbers are wrong: the batch stops there.
+    view.store(area + offset::RESERVED, RING_CAP * 3 + 4);
+    let d = reader::drain(view, layout, &mut |t, e| seen.push((t, e)));
+    assert_eq!((d.events, d.bad), (0, 1));
+    // Random events into the tree: counted, never a panic, the stacks bounded.
+    let mut nodes = Nodes::new(1 << 32, 64, Some(3));
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..100_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        nodes.event(
+            x % 5,
+            Event {
+                word: x & !(0xfu64 << 60),
+                tsc: x.rotate_left(17),
+            },
+        );
+    }
+    assert!(nodes.nodes().len() <= 64);
+    let c = nodes.counters;
+    assert!(c.bad + c.unmatched > 0);
+    let _ = (AREA_SIZE, kind::ENTRY);
+}
+
+/// `abandon` calls the hooked `escape`, which leaves its frame without returning, as a
+/// `longjmp` does (rsp back to abandon's, a jump to after the call); then abandon returns.
+fn longjmp_code(cell: &AtomicU64) -> (crate::inject::record::local::Mapping, u64) {
+    use iced_x86::code_asm::*;
+    let cell = cell as *const AtomicU64 as u64;
+    let mut escape_at = 0;
+    let code = crate::inject::record::local::executable(128, |at| {
+        let mut a = CodeAssembler::new(64).map_err(asm)?;
+        let mut back = a.create_label();
+        let mut escape = a.create_label();
+        a.push(rbx).map_err(asm)?;
+        a.mov(rbx, rsp).map_err(asm)?;
+        a.mov(r11, cell).map_err(asm)?;
+        a.mov(r11, qword_ptr(r11)).map_err(asm)?;
+        a.call(r11).map_err(asm)?;
+        a.set_label(&mut back).map_err(asm)?;
+        a.pop(rbx).map_err(asm)?;
+        a.ret().map_err(asm)?;
+        a.set_label(&mut escape).map_err(asm)?;
+        a.mov(rsp, rbx).map_err(asm)?;
+        a.jmp(back).map_err(asm)?;
+        let result = a
+            .assemble_options(
+                at,
+                iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+            )
+            .map_err(asm)?;
+        escape_at = result.label_ip(&escape).map_err(asm)?;
+        Ok(result.inner.code_buffer)
+    })
+    .unwrap();
+    (code, escape_at)
+}
+
+extern "C" fn f_longjmp(n: u64) -> u64 {
+    stub::<extern "C" fn()>(TAIL)();
+    stub::<U2U>(LEAF)(n)
+}
+
+#[test]
+fn a_frame_left_without_returning_is_closed_as_unwound_by_the_next_exit() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    static ESCAPE: AtomicU64 = AtomicU64::new(0);
+    let (code, escape) = longjmp_code(&ESCAPE);
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(f_longjmp as *const ()),
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+            },
+            Hook {
+                function: 3,
+                window: false,
+                original: code.addr(),
+            },
+            Hook {
+                function: 4,
+                window: false,
+                original: escape,
+            },
+        ],
+    )
+    .unwrap();
+    STUB[LEAF].store(spans.entry(1), Ordering::Release);
+    STUB[TAIL].store(spans.entry(2), Ordering::Release);
+    ESCAPE.store(spans.entry(3), Ordering::Release);
+    let hooked: U2U = as_fn(spans.entry(0));
+    for n in 0..3 {
+        assert_eq!(hooked(n), n + 1);
+    }
+    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    spans.drain_into(&mut nodes);
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![
+            (vec![0], 3),
+            (vec![0, 2], 3),
+            (vec![0, 3], 3),
+            (vec![0, 3, 4], 3)
+        ]
+    );
+    assert_eq!((nodes.counters.abandoned, nodes.counters.unmatched), (3, 0));
+    let unwound: u64 = nodes
+        .nodes()
+        .iter()
+        .filter(|(k, _, _)| k.function == 4)
+        .map(|(_, _, s)| s.abandoned)
+        .sum();
+    assert_eq!(unwound, 3);
+    assert_eq!(spans.totals().open, 0);
+}
