@@ -11,7 +11,8 @@
 //! sent before the first byte is patched, dropped once oi-trace has undone it itself. If
 //! oi-trace dies with plans left, the guardian seizes each process and runs the very same
 //! undo (`inject::patch::undo`: original bytes back, threads moved out of relocated
-//! prologues, the segment unmapped once no thread is inside), then lets it go.
+//! prologues, the return addresses call stubs hooked put back, the segment unmapped once no
+//! thread is inside), then lets it go.
 
 use std::{
     fs::File,

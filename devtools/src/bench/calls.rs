@@ -181,6 +181,23 @@ fn per_call(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
                 bail!("oi-trace calls failed: {:?}", out.stderr);
             }
         }
+        {
+            let tracer = OiTrace::attached(&[
+                "calls",
+                "--pid",
+                &pid,
+                "--entry",
+                "bench::request",
+                "--mechanism",
+                "inject",
+            ]);
+            results.insert((mode, "inject"), per_call_ns(&mut fixture, calls, runs)?);
+            tracer.signal(SIGINT);
+            let out = tracer.finish(Duration::from_secs(120));
+            if !out.status.success() {
+                bail!("oi-trace calls --mechanism inject failed: {:?}", out.stderr);
+            }
+        }
         if mode == "inside" {
             let _script = Bpftrace::start(&script, Some(&pid))?;
             results.insert((mode, "bpftrace"), per_call_ns(&mut fixture, calls, runs)?);
@@ -218,7 +235,23 @@ fn per_call(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         goal: "report".into(),
         pass: None,
     });
-    uftrace(calls, runs, cost("inside", "oi-trace"), figures)
+    figures.push(Figure {
+        name: "calls --mechanism inject: cost per call of a patched function outside the entry (baseline: uprobes)".into(),
+        value: cost("outside", "inject"),
+        baseline: cost("outside", "oi-trace"),
+        unit: "ns",
+        goal: "≤ 10 ns".into(),
+        pass: Some(cost("outside", "inject") <= 10.0),
+    });
+    uftrace(
+        calls,
+        runs,
+        &[
+            ("calls", cost("inside", "oi-trace")),
+            ("calls --mechanism inject", cost("inside", "inject")),
+        ],
+        figures,
+    )
 }
 
 /// The cost of a hit that oi-trace measured at start, from its `attached` line (`… a probe hit
@@ -242,7 +275,12 @@ fn calibrated_hit_ns(line: &str) -> Result<f64> {
 
 /// uftrace launches a `-pg` build and records every call beneath `bench::request` (`-F`),
 /// in process: the cost per call against that build run alone.
-fn uftrace(calls: u64, runs: usize, ours_ns: f64, figures: &mut Vec<Figure>) -> Result<()> {
+fn uftrace(
+    calls: u64,
+    runs: usize,
+    ours_ns: &[(&str, f64)],
+    figures: &mut Vec<Figure>,
+) -> Result<()> {
     let binary = FixtureBuild::new("calls_bench")
         .variant("calls_bench_pg", &["-O2", "-pg"])
         .build();
@@ -274,14 +312,21 @@ fn uftrace(calls: u64, runs: usize, ours_ns: f64, figures: &mut Vec<Figure>) -> 
     };
     let alone = median((0..runs).map(|_| once(false)).collect::<Result<Vec<_>>>()?);
     let traced = median((0..runs).map(|_| once(true)).collect::<Result<Vec<_>>>()?);
-    figures.push(Figure {
-        name: "calls: cost per call inside the entry (baseline: uftrace record -F on a -pg build it launches)".into(),
-        value: ours_ns / 1e3,
-        baseline: (traced - alone) / 1e3,
-        unit: "µs",
-        goal: "report".into(),
-        pass: None,
-    });
+    let uftrace_ns = traced - alone;
+    for &(tool, ns) in ours_ns {
+        let inject = tool.contains("inject");
+        figures.push(Figure {
+            name: format!(
+                "{tool}: cost per call inside the entry (baseline: uftrace record -F on a -pg \
+                 build it launches)"
+            ),
+            value: ns / 1e3,
+            baseline: uftrace_ns / 1e3,
+            unit: "µs",
+            goal: if inject { "≤ 2× uftrace" } else { "report" }.into(),
+            pass: inject.then_some(ns <= 2.0 * uftrace_ns),
+        });
+    }
     Ok(())
 }
 

@@ -19,11 +19,13 @@
 //! oi-trace's own functions with the same program (`calibrate`); the report gives the hits and
 //! the probe cost they put into the times. Nothing is subtracted.
 //!
-//! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
-//! before the report is printed (on `--count`, `--duration`, Ctrl-C, SIGTERM or the target's
-//! exit).
+//! The uprobe path never stops, ptraces or writes to the target: only uprobes touch it, and
+//! they are removed before the report is printed (on `--count`, `--duration`, Ctrl-C, SIGTERM
+//! or the target's exit). `--mechanism inject` (`in_target`) times the calls inside the
+//! process instead, through the in-target core, and builds the same tree.
 
 pub mod calibrate;
+mod in_target;
 pub mod pprof;
 pub mod program;
 pub mod report;
@@ -41,7 +43,7 @@ use std::{
 use oi_common::calls::{MAX_DEPTH, Record, counter, global, record};
 
 use crate::{
-    cli::calls::{CallsArgs, TreeFormat},
+    cli::calls::{CallsArgs, CallsMechanism, TreeFormat},
     error::{Error, Result},
     event_loop::{End, EventLoop, Profiler},
     probe::scope::Scope,
@@ -69,6 +71,9 @@ pub fn run(args: &CallsArgs) -> Result<()> {
 
 fn profile(args: &CallsArgs, scope: &Scope) -> Result<()> {
     let target = Target::resolve(args, scope)?;
+    if args.mechanism == CallsMechanism::Inject {
+        return in_target::profile(args, scope, &target);
+    }
     let settings = Settings {
         target_tgid: scope.pid.map(|p| p as u32),
         cgroup: scope.cgroup.as_ref().map(|c| (c.id, c.level)),
@@ -175,12 +180,19 @@ fn profile(args: &CallsArgs, scope: &Scope) -> Result<()> {
     let outcome = Outcome {
         snapshot: program.snapshot(),
         elapsed,
-        cost,
+        cost: Some(cost),
         still_inside,
         traced_lost,
         exited_inside,
     };
-    finish(args, scope, &target, &program, &outcome, &traced)
+    finish(
+        args,
+        scope,
+        &target,
+        &|id| program.histogram(id),
+        &outcome,
+        &traced,
+    )
 }
 
 fn validate(args: &CallsArgs) -> Result<()> {
@@ -202,6 +214,19 @@ fn validate(args: &CallsArgs) -> Result<()> {
     }
     if args.chrome.is_some() && args.trace_entries == 0 {
         return Err(Error::input("--trace-entries must be at least 1, got 0"));
+    }
+    if args.mechanism == CallsMechanism::Inject {
+        let unsupported = [
+            (args.histograms, "--histograms"),
+            (args.chrome.is_some(), "--chrome"),
+            (args.scope.cgroup.is_some(), "--cgroup"),
+        ];
+        if let Some((_, option)) = unsupported.iter().find(|(given, _)| *given) {
+            return Err(Error::input(format!(
+                "--mechanism inject times the calls of one process, without per-call records \
+                 or histograms yet: {option} needs --mechanism uprobes"
+            )));
+        }
     }
     if args.max_nodes == 0 || args.max_nodes > 1 << 24 {
         return Err(Error::input(format!(
@@ -268,40 +293,51 @@ impl Profiler for Run<'_> {
 
     fn interval(&mut self) {
         let snapshot = self.program.snapshot();
-        let (roots, hidden) = build_tree(self.target, &snapshot, self.args);
         let elapsed = self.started.elapsed().as_secs_f64();
-        let hits = snapshot.counters[counter::HITS_INSIDE as usize]
-            + snapshot.counters[counter::HITS_OUTSIDE as usize];
-        let mut out = std::io::stdout().lock();
-        let _ = match self.args.format {
-            TreeFormat::Tree => writeln!(
-                out,
-                "{}{}",
-                report::tree_text(
-                    &Heading {
-                        entry: &self.target.entry_name,
-                        place: &self.scope.place,
-                        elapsed_s: elapsed,
-                        probe_hits: hits,
-                    },
-                    &roots,
-                ),
-                hidden_line(hidden, self.args)
-            ),
-            TreeFormat::Json => write_json(
-                &mut out,
-                &json_report(self.target, self.scope, elapsed, hits, &roots),
-            ),
-        };
-        let _ = out.flush();
+        print_interval(self.target, self.scope, self.args, &snapshot, elapsed);
     }
+}
+
+/// The tree so far, as `--interval` prints it.
+fn print_interval(
+    target: &Target,
+    scope: &Scope,
+    args: &CallsArgs,
+    snapshot: &program::Snapshot,
+    elapsed: f64,
+) {
+    let (roots, hidden) = build_tree(target, snapshot, args);
+    let hits = snapshot.counters[counter::HITS_INSIDE as usize]
+        + snapshot.counters[counter::HITS_OUTSIDE as usize];
+    let mut out = std::io::stdout().lock();
+    let _ = match args.format {
+        TreeFormat::Tree => writeln!(
+            out,
+            "{}{}",
+            report::tree_text(
+                &Heading {
+                    entry: &target.entry_name,
+                    place: &scope.place,
+                    elapsed_s: elapsed,
+                    probe_hits: hits,
+                },
+                &roots,
+            ),
+            hidden_line(hidden, args)
+        ),
+        TreeFormat::Json => {
+            write_json(&mut out, &json_report(target, scope, elapsed, hits, &roots))
+        }
+    };
+    let _ = out.flush();
 }
 
 /// What the run left for the report.
 struct Outcome {
     snapshot: program::Snapshot,
     elapsed: Duration,
-    cost: ProbeCost,
+    /// The calibrated cost of a probe hit (uprobes only).
+    cost: Option<ProbeCost>,
     still_inside: usize,
     traced_lost: u64,
     exited_inside: u64,
@@ -379,11 +415,14 @@ fn write_json(out: &mut dyn std::io::Write, json: &JsonReport<'_>) -> std::io::R
     writeln!(out)
 }
 
+/// A function's latency histogram (`--histograms`), by function id.
+type Histogram<'a> = &'a dyn Fn(u32) -> [u64; oi_common::calls::HISTOGRAM_BUCKETS as usize];
+
 fn finish(
     args: &CallsArgs,
     scope: &Scope,
     target: &Target,
-    program: &Program,
+    histogram: Histogram<'_>,
     outcome: &Outcome,
     traced: &[Record],
 ) -> Result<()> {
@@ -411,8 +450,7 @@ fn finish(
 
     let histograms = args.histograms.then(|| {
         report::merge_histograms(
-            (0..target.functions.len() as u32)
-                .map(|id| (target.name_of(id), program.histogram(id))),
+            (0..target.functions.len() as u32).map(|id| (target.name_of(id), histogram(id))),
         )
     });
     let mut out = std::io::stdout().lock();
@@ -516,29 +554,39 @@ fn finish(
 
     // The summary: what the run saw, what the probes cost, what did not fit.
     let entries: u64 = roots.iter().map(|r| r.calls).sum();
-    eprintln!(
-        "oi-trace: {} call(s) of {} completed; {} probe hits ({} inside them, {} outside)",
-        thousands(entries),
-        target.entry_name,
-        thousands(hits),
-        thousands(hits_inside),
-        thousands(c(counter::HITS_OUTSIDE))
-    );
+    if outcome.cost.is_some() {
+        eprintln!(
+            "oi-trace: {} call(s) of {} completed; {} probe hits ({} inside them, {} outside)",
+            thousands(entries),
+            target.entry_name,
+            thousands(hits),
+            thousands(hits_inside),
+            thousands(c(counter::HITS_OUTSIDE))
+        );
+    } else {
+        eprintln!(
+            "oi-trace: {} call(s) of {} completed; {} call events recorded in the target",
+            thousands(entries),
+            target.entry_name,
+            thousands(hits_inside),
+        );
+    }
     let entry_total: u64 = roots.iter().map(|r| r.total_ns).sum();
     let inside_entry: u64 = roots.iter().map(CallNode::hits_inside).sum();
-    let cost = outcome.cost;
-    eprintln!(
-        "oi-trace: probe cost measured at start: {} per hit inside a call of the entry, {} \
-         outside (a bare call: {}); {} of the {} spent in {} is probe cost ({} hits), \
-         nothing subtracted",
-        human_ns(cost.inside_ns.round() as u64),
-        human_ns(cost.outside_ns.round() as u64),
-        human_ns(cost.bare_call_ns.round() as u64),
-        probe_share(inside_entry as f64 * cost.inside_ns, entry_total),
-        human_ns(entry_total),
-        target.entry_name,
-        thousands(inside_entry)
-    );
+    if let Some(cost) = outcome.cost {
+        eprintln!(
+            "oi-trace: probe cost measured at start: {} per hit inside a call of the entry, {} \
+             outside (a bare call: {}); {} of the {} spent in {} is probe cost ({} hits), \
+             nothing subtracted",
+            human_ns(cost.inside_ns.round() as u64),
+            human_ns(cost.outside_ns.round() as u64),
+            human_ns(cost.bare_call_ns.round() as u64),
+            probe_share(inside_entry as f64 * cost.inside_ns, entry_total),
+            human_ns(entry_total),
+            target.entry_name,
+            thousands(inside_entry)
+        );
+    }
     let warn = |n: u64, what: &str| {
         if n > 0 {
             eprintln!("oi-trace: {} {what}", thousands(n));

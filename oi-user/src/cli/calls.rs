@@ -22,6 +22,8 @@ Examples:
       only shop's functions, 4 levels deep, hiding nodes under 10 us
   oi-trace calls --pid 4242 --entry shop::handle --count 100 --chrome trace.json
       the first 100 requests, and a Perfetto/Chrome timeline of the first 10
+  oi-trace calls --pid 4242 --entry shop::handle --mechanism inject --duration 10
+      timed inside the process by patched entries instead of uprobes
 
 Exit status: 0 success, 1 the profiler failed while running, 2 bad usage or input.")]
 pub struct CallsArgs {
@@ -91,6 +93,21 @@ pub struct CallsArgs {
     /// Most nodes (function × path) the kernel keeps; calls beyond are counted, not timed.
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_nodes: u32,
+
+    /// How calls are timed. `uprobes` (the default): a uprobe on each function's entry and
+    /// returns, aggregated in the kernel. `inject` (opt-in): each function's entry patched to
+    /// jump to a stub placed in the process, which times calls inside the entry's window and
+    /// passes the others on after one check; one --pid only; no --histograms or --chrome yet.
+    /// Functions whose first instructions cannot be moved are left untimed and listed on
+    /// stderr with the reason (docs/calls.md).
+    #[arg(long, value_enum, default_value_t = CallsMechanism::Uprobes)]
+    pub mechanism: CallsMechanism,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CallsMechanism {
+    Uprobes,
+    Inject,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -359,6 +359,22 @@ impl Injection {
     }
 }
 
+/// Undoes several injections of one process as one plan, with one stop of its threads per
+/// round: the call stubs of every segment hook return addresses into the one exit stub, so no
+/// segment may go while another still hooks calls. The injections' views of their data parts
+/// stay readable until they are dropped.
+pub fn unpatch_together(
+    tracer: &mut Tracer,
+    injections: &[&Injection],
+) -> Result<Unpatched, InjectError> {
+    let plans: Vec<Undo> = injections.iter().map(|i| i.undo_plan(&[])).collect();
+    let Some(plan) = Undo::merged(&plans.iter().collect::<Vec<_>>()) else {
+        return Ok(Unpatched::Clean);
+    };
+    let mut bootstrap = injections.iter().find_map(|i| i.bootstrap);
+    undo(tracer, &plan, &mut bootstrap, DRAIN)
+}
+
 /// Undoes `plan` in its process (traced by `tracer`, or seized here): see the module's
 /// comment. `drain`: how long threads may take to leave our code.
 pub fn undo(

@@ -77,6 +77,18 @@ pub struct File {
     pub binary: Arc<Binary>,
 }
 
+impl File {
+    /// The load bias of this file in `pid` (from its lowest mapping), if it is mapped there.
+    pub fn load_bias(&self, pid: i32) -> Option<u64> {
+        let maps = crate::inferior::procfs::mappings(pid).ok()?;
+        let m = maps
+            .iter()
+            .filter(|m| m.path == self.target_path)
+            .min_by_key(|m| m.start)?;
+        self.binary.load_bias(m.start, m.offset)
+    }
+}
+
 /// The distinct files the processes execute code from (each opened once, by device and inode);
 /// the allocation profiler hooks the same files.
 pub fn files_of(processes: &[i32]) -> Result<Vec<File>> {

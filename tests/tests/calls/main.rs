@@ -6,6 +6,7 @@
 //! through two frames (later calls keep their parent), and sleeps a known time (a lower bound).
 //! Every run leaves the fixture running, untraced, and able to finish its own work.
 
+mod inject;
 mod midrun;
 mod pprof;
 

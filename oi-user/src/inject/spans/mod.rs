@@ -38,3 +38,9 @@ pub enum SpansError {
 }
 
 pub type Result<T, E = SpansError> = std::result::Result<T, E>;
+
+impl From<SpansError> for crate::error::Error {
+    fn from(e: SpansError) -> Self {
+        crate::error::Error::internal(e.to_string())
+    }
+}

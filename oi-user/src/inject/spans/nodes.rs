@@ -32,6 +32,8 @@ struct Open {
 
 /// A call beyond the depth limit: counted on the deepest timed node, not timed.
 const DEEPER: u32 = u32::MAX - 2;
+/// A call of the entry function past the window limit, and every call beneath it.
+const SKIPPED: u32 = u32::MAX - 3;
 
 /// What the events did not fit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,6 +46,8 @@ pub struct Counters {
     pub deeper: u64,
     /// Calls of the entry function completed (windows closed).
     pub windows_closed: u64,
+    /// Calls of the entry function left out because the limit (`--count`) was reached.
+    pub windows_skipped: u64,
     /// Events of unknown kind, or of threads beyond the bound.
     pub bad: u64,
 }
@@ -58,12 +62,25 @@ pub struct Nodes {
     stats: Vec<NodeStats>,
     keys: Vec<NodeKey>,
     threads: HashMap<u64, Vec<Open>>,
+    /// Calls of the entry function to take at most; those opened once it is reached are
+    /// skipped whole.
+    window_limit: Option<u64>,
+    windows_opened: u64,
+    events: u64,
     pub counters: Counters,
 }
 
 impl Nodes {
-    pub fn new(ns_per_tick_q32: u64, max_nodes: u32, depth: Option<u32>) -> Self {
+    pub fn new(
+        ns_per_tick_q32: u64,
+        max_nodes: u32,
+        depth: Option<u32>,
+        window_limit: Option<u64>,
+    ) -> Self {
         Self {
+            window_limit,
+            windows_opened: 0,
+            events: 0,
             ns_per_tick_q32,
             max_nodes,
             depth: depth.unwrap_or(MAX_DEPTH - 1).min(MAX_DEPTH - 1),
@@ -81,6 +98,7 @@ impl Nodes {
 
     /// Takes one event of thread `thread`.
     pub fn event(&mut self, thread: u64, e: Event) {
+        self.events += 1;
         if !self.threads.contains_key(&thread) && self.threads.len() >= MAX_THREADS {
             self.counters.bad += 1;
             return;
@@ -99,7 +117,14 @@ impl Nodes {
             None => (ROOT, 0),
             Some(top) => (top.node, stack.len() as u32),
         };
-        let node = if parent == NO_NODE {
+        if parent == ROOT {
+            self.windows_opened += 1;
+        }
+        let node = if parent == ROOT && self.window_limit.is_some_and(|l| self.windows_opened > l)
+            || parent == SKIPPED
+        {
+            SKIPPED
+        } else if parent == NO_NODE {
             self.counters.nodes_full += 1;
             NO_NODE
         } else if parent == DEEPER || level > self.depth {
@@ -173,8 +198,17 @@ impl Nodes {
             }
         }
         if parent.is_none() {
-            self.counters.windows_closed += 1;
+            if open.node == SKIPPED {
+                self.counters.windows_skipped += 1;
+            } else {
+                self.counters.windows_closed += 1;
+            }
         }
+    }
+
+    /// Events taken.
+    pub fn events(&self) -> u64 {
+        self.events
     }
 
     /// Open calls of every thread (calls of the entry still running, and what is beneath).

@@ -56,6 +56,21 @@ use crate::inject::record::slot;
 pub const ENTRY_MAX: usize = 768;
 /// The most bytes the exit stub takes.
 pub const EXIT_MAX: usize = 768;
+/// The most bytes an unwinding stub takes.
+pub const UNWIND_MAX: usize = 768;
+
+/// The two places of the C++ runtime where an exception meets the hooked return addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwinding {
+    /// `_Unwind_RaiseException`, `_Unwind_Resume_or_Rethrow`, `_Unwind_ForcedUnwind`: the
+    /// unwinder is about to read return addresses, so every hooked one of the thread goes back
+    /// to the real one (the unwinder finds no frame information for the exit stub, and a C++
+    /// program whose unwinder finds none terminates).
+    Raise,
+    /// `__cxa_begin_catch`: a catch block starts; the frames at or below its return slot were
+    /// unwound (closed as UNWOUND), the others live on and are hooked again.
+    Catch,
+}
 
 /// Where a stub finds what it needs: the data part and its layout, and the exit stub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,6 +293,117 @@ fn assemble_entry(
     a.jmp(restore)?;
 
     // No slot: the stack is as at the lookup's start.
+    slot::slow_path(&mut a, slow, pass)?;
+    a.set_label(&mut original_slot)?;
+    a.dq(&[original])?;
+    a.assemble(at)
+}
+
+/// The stub of one of the runtime's unwinding functions (see [`Unwinding`]), to run at `at`,
+/// continuing in `original`.
+pub fn unwind_stub(place: Place, at: u64, what: Unwinding, original: u64) -> Result<Vec<u8>> {
+    let bytes = assemble_unwind(place, at, what, original)
+        .map_err(|e| SpansError::Assemble(e.to_string()))?;
+    fits(bytes, UNWIND_MAX)
+}
+
+fn assemble_unwind(
+    place: Place,
+    at: u64,
+    what: Unwinding,
+    original: u64,
+) -> Result<Vec<u8>, IcedError> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut pass = a.create_label();
+    let mut found_slot = a.create_label();
+    let mut original_slot = a.create_label();
+    let mut done = a.create_label();
+    let mut restore = a.create_label();
+    // The function's return slot once all six registers are pushed.
+    const SLOT: i32 = 48;
+
+    a.push(rax)?;
+    a.push(r10)?;
+    let slow = slot::lookup(&mut a, place.data, found_slot)?;
+    a.set_label(&mut found_slot)?;
+    for r in [rdx, rcx, rsi, rdi] {
+        a.push(r)?;
+    }
+    area(&mut a, place.layout)?;
+    a.cmp(qword_ptr(r10 + offset::BUSY), 0)?;
+    a.jne(restore)?;
+    a.mov(qword_ptr(r10 + offset::BUSY), 1)?;
+    match what {
+        Unwinding::Raise => {
+            // Newest first: a tail call's callee (whose real return is the exit stub) before
+            // the caller that shares its slot.
+            let mut each = a.create_label();
+            let mut next = a.create_label();
+            a.mov(rsi, qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+            a.cmp(rsi, SHADOW_CAP as i32)?;
+            a.ja(done)?;
+            a.mov(rdi, place.exit)?;
+            a.set_label(&mut each)?;
+            a.test(rsi, rsi)?;
+            a.je(done)?;
+            a.dec(rsi)?;
+            a.mov(rax, rsi)?;
+            a.shl(rax, SHADOW_SHIFT)?;
+            a.lea(rcx, qword_ptr(r10 + rax + SHADOW_OFFSET))?;
+            a.mov(rdx, qword_ptr(rcx + offset::SLOT))?;
+            a.cmp(qword_ptr(rdx), rdi)?;
+            a.jne(next)?;
+            a.mov(rax, qword_ptr(rcx + offset::RET))?;
+            a.mov(qword_ptr(rdx), rax)?;
+            a.set_label(&mut next)?;
+            a.jmp(each)?;
+        }
+        Unwinding::Catch => {
+            // Close what the exception left: entries whose slot is at or below this call's.
+            let mut resync = a.create_label();
+            let mut live = a.create_label();
+            let mut each = a.create_label();
+            let mut next = a.create_label();
+            timestamp(&mut a)?;
+            a.set_label(&mut resync)?;
+            top(&mut a, done, done)?;
+            a.lea(rdx, qword_ptr(rsp + SLOT))?;
+            a.cmp(qword_ptr(rcx + offset::SLOT), rdx)?;
+            a.ja(live)?;
+            close_word(&mut a, kind::UNWOUND)?;
+            emit(&mut a)?;
+            a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+            a.jmp(resync)?;
+            // Hook the live ones again, where the real return address is back.
+            a.set_label(&mut live)?;
+            a.mov(rsi, qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+            a.mov(rdi, place.exit)?;
+            a.set_label(&mut each)?;
+            a.test(rsi, rsi)?;
+            a.je(done)?;
+            a.dec(rsi)?;
+            a.mov(rax, rsi)?;
+            a.shl(rax, SHADOW_SHIFT)?;
+            a.lea(rcx, qword_ptr(r10 + rax + SHADOW_OFFSET))?;
+            a.mov(rdx, qword_ptr(rcx + offset::SLOT))?;
+            a.mov(rax, qword_ptr(rcx + offset::RET))?;
+            a.cmp(qword_ptr(rdx), rax)?;
+            a.jne(next)?;
+            a.mov(qword_ptr(rdx), rdi)?;
+            a.set_label(&mut next)?;
+            a.jmp(each)?;
+        }
+    }
+    a.set_label(&mut done)?;
+    a.mov(qword_ptr(r10 + offset::BUSY), 0)?;
+    a.set_label(&mut restore)?;
+    for r in [rdi, rsi, rcx, rdx] {
+        a.pop(r)?;
+    }
+    a.set_label(&mut pass)?;
+    a.pop(r10)?;
+    a.pop(rax)?;
+    a.jmp(qword_ptr(original_slot))?;
     slot::slow_path(&mut a, slow, pass)?;
     a.set_label(&mut original_slot)?;
     a.dq(&[original])?;

@@ -126,7 +126,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn calls_inside_the_window_build_the_exact_tree_and_outside_cost_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let spans = three();
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     // Outside the window: no event.
     assert_eq!(stub::<U2U>(LEAF)(41), 42);
     assert_eq!(stub::<U2U>(G)(1), 4);
@@ -206,7 +206,7 @@ fn the_entry_function_called_inside_itself_keeps_the_window_until_the_outer_call
     STUB[G].store(spans.entry(3), Ordering::Release);
     let outer_fn: U2U = as_fn(spans.entry(0));
     assert_eq!(outer_fn(2), (2 + 4) + 101 + 1);
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     spans.drain_into(&mut nodes);
     assert_eq!(
         shape(&nodes.nodes()),
@@ -288,7 +288,7 @@ fn a_tail_call_is_the_jumping_functions_child_and_both_return_together() {
     for n in 0..4 {
         assert_eq!(stub::<U2U>(F)(n), (n + 1) * 2 + 1);
     }
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     spans.drain_into(&mut nodes);
     assert_eq!(
         shape(&nodes.nodes()),
@@ -467,7 +467,7 @@ fn return_values_arguments_and_varargs_pass_through_hooked_calls_unchanged() {
     );
     assert_eq!(st0(spans.entry(5)), std::f64::consts::PI);
 
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     spans.drain_into(&mut nodes);
     // Every call above went through its stub, hooked, and returned through the exit stub.
     assert_eq!(nodes.counters.windows_closed, 3 + 8 + 1 + 1 + 1);
@@ -504,7 +504,7 @@ fn a_full_ring_leaves_calls_unhooked_and_counts_them_and_exits_always_fit() {
     // Room for the entry, then a leaf needs its 2 events and the entry's exit: 8191 fit.
     let t = spans.totals();
     assert_eq!((t.dropped, t.open), (n - 8191, 0));
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     let drained = spans.drain_into(&mut nodes);
     assert_eq!((drained.events, drained.bad), (RING_CAP, 0));
     assert_eq!(
@@ -557,7 +557,7 @@ fn a_signal_handlers_calls_inside_a_hooked_call_are_its_children() {
     assert_eq!(hooked(5), 5);
     // SAFETY: puts the previous disposition back.
     unsafe { libc::signal(libc::SIGUSR1, old) };
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     spans.drain_into(&mut nodes);
     assert_eq!(shape(&nodes.nodes()), vec![(vec![0], 1), (vec![0, 2], 1)]);
     assert_eq!(spans.totals().interrupted, 0);
@@ -583,7 +583,7 @@ fn eight_threads_count_exactly_while_the_rings_are_drained() {
             })
         })
         .collect();
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     barrier.wait();
     while done.load(Ordering::Acquire) < threads as u64 {
         spans.drain_into(&mut nodes);
@@ -630,7 +630,7 @@ fn the_reader_and_the_tree_refuse_hostile_bytes_without_panicking() {
     let d = reader::drain(view, layout, &mut |t, e| seen.push((t, e)));
     assert_eq!((d.events, d.bad), (0, 1));
     // Random events into the tree: counted, never a panic, the stacks bounded.
-    let mut nodes = Nodes::new(1 << 32, 64, Some(3));
+    let mut nodes = Nodes::new(1 << 32, 64, Some(3), Some(100));
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..100_000 {
         x ^= x << 13;
@@ -727,7 +727,7 @@ fn a_frame_left_without_returning_is_closed_as_unwound_by_the_next_exit() {
     for n in 0..3 {
         assert_eq!(hooked(n), n + 1);
     }
-    let mut nodes = Nodes::new(1 << 32, 1024, None);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     spans.drain_into(&mut nodes);
     assert_eq!(
         shape(&nodes.nodes()),
