@@ -11,7 +11,7 @@ use super::{
     Result, SpansError,
     nodes::Nodes,
     reader::{self, AreaTotals, Drained, View},
-    stubs::{self, ENTRY_MAX, EXIT_MAX, Place},
+    stubs::{self, ENTRY_MAX, EXIT_MAX, Place, UNWIND_MAX, Unwinding},
 };
 use crate::inject::record::{
     clock::ns_per_tick_q32,
@@ -19,13 +19,22 @@ use crate::inject::record::{
 };
 
 /// One function to hook: its id in events, whether it is the entry function, and the code
-/// that runs it (its own address here).
+/// that runs it (its own address here). `unwinding`: it is one of the runtime's unwinding
+/// entry points instead (`function` and `window` unused).
 #[derive(Debug, Clone, Copy)]
 pub struct Hook {
     pub function: u32,
     pub window: bool,
     pub original: u64,
+    pub unwinding: Option<Unwinding>,
 }
+
+/// Room for one stub.
+const ROOM: usize = if ENTRY_MAX > UNWIND_MAX {
+    ENTRY_MAX
+} else {
+    UNWIND_MAX
+};
 
 /// A data part and stubs in this process.
 pub struct LocalSpans {
@@ -45,7 +54,7 @@ impl LocalSpans {
         let data_addr = data.addr();
         let mut entries = Vec::new();
         let mut exit = 0;
-        let code = executable(EXIT_MAX + ENTRY_MAX * hooks.len(), |at| {
+        let code = executable(EXIT_MAX + ROOM * hooks.len(), |at| {
             let place = Place {
                 data: data_addr,
                 layout,
@@ -56,9 +65,13 @@ impl LocalSpans {
             bytes.resize(EXIT_MAX, 0xcc);
             for h in hooks {
                 let stub_at = at + bytes.len() as u64;
-                let mut stub = stubs::entry_stub(place, stub_at, h.function, h.window, h.original)
-                    .map_err(|e| crate::inject::record::RecordError::Local(e.to_string()))?;
-                stub.resize(ENTRY_MAX, 0xcc);
+                let stub = match h.unwinding {
+                    None => stubs::entry_stub(place, stub_at, h.function, h.window, h.original),
+                    Some(what) => stubs::unwind_stub(place, stub_at, what, h.original),
+                };
+                let mut stub =
+                    stub.map_err(|e| crate::inject::record::RecordError::Local(e.to_string()))?;
+                stub.resize(ROOM, 0xcc);
                 bytes.extend(stub);
                 entries.push(stub_at);
             }

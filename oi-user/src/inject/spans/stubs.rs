@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! entry stub of f (reached by the jmp patched over f's entry; [rsp] = f's return address)
-//!   push rax, r10; the thread's slot from fs:[0] (record's slot lookup)
+//!   push rax, r10, r11; the thread's slot from fs:[0] (record's slot lookup)
 //!   f is not the entry function and the window is 0 → pop; jmp f's relocated prologue
 //!   push rdx, rcx, rsi, rdi; the thread's area; busy → interrupted, pass
 //!   busy = 1; t = rdtsc
@@ -16,19 +16,21 @@
 //!   [rsp] = exit stub; busy = 0; pop everything; jmp f's relocated prologue
 //!
 //! exit stub (f returned into it; rsp = its return slot + 8)
-//!   push rax, rdx (return values); slot; area; busy = 1; t = rdtsc
+//!   push every register it uses; slot; area; busy = 1; t = rdtsc
 //!   close the shadow entries below this frame's slot (UNWOUND); pop this frame's (EXIT)
 //!   entry function: window -= 1
-//!   busy = 0; pop rdx, rax; jmp the real return address
+//!   busy = 0; the real return address into the return slot; pop all; ret through the slot
 //! ```
 //!
-//! What the function sees is what its caller passed: every argument register (rdi, rsi, rdx,
-//! rcx, r8, r9, rax the vararg count, r10) is given back before the jump, the stubs never
+//! What the function sees is what its caller passed: every general register (the argument
+//! registers, rax the vararg count, r10, r11) is given back before the jump, the stubs never
 //! touch xmm or x87 registers, and nothing pushed stays on the stack, so stack-passed
-//! arguments and varargs are where the function expects them. The exit stub gives back rax
-//! and rdx, and leaves xmm0, xmm1 and st(0) untouched (a `long double` returns intact); it
-//! clobbers rcx, rsi, rdi and r8-r11, which no return value uses. The flags are clobbered,
-//! which a call allows (DF stays clear).
+//! arguments and varargs are where the function expects them. The exit stub gives back every
+//! general register too, not only the return values rax and rdx, and leaves xmm0, xmm1 and
+//! st(0) untouched (a `long double` returns intact): a caller compiled with GCC's
+//! interprocedural register allocation (`-fipa-ra`, on at -O2) keeps values in the
+//! caller-saved registers its callee is known not to touch. Only the flags are clobbered,
+//! which every call does (DF stays clear).
 //!
 //! A tail call (`jmp g` from hooked f) reaches g's stub with [rsp] already the exit stub: g's
 //! shadow entry gets the exit stub as its return address, so g returns into the exit stub,
@@ -193,18 +195,20 @@ fn assemble_entry(
     let mut hook = a.create_label();
     let mut pass = a.create_label();
     let mut original_slot = a.create_label();
-    // Once all six registers are pushed, the return slot is here.
-    const SLOT: i32 = 48;
+    // Once all seven registers are pushed, the return slot is here.
+    const SLOT: i32 = 56;
 
-    a.push(rax)?;
-    a.push(r10)?;
+    for r in [rax, r10, r11] {
+        a.push(r)?;
+    }
     let slow = slot::lookup(&mut a, place.data, hook)?;
     if window {
         a.jmp(hook)?;
     }
     a.set_label(&mut pass)?;
-    a.pop(r10)?;
-    a.pop(rax)?;
+    for r in [r11, r10, rax] {
+        a.pop(r)?;
+    }
     a.jmp(qword_ptr(original_slot))?;
 
     let mut interrupted = a.create_label();
@@ -319,11 +323,12 @@ fn assemble_unwind(
     let mut original_slot = a.create_label();
     let mut done = a.create_label();
     let mut restore = a.create_label();
-    // The function's return slot once all six registers are pushed.
-    const SLOT: i32 = 48;
+    // The function's return slot once all seven registers are pushed.
+    const SLOT: i32 = 56;
 
-    a.push(rax)?;
-    a.push(r10)?;
+    for r in [rax, r10, r11] {
+        a.push(r)?;
+    }
     let slow = slot::lookup(&mut a, place.data, found_slot)?;
     a.set_label(&mut found_slot)?;
     for r in [rdx, rcx, rsi, rdi] {
@@ -401,8 +406,9 @@ fn assemble_unwind(
         a.pop(r)?;
     }
     a.set_label(&mut pass)?;
-    a.pop(r10)?;
-    a.pop(rax)?;
+    for r in [r11, r10, rax] {
+        a.pop(r)?;
+    }
     a.jmp(qword_ptr(original_slot))?;
     slot::slow_path(&mut a, slow, pass)?;
     a.set_label(&mut original_slot)?;
@@ -416,11 +422,15 @@ fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
     let mut lost = a.create_label();
     let mut resync = a.create_label();
     let mut ours = a.create_label();
-    // This frame's return slot once rax and rdx are pushed.
-    const SLOT: i32 = 8;
+    // This frame's return slot, kept for the final `ret`, once every register the stub uses
+    // is pushed below it.
+    const SLOT: i32 = 72;
+    const SAVED: [AsmRegister64; 9] = [rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11];
 
-    a.push(rax)?;
-    a.push(rdx)?;
+    a.lea(rsp, qword_ptr(rsp - 8))?;
+    for r in SAVED {
+        a.push(r)?;
+    }
     let slow = slot::lookup(&mut a, place.data, found_slot)?;
     a.set_label(&mut found_slot)?;
     area(&mut a, place.layout)?;
@@ -445,9 +455,13 @@ fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
     a.mov(r9, qword_ptr(rcx + offset::RET))?;
     a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
     a.mov(qword_ptr(r10 + offset::BUSY), 0)?;
-    a.pop(rdx)?;
-    a.pop(rax)?;
-    a.jmp(r9)?;
+    // The real return address back into the slot the `ret` took it from, every register as
+    // it was, and a `ret` through the slot.
+    a.mov(qword_ptr(rsp + SLOT), r9)?;
+    for r in SAVED.iter().rev() {
+        a.pop(*r)?;
+    }
+    a.ret()?;
 
     a.set_label(&mut lost)?;
     a.ud2()?;

@@ -77,16 +77,19 @@ fn three() -> LocalSpans {
                 function: 0,
                 window: true,
                 original: addr(f as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 1,
                 window: false,
                 original: addr(g as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 2,
                 window: false,
                 original: addr(leaf as *const ()),
+                unwinding: None,
             },
         ],
     )
@@ -181,21 +184,25 @@ fn the_entry_function_called_inside_itself_keeps_the_window_until_the_outer_call
                 function: 0,
                 window: true,
                 original: addr(outer as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 1,
                 window: true,
                 original: addr(f as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 2,
                 window: false,
                 original: addr(leaf as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 3,
                 window: false,
                 original: addr(g as *const ()),
+                unwinding: None,
             },
         ],
     )
@@ -261,21 +268,25 @@ fn a_tail_call_is_the_jumping_functions_child_and_both_return_together() {
                 function: 0,
                 window: true,
                 original: addr(f_tail as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 1,
                 window: false,
                 original: addr(g as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 2,
                 window: false,
                 original: addr(leaf as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 3,
                 window: false,
                 original: code.addr(),
+                unwinding: None,
             },
         ],
     )
@@ -367,6 +378,7 @@ fn return_values_arguments_and_varargs_pass_through_hooked_calls_unchanged() {
         function: i,
         window: true,
         original,
+        unwinding: None,
     };
     let spans = LocalSpans::new(
         small(),
@@ -488,11 +500,13 @@ fn a_full_ring_leaves_calls_unhooked_and_counts_them_and_exits_always_fit() {
                 function: 0,
                 window: true,
                 original: addr(many as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 2,
                 window: false,
                 original: addr(leaf as *const ()),
+                unwinding: None,
             },
         ],
     )
@@ -540,11 +554,13 @@ fn a_signal_handlers_calls_inside_a_hooked_call_are_its_children() {
                 function: 0,
                 window: true,
                 original: addr(raiser as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 2,
                 window: false,
                 original: addr(leaf as *const ()),
+                unwinding: None,
             },
         ],
     )
@@ -652,7 +668,10 @@ fn the_reader_and_the_tree_refuse_hostile_bytes_without_panicking() {
 
 /// `abandon` calls the hooked `escape`, which leaves its frame without returning, as a
 /// `longjmp` does (rsp back to abandon's, a jump to after the call); then abandon returns.
-fn longjmp_code(cell: &AtomicU64) -> (crate::inject::record::local::Mapping, u64) {
+fn longjmp_code(
+    cell: &AtomicU64,
+    catch: Option<&AtomicU64>,
+) -> (crate::inject::record::local::Mapping, u64) {
     use iced_x86::code_asm::*;
     let cell = cell as *const AtomicU64 as u64;
     let mut escape_at = 0;
@@ -666,6 +685,12 @@ fn longjmp_code(cell: &AtomicU64) -> (crate::inject::record::local::Mapping, u64
         a.mov(r11, qword_ptr(r11)).map_err(asm)?;
         a.call(r11).map_err(asm)?;
         a.set_label(&mut back).map_err(asm)?;
+        if let Some(catch) = catch {
+            // A catch block starting where the call was: `__cxa_begin_catch`'s place.
+            a.mov(r11, catch as *const AtomicU64 as u64).map_err(asm)?;
+            a.mov(r11, qword_ptr(r11)).map_err(asm)?;
+            a.call(r11).map_err(asm)?;
+        }
         a.pop(rbx).map_err(asm)?;
         a.ret().map_err(asm)?;
         a.set_label(&mut escape).map_err(asm)?;
@@ -693,7 +718,7 @@ extern "C" fn f_longjmp(n: u64) -> u64 {
 fn a_frame_left_without_returning_is_closed_as_unwound_by_the_next_exit() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     static ESCAPE: AtomicU64 = AtomicU64::new(0);
-    let (code, escape) = longjmp_code(&ESCAPE);
+    let (code, escape) = longjmp_code(&ESCAPE, None);
     let spans = LocalSpans::new(
         small(),
         &[
@@ -701,21 +726,25 @@ fn a_frame_left_without_returning_is_closed_as_unwound_by_the_next_exit() {
                 function: 0,
                 window: true,
                 original: addr(f_longjmp as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 2,
                 window: false,
                 original: addr(leaf as *const ()),
+                unwinding: None,
             },
             Hook {
                 function: 3,
                 window: false,
                 original: code.addr(),
+                unwinding: None,
             },
             Hook {
                 function: 4,
                 window: false,
                 original: escape,
+                unwinding: None,
             },
         ],
     )
@@ -747,4 +776,175 @@ fn a_frame_left_without_returning_is_closed_as_unwound_by_the_next_exit() {
         .sum();
     assert_eq!(unwound, 3);
     assert_eq!(spans.totals().open, 0);
+}
+
+/// The shadow entries of every thread: (slot, what the slot holds, real return address).
+fn hooked_slots(spans: &LocalSpans) -> Vec<(u64, u64, u64)> {
+    use oi_common::inject::spans::{SHADOW_ENTRY_SIZE, SHADOW_OFFSET};
+    let (view, layout) = (spans.view(), spans.layout());
+    let mut out = Vec::new();
+    for index in 0..layout.slots {
+        let area = layout.area_offset(index);
+        let depth = view.load(area + offset::SHADOW_DEPTH);
+        for e in 0..depth {
+            let at = area + SHADOW_OFFSET + e * SHADOW_ENTRY_SIZE;
+            let slot = view.load(at + offset::SLOT);
+            // SAFETY: the slot of an open hooked call of this thread: a live word of its
+            // stack, above the caller's frame.
+            let holds = unsafe { std::ptr::read_volatile(slot as *const u64) };
+            out.push((slot, holds, view.load(at + offset::RET)));
+        }
+    }
+    out
+}
+
+static UNWINDING_SPANS: std::sync::Mutex<Option<usize>> = std::sync::Mutex::new(None);
+static RESTORED_SEEN: AtomicU64 = AtomicU64::new(0);
+static REHOOKED_SEEN: AtomicU64 = AtomicU64::new(0);
+const RAISE: usize = 5;
+const CATCH: usize = 6;
+
+fn with_spans(check: impl FnOnce(&LocalSpans)) {
+    let at = UNWINDING_SPANS.lock().unwrap().expect("spans published");
+    // SAFETY: the test publishes the address of its LocalSpans, alive until the calls end.
+    check(unsafe { &*(at as *const LocalSpans) });
+}
+
+/// The raise stub's original: every hooked slot holds its real return address again.
+extern "C" fn on_raise() {
+    with_spans(|spans| {
+        let entries = hooked_slots(spans);
+        assert!(!entries.is_empty());
+        assert!(
+            entries.iter().all(|&(_, holds, ret)| holds == ret),
+            "{entries:x?}"
+        );
+        RESTORED_SEEN.fetch_add(entries.len() as u64, Ordering::AcqRel);
+    });
+}
+
+/// The catch stub's original: every live hooked slot holds the exit stub again.
+extern "C" fn on_catch() {
+    with_spans(|spans| {
+        let entries = hooked_slots(spans);
+        assert!(
+            entries.iter().all(|&(_, holds, _)| holds == spans.exit()),
+            "{entries:x?}"
+        );
+        REHOOKED_SEEN.fetch_add(entries.len() as u64, Ordering::AcqRel);
+    });
+}
+
+extern "C" fn g_unwinding(n: u64) -> u64 {
+    stub::<extern "C" fn()>(RAISE)();
+    stub::<extern "C" fn()>(CATCH)();
+    n + 1
+}
+
+extern "C" fn f_unwinding(n: u64) -> u64 {
+    let r = stub::<U2U>(G)(n);
+    // The longjmp-like escape, caught where it was called.
+    stub::<extern "C" fn()>(TAIL)();
+    r
+}
+
+#[test]
+fn unwinding_stubs_put_hooked_returns_back_close_unwound_frames_and_hook_live_ones_again() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    static ESCAPE: AtomicU64 = AtomicU64::new(0);
+    let (code, escape) = longjmp_code(&ESCAPE, Some(&STUB[CATCH]));
+    let call = |function: u32, window: bool, original: u64| Hook {
+        function,
+        window,
+        original,
+        unwinding: None,
+    };
+    let unwind = |what: super::stubs::Unwinding, original: u64| Hook {
+        function: 0,
+        window: false,
+        original,
+        unwinding: Some(what),
+    };
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            call(0, true, addr(f_unwinding as *const ())),
+            call(1, false, addr(g_unwinding as *const ())),
+            call(3, false, code.addr()),
+            call(4, false, escape),
+            unwind(super::stubs::Unwinding::Raise, addr(on_raise as *const ())),
+            unwind(super::stubs::Unwinding::Catch, addr(on_catch as *const ())),
+        ],
+    )
+    .unwrap();
+    *UNWINDING_SPANS.lock().unwrap() = Some(&spans as *const LocalSpans as usize);
+    STUB[G].store(spans.entry(1), Ordering::Release);
+    STUB[TAIL].store(spans.entry(2), Ordering::Release);
+    ESCAPE.store(spans.entry(3), Ordering::Release);
+    STUB[RAISE].store(spans.entry(4), Ordering::Release);
+    STUB[CATCH].store(spans.entry(5), Ordering::Release);
+    let hooked: U2U = as_fn(spans.entry(0));
+    assert_eq!(hooked(41), 42);
+    *UNWINDING_SPANS.lock().unwrap() = None;
+    // Raise saw f and g restored; catch saw them hooked again, then f and abandon (escape was
+    // closed before the check).
+    assert_eq!(RESTORED_SEEN.load(Ordering::Acquire), 2);
+    assert_eq!(REHOOKED_SEEN.load(Ordering::Acquire), 2 + 2);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
+    spans.drain_into(&mut nodes);
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![
+            (vec![0], 1),
+            (vec![0, 1], 1),
+            (vec![0, 3], 1),
+            (vec![0, 3, 4], 1)
+        ]
+    );
+    assert_eq!((nodes.counters.abandoned, nodes.counters.unmatched), (1, 0));
+    assert_eq!(spans.totals().open, 0);
+}
+
+std::arch::global_asm!(".globl oi_spans_test_nop", "oi_spans_test_nop:", "ret",);
+
+unsafe extern "C" {
+    fn oi_spans_test_nop();
+}
+
+#[test]
+fn every_general_register_survives_a_hooked_call_as_interprocedural_allocation_expects() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spans = LocalSpans::new(
+        small(),
+        &[Hook {
+            function: 0,
+            window: true,
+            original: addr(oi_spans_test_nop as *const ()),
+            unwinding: None,
+        }],
+    )
+    .unwrap();
+    let patterns: [u64; 9] = std::array::from_fn(|i| 0x1111_1111_1111_1111 * (i as u64 + 1));
+    let mut r = patterns;
+    // SAFETY: calls the stub of a function that only returns; every register it could
+    // change is an operand, and the stack is left as it was.
+    unsafe {
+        std::arch::asm!(
+            "call {f}",
+            f = in(reg) spans.entry(0),
+            inout("rax") r[0],
+            inout("rcx") r[1],
+            inout("rdx") r[2],
+            inout("rsi") r[3],
+            inout("rdi") r[4],
+            inout("r8") r[5],
+            inout("r9") r[6],
+            inout("r10") r[7],
+            inout("r11") r[8],
+        );
+    }
+    assert_eq!(r, patterns);
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
+    spans.drain_into(&mut nodes);
+    assert_eq!(nodes.counters.windows_closed, 1, "the call was hooked");
 }
