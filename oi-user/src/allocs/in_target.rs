@@ -19,7 +19,7 @@
 //! `oi_common::inject` (live table sized by `--max-live`), relocate each function's first
 //! instructions and place its wrapper, patch them all with every thread stopped, let the
 //! process go; the guardian holds the undo plan throughout. At the end (Ctrl-C, `--duration`,
-//! SIGTERM): seize, unpatch, wait for `in_flight`, unmap (docs/inject.md), then read the
+//! SIGTERM): seize, unpatch, wait until no thread is inside a wrapper, unmap (docs/inject.md), then read the
 //! counts from our own view of the data part. If the target exits, nothing is undone; if it
 //! execs (our code part is gone from its maps), nothing of ours is left to undo either.
 //!
@@ -382,7 +382,12 @@ fn place(
         seg.write(wrapper, &code).map_err(|e| e.to_string())?;
         sites.push(Site { relocated, wrapper });
     }
-    inj.set_in_flight(offset::IN_FLIGHT as usize);
+    // Each thread slot's depth says whether its thread is inside a wrapper.
+    inj.set_in_flight_words(
+        (layout.slots_offset() + offset::DEPTH) as usize,
+        layout.slots,
+        oi_common::inject::SLOT_SIZE,
+    );
     Ok(sites)
 }
 
