@@ -3,7 +3,8 @@
 //! frees, requested and usable bytes, live blocks, reallocs, failures, nested calls, threads;
 //! every C allocator function, strdup and getline inside glibc, new/delete through
 //! malloc/free, threads started before and after attaching), and the uprobe path agreeing on
-//! the same fixture; while attached the entries jump
+//! the same fixture; ten attaches and detaches around a main thread parked inside malloc on
+//! the arena lock (`allocs_parked.cpp`); while attached the entries jump
 //! and the segment is mapped, afterwards the patched bytes and `/proc/PID/maps` equal the
 //! originals and nobody traces the fixture. Fixture `allocs_inject.cpp`, -O0 and -O2 without
 //! frame pointers.
@@ -441,4 +442,130 @@ fn inject_sigkill_of_oi_trace_is_undone_by_its_guardian_within_a_second() {
     fx.stdout.expect("done", Duration::from_secs(10));
     fx.assert_running();
     assert!(fx.finish().success());
+}
+
+/// The system call thread `tid` of `pid` is blocked in (`/proc/PID/task/TID/syscall`).
+fn blocked_in(pid: i32, tid: i32) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The main thread (the leader, where oi-trace makes its remote system calls) parked inside
+/// glibc's malloc, waiting for the main arena's lock that another thread holds inside
+/// malloc_stats (blocked writing to a full stderr pipe), while oi-trace attaches and detaches
+/// ten times and worker threads allocate: every window's counts exact against the fixture's,
+/// the workers' bytes intact, and after every detach the patched bytes and the maps are the
+/// originals and both threads still wait where they were; at the end the main thread gets
+/// its block and the fixture exits 0.
+fn parked_journey(optimised: bool) {
+    if !privileged() {
+        return;
+    }
+    let binary = if optimised {
+        FixtureBuild::new("allocs_parked")
+            .variant("allocs_parked_o2", &["-O2", "-fomit-frame-pointer"])
+            .build()
+    } else {
+        FixtureBuild::new("allocs_parked")
+            .variant("allocs_parked_o0", &["-O0"])
+            .build()
+    };
+    let mut fx = Fixture::start(&binary, &["3", "300"]);
+    let ready = fx
+        .stdout
+        .seen()
+        .iter()
+        .find(|l| l.starts_with("ready "))
+        .cloned()
+        .expect("ready line");
+    let holder: i32 = ready
+        .split_whitespace()
+        .nth(2)
+        .and_then(|w| w.parse().ok())
+        .expect("the holder's thread id");
+    let parked = || {
+        (
+            blocked_in(fx.pid, fx.pid) == Some(libc::SYS_futex),
+            blocked_in(fx.pid, holder) == Some(libc::SYS_write),
+        )
+    };
+    assert_eq!(parked(), (true, true), "parked before attaching");
+    let entries = libc_entries(fx.pid);
+    let pid = fx.pid.to_string();
+    for cycle in 0..10 {
+        let tracer = OiTrace::attached(&[
+            "allocs",
+            "--pid",
+            &pid,
+            "--mechanism",
+            "inject",
+            "--format",
+            "json",
+        ]);
+        assert!(
+            entries
+                .iter()
+                .all(|(_, addr, _)| first_byte(fx.pid, *addr) == 0xe9),
+            "cycle {cycle}: patched while the main thread waits inside malloc"
+        );
+        fx.signal(SIGUSR1);
+        let line = fx.stdout.expect("c", Duration::from_secs(60));
+        assert!(line.starts_with("counts "), "cycle {cycle}: {line}");
+        let [allocs, frees, bytes, live_allocs, live_bytes] = counts(&line);
+        let maps = without_segment(maps_of(fx.pid));
+        tracer.signal(SIGINT);
+        let out = tracer.finish(Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "cycle {cycle}: oi-trace failed: {out:#?}"
+        );
+        for (name, addr, original) in &entries {
+            let mut now = vec![0u8; original.len()];
+            remote::read_memory(fx.pid, *addr, &mut now).expect("read libc code");
+            assert_eq!(
+                &now, original,
+                "cycle {cycle}: {name}'s bytes are the originals"
+            );
+        }
+        assert_eq!(maps_of(fx.pid), maps, "cycle {cycle}: maps as before");
+        assert_eq!(parked(), (true, true), "cycle {cycle}: still parked");
+        let report: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON report");
+        assert_eq!(report["mechanism"], "inject", "cycle {cycle}");
+        let t = &report["totals"];
+        for (key, want) in [
+            ("allocs", allocs),
+            ("frees", frees),
+            ("bytes", bytes),
+            ("live_allocs", live_allocs),
+            ("live_bytes", live_bytes),
+            ("unknown_frees", 0),
+            ("dropped", 0),
+        ] {
+            assert_eq!(
+                t[key].as_u64(),
+                Some(want),
+                "cycle {cycle}: totals.{key}: {t}"
+            );
+        }
+        assert_eq!(report["counters"]["in_flight"], 0, "cycle {cycle}");
+    }
+    assert!(procfs::ProcessInfo::tracer_of(fx.pid).is_none());
+    assert!(
+        fx.finish().success(),
+        "the main thread got its block intact"
+    );
+}
+
+#[test]
+fn inject_around_a_thread_parked_inside_malloc_at_o0() {
+    parked_journey(false);
+}
+
+#[test]
+fn inject_around_a_thread_parked_inside_malloc_at_o2_without_frame_pointers() {
+    parked_journey(true);
 }
