@@ -38,6 +38,7 @@ impl Figure {
 }
 
 mod allocs;
+mod allocs_inject;
 mod bare_uprobe;
 mod calls;
 mod pause;
