@@ -30,6 +30,7 @@
 //! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
 //! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
 
+mod forked;
 pub mod hooks;
 pub mod in_target;
 pub mod names;

@@ -569,3 +569,130 @@ fn inject_around_a_thread_parked_inside_malloc_at_o0() {
 fn inject_around_a_thread_parked_inside_malloc_at_o2_without_frame_pointers() {
     parked_journey(true);
 }
+
+/// The fixture's line starting with `prefix`, seen already or still to come.
+fn line_of(fx: &mut Fixture, prefix: &str) -> String {
+    let seen = fx.stdout.seen().iter().find(|l| l.starts_with(prefix));
+    match seen {
+        Some(line) => line.clone(),
+        None => fx.stdout.expect(prefix, Duration::from_secs(60)),
+    }
+}
+
+/// The target forks while patched: the child inherits the patched code, our code part and the
+/// shared counters. oi-trace finds the child within about a second, unpatches it (its bytes
+/// the originals, none of our parts in its maps) while the parent stays patched, and the
+/// report counts it in `counters.forked`; the child's allocations until then are in the
+/// counts (between none and all of them). Both processes run on with their own checks intact.
+fn forked_journey(optimised: bool) {
+    if !privileged() {
+        return;
+    }
+    let binary = if optimised {
+        FixtureBuild::new("allocs_fork")
+            .variant("allocs_fork_o2", &["-O2", "-fomit-frame-pointer"])
+            .build()
+    } else {
+        FixtureBuild::new("allocs_fork")
+            .variant("allocs_fork_o0", &["-O0"])
+            .build()
+    };
+    let mut fx = Fixture::start(&binary, &["1000"]);
+    let entries = libc_entries(fx.pid);
+    let pid = fx.pid.to_string();
+    let tracer = OiTrace::attached(&[
+        "allocs",
+        "--pid",
+        &pid,
+        "--mechanism",
+        "inject",
+        "--format",
+        "json",
+    ]);
+    let attached = maps_of(fx.pid);
+    let kept = without_segment(attached.clone());
+    let ours: Vec<String> = attached
+        .iter()
+        .filter(|m| !kept.contains(m))
+        .map(|m| m.split_whitespace().next().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ours.len(), 2, "code and data parts: {ours:?}");
+    fx.signal(SIGUSR1);
+    let child_line = line_of(&mut fx, "child ");
+    let [child, child_allocs] = words(&child_line);
+    let child = child as i32;
+    let [allocs, frees, bytes, ..] = counts(&line_of(&mut fx, "counts "));
+    // The child, as it forked, carried our jumps; within a second or two oi-trace restores it.
+    let restored = || {
+        let maps = maps_of(child);
+        entries.iter().all(|(_, addr, original)| {
+            let mut now = vec![0u8; original.len()];
+            remote::read_memory(child, *addr, &mut now).is_ok() && &now == original
+        }) && !maps
+            .iter()
+            .any(|m| ours.iter().any(|r| m.starts_with(r.as_str())))
+    };
+    let found = std::time::Instant::now();
+    while !restored() && found.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        restored(),
+        "the child's bytes and maps restored: {:#?}",
+        maps_of(child)
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|(_, addr, _)| first_byte(fx.pid, *addr) == 0xe9),
+        "the parent stays patched"
+    );
+    assert!(procfs::ProcessInfo::tracer_of(child).is_none());
+    tracer.signal(SIGINT);
+    let out = tracer.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "oi-trace failed: {out:#?}");
+    assert!(
+        out.stderr
+            .iter()
+            .any(|l| l.contains(&format!("forked pid {child}"))),
+        "one line says so: {:?}",
+        out.stderr
+    );
+    for (name, addr, original) in &entries {
+        let mut now = vec![0u8; original.len()];
+        remote::read_memory(fx.pid, *addr, &mut now).expect("read libc code");
+        assert_eq!(&now, original, "{name}'s bytes are the originals again");
+    }
+    assert_eq!(maps_of(fx.pid), kept, "the parent's maps as before");
+    let report: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON report");
+    assert_eq!(report["counters"]["forked"], 1, "{}", report["counters"]);
+    let t = &report["totals"];
+    let got = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("totals.{k}: {t}"));
+    // The parent's own, and of the child's what it made before it was found.
+    assert!(
+        (allocs..=allocs + child_allocs).contains(&got("allocs")),
+        "allocs: {t}"
+    );
+    assert!(
+        (frees..=frees + child_allocs).contains(&got("frees")),
+        "frees: {t}"
+    );
+    assert!(got("bytes") >= bytes, "bytes: {t}");
+    assert_eq!(
+        procfs::state(child).map(|s| s != 'Z'),
+        Some(true),
+        "the child runs"
+    );
+    // The parent exits 0 only if its blocks and the child's were intact and the child exited 0.
+    assert!(fx.finish().success(), "both processes' own checks held");
+}
+
+#[test]
+fn inject_restores_a_forked_child_and_counts_it_at_o0() {
+    forked_journey(false);
+}
+
+#[test]
+fn inject_restores_a_forked_child_and_counts_it_at_o2_without_frame_pointers() {
+    forked_journey(true);
+}
