@@ -1,6 +1,9 @@
 //! oi-trace as a library: every stage of the pipeline, so that the binary, the tests and the
 //! benchmarks call the same code. `main.rs` only parses arguments and wires these together.
 
+/// `oi-trace agent`: the continuous mode, which drives a tool (`allocs`) per target and
+/// delivers its profiles; the one module above the tools.
+pub mod agent;
 // The tools. Each one reaches the core below, never another tool.
 /// `oi-trace allocs`: heap allocations by call stack.
 pub mod allocs;
