@@ -9,8 +9,8 @@ pub mod agent;
 pub mod allocs;
 /// `oi-trace calls`: call trees and latencies of chosen functions.
 pub mod calls;
-/// The tools' results in formats other programs read (pprof); each tool calls it where it
-/// writes its outputs, and nothing else does.
+/// The tools' results in formats other programs read (pprof, OTLP profiles); each tool calls
+/// it where it writes its outputs, and the agent where it delivers them.
 pub mod export;
 /// `oi-trace` (footprints): exact memory footprints of live objects at a probed function.
 pub mod footprint;

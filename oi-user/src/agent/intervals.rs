@@ -32,7 +32,8 @@ use crate::{
 /// Where a target's profiles go, shared by every target.
 pub struct Outlets {
     pub pprof_dir: Option<PprofDir>,
-    pub queue: Option<Arc<queue::Queue>>,
+    /// One queue per network backend, with the backend's name.
+    pub queues: Vec<(String, Arc<queue::Queue>)>,
     /// Profiles made, by every target.
     pub profiles: AtomicU64,
     /// Profiles that could not be written to `--pprof-dir`.
@@ -140,13 +141,14 @@ impl Reports for Intervals<'_> {
                 dir.dir.display()
             );
         }
-        if let Some(queue) = &self.outlets.queue {
-            queue.offer(queue::Profile {
-                labels: self.labels.clone(),
-                from,
-                until,
-                pprof_gz,
-            });
+        let profile = Arc::new(queue::Profile {
+            labels: self.labels.clone(),
+            from,
+            until,
+            pprof_gz,
+        });
+        for (_, queue) in &self.outlets.queues {
+            queue.offer(profile.clone());
         }
     }
 }

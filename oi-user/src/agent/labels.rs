@@ -14,6 +14,9 @@ pub struct Labels {
     pub service_name: String,
     /// `pid` first, then the user's labels in their order.
     pub pairs: Vec<(String, String)>,
+    /// The container the process runs in, when its cgroup path names one (OTLP's
+    /// `container.id`).
+    pub container_id: Option<String>,
 }
 
 impl Labels {
@@ -109,6 +112,7 @@ mod tests {
         let labels = Labels {
             service_name: "shop".into(),
             pairs: vec![("pid".into(), "42".into()), ("env".into(), "a,b}c".into())],
+            container_id: None,
         };
         assert_eq!(labels.pyroscope_name(), "shop{pid=42,env=a_b_c}");
         assert_eq!(labels.get("pid"), Some("42"));

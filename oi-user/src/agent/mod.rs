@@ -1,25 +1,26 @@
 //! `oi-trace agent`: the continuous mode. Profiles each target (`--pid`) with the `allocs`
 //! profiler for as long as the agent runs, and every `--interval` turns what it counted into one
-//! pprof profile per target, delivered to files (`--pprof-dir`) and to Pyroscope
-//! (`--pyroscope-url`).
+//! pprof profile per target, delivered to files (`--pprof-dir`), to Pyroscope
+//! (`--pyroscope-url`) and, experimentally, as OTLP profiles (`--otlp-endpoint`).
 //!
 //! How: one thread per target runs the `allocs` pipeline as `oi-trace allocs --pid P
 //! --interval T` would (its own eBPF object, its own event loop; SIGINT and SIGTERM reach every
 //! loop), with its reports handed to [`intervals`] instead of printed. Profiles for the network
-//! go through a bounded [`queue`] served by one delivery thread, so a slow or absent backend
-//! never holds a profiler up. The main thread prints a status line every interval and the
+//! go through one bounded [`queue`] per backend, each served by a delivery thread of its own,
+//! so a slow or absent backend never holds a profiler (or another backend) up. The main thread prints a status line every interval and the
 //! summary at the end.
 //!
 //! - `targets`: the processes and their labels; `labels`: label rules and spellings;
 //! - `intervals`: cumulative reports to per-interval profiles;
 //! - `pprof_dir`: files, rotated; `queue`: bounded delivery with backoff; `pyroscope`: the
-//!   ingest API.
+//!   ingest API; `otlp`: OTLP profiles over HTTP.
 //!
 //! Never stops, ptraces or writes to a target (the `allocs` profiler's rule); a target that
 //! exits is dropped with one line on stderr, and the others go on.
 
 pub mod intervals;
 pub mod labels;
+pub mod otlp;
 pub mod pprof_dir;
 pub mod pyroscope;
 pub mod queue;
@@ -39,7 +40,7 @@ use crate::{
     event_loop::End,
 };
 use intervals::{Intervals, Outlets, Sampling};
-use queue::Queue;
+use queue::{Backend, Queue};
 use targets::Target;
 
 /// How long the queue may take to drain when the agent stops.
@@ -52,9 +53,16 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         .map(|l| labels::parse_label(l))
         .collect::<std::result::Result<_, _>>()
         .map_err(Error::input)?;
-    if args.pprof_dir.is_none() && args.pyroscope_url.is_none() {
+    // OpenTelemetry's variable, as every OTLP exporter reads it.
+    let otlp_endpoint = args.otlp_endpoint.clone().or_else(|| {
+        std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .ok()
+            .filter(|v| !v.is_empty())
+    });
+    if args.pprof_dir.is_none() && args.pyroscope_url.is_none() && otlp_endpoint.is_none() {
         return Err(Error::input(
-            "give somewhere to deliver profiles: --pprof-dir DIR, --pyroscope-url URL, or both",
+            "give somewhere to deliver profiles: --pprof-dir DIR, --pyroscope-url URL or \
+             --otlp-endpoint URL",
         ));
     }
     if args.every == Some(0) {
@@ -67,6 +75,9 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     }
     if let Some(url) = &args.pyroscope_url {
         pyroscope::check_url(url).map_err(|e| Error::input(format!("--pyroscope-url {e}")))?;
+    }
+    if let Some(url) = &otlp_endpoint {
+        pyroscope::check_url(url).map_err(|e| Error::input(format!("--otlp-endpoint {e}")))?;
     }
     let token = match &args.bearer_token_file {
         Some(path) => {
@@ -95,12 +106,34 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         .map(|t| allocs_args(args, t.pid))
         .collect::<Result<_>>()?;
 
+    let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+    if let Some(url) = &args.pyroscope_url {
+        backends.push(Box::new(pyroscope::Pyroscope::new(
+            url,
+            args.tenant_id.clone(),
+            token.clone(),
+            args.send_timeout,
+        )));
+    }
+    if let Some(url) = &otlp_endpoint {
+        eprintln!(
+            "oi-trace: agent: OTLP profiles are experimental (the signal is Alpha; messages of \
+             opentelemetry-proto v1.11.0 to {url}{})",
+            otlp::PROFILES_PATH
+        );
+        backends.push(Box::new(otlp::Otlp::new(
+            url,
+            args.tenant_id.clone(),
+            token.clone(),
+            args.send_timeout,
+        )));
+    }
     let outlets = Outlets {
         pprof_dir,
-        queue: args
-            .pyroscope_url
-            .as_ref()
-            .map(|_| Arc::new(Queue::new(args.queue))),
+        queues: backends
+            .iter()
+            .map(|b| (b.kind().to_string(), Arc::new(Queue::new(args.queue))))
+            .collect(),
         profiles: Default::default(),
         write_errors: Default::default(),
     };
@@ -110,27 +143,19 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     };
     let started = Instant::now();
     let outcome = std::thread::scope(|scope| {
-        let delivery = match (&outlets.queue, &args.pyroscope_url) {
-            (Some(queue), Some(url)) => {
-                let mut backend = pyroscope::Pyroscope::new(
-                    url,
-                    args.tenant_id.clone(),
-                    token.clone(),
-                    args.send_timeout,
-                );
-                let queue = queue.clone();
-                let (retry_max, verbose) = (args.retry_max, args.verbose);
-                Some(
-                    std::thread::Builder::new()
-                        .name("oi-agent-send".into())
-                        .spawn_scoped(scope, move || {
-                            queue.serve(&mut backend, retry_max, DRAIN, verbose)
-                        })
-                        .map_err(|e| Error::internal(format!("starting delivery: {e}")))?,
-                )
-            }
-            _ => None,
-        };
+        let mut delivery = Vec::new();
+        for (mut backend, (_, queue)) in backends.into_iter().zip(&outlets.queues) {
+            let queue = queue.clone();
+            let (retry_max, verbose) = (args.retry_max, args.verbose);
+            delivery.push(
+                std::thread::Builder::new()
+                    .name(format!("oi-agent-{}", backend.kind()))
+                    .spawn_scoped(scope, move || {
+                        queue.serve(backend.as_mut(), retry_max, DRAIN, verbose)
+                    })
+                    .map_err(|e| Error::internal(format!("starting delivery: {e}")))?,
+            );
+        }
         let (done_tx, done_rx) = mpsc::channel::<(i32, Result<End>)>();
         for (target, allocs_args) in targets.iter().zip(allocs_args) {
             let done = done_tx.clone();
@@ -146,11 +171,11 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         }
         drop(done_tx);
         let outcome = watch(&targets, &outlets, args.interval, &done_rx);
-        if let Some(queue) = &outlets.queue {
+        for (_, queue) in &outlets.queues {
             queue.close();
         }
-        if let Some(delivery) = delivery {
-            let _ = delivery.join();
+        for thread in delivery {
+            let _ = thread.join();
         }
         outcome
     });
@@ -223,10 +248,10 @@ fn status_counts(outlets: &Outlets) -> String {
         let failed = outlets.write_errors.load(Ordering::Relaxed);
         line += &format!(", to {}: {failed} write error(s)", dir.dir.display());
     }
-    if let Some(queue) = &outlets.queue {
+    for (name, queue) in &outlets.queues {
         let s = queue.stats();
         line += &format!(
-            ", to pyroscope: {} delivered, {} queued, {} dropped, {} rejected, {} retried send(s)",
+            ", to {name}: {} delivered, {} queued, {} dropped, {} rejected, {} retried send(s)",
             s.delivered, s.queued, s.dropped, s.rejected, s.retries
         );
     }

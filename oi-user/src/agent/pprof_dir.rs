@@ -100,6 +100,7 @@ mod tests {
         let labels = Labels {
             service_name: "a/b".into(),
             pairs: vec![],
+            container_id: None,
         };
         // Another target's file and a stranger stay.
         std::fs::write(dir.join("a_b-8-0000000000001.pb.gz"), b"x").unwrap();

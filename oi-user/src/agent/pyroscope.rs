@@ -96,6 +96,10 @@ pub fn form(pprof_gz: &[u8]) -> (String, Vec<u8>) {
 }
 
 impl Backend for Pyroscope {
+    fn kind(&self) -> &'static str {
+        "pyroscope"
+    }
+
     fn describe(&self) -> String {
         format!("pyroscope {}", self.base)
     }

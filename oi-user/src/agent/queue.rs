@@ -38,6 +38,8 @@ pub enum SendError {
 
 /// A backend a profile is sent to (Pyroscope's ingest API, OTLP/HTTP).
 pub trait Backend: Send {
+    /// `pyroscope` or `otlp`, for the status line.
+    fn kind(&self) -> &'static str;
     /// `pyroscope http://…`, for messages.
     fn describe(&self) -> String;
     /// Sends one profile, blocking the delivery thread (never a target's) until it is done.
@@ -59,7 +61,7 @@ pub struct Stats {
 }
 
 struct State {
-    waiting: VecDeque<Profile>,
+    waiting: VecDeque<Arc<Profile>>,
     in_flight: bool,
     closed: bool,
     stats: Stats,
@@ -94,7 +96,7 @@ impl Queue {
 
     /// Queues `profile`, pushing the oldest waiting one out when full. Never waits for the
     /// network.
-    pub fn offer(&self, profile: Profile) {
+    pub fn offer(&self, profile: Arc<Profile>) {
         let mut s = self.lock();
         s.stats.offered += 1;
         if s.waiting.len() >= self.capacity {
@@ -258,16 +260,17 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    fn profile(n: u8) -> Profile {
-        Profile {
+    fn profile(n: u8) -> Arc<Profile> {
+        Arc::new(Profile {
             labels: Arc::new(Labels {
                 service_name: "s".into(),
                 pairs: vec![],
+                container_id: None,
             }),
             from: SystemTime::UNIX_EPOCH,
             until: SystemTime::UNIX_EPOCH,
             pprof_gz: vec![n],
-        }
+        })
     }
 
     /// A backend that fails while `down` holds, and records what it received.
@@ -277,6 +280,9 @@ mod tests {
     }
 
     impl Backend for Flaky {
+        fn kind(&self) -> &'static str {
+            "flaky"
+        }
         fn describe(&self) -> String {
             "flaky".into()
         }

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use super::profiler::parse_time;
 
 /// Profile processes continuously and deliver one pprof profile per target and interval, to
-/// files, to Pyroscope, or both.
+/// files, to Pyroscope, to an OTLP endpoint (experimental), or several.
 ///
 /// Every --interval the agent takes, for each target, the allocations made during that interval
 /// (alloc_objects, alloc_space) and what they still hold at its end (inuse_objects,
@@ -34,6 +34,8 @@ Examples:
       a multi-tenant Pyroscope (X-Scope-OrgID) behind bearer authentication
   oi-trace agent --pid 4242 --every 1 --interval 5s --duration 1m --pprof-dir out
       every allocation counted, exactly, in twelve 5 s profiles
+  oi-trace agent --pid 4242 --otlp-endpoint http://collector:4318
+      OTLP profiles (experimental) to an OpenTelemetry Collector's OTLP/HTTP receiver
 
 Exit status: 0 the agent ran and stopped, 1 it failed while running, 2 bad usage or input.")]
 pub struct AgentArgs {
@@ -90,6 +92,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "URL", help_heading = "Delivery")]
     pub pyroscope_url: Option<String>,
 
+    /// EXPERIMENTAL: also send each profile as OTLP profiles (the OpenTelemetry profiles
+    /// signal, still Alpha; opentelemetry-proto v1.11.0's v1development messages) over HTTP:
+    /// POST URL/v1development/profiles, protobuf. Default: $OTEL_EXPORTER_OTLP_ENDPOINT when
+    /// set. The signal's messages may change: check your collector's version (docs/agent.md).
+    #[arg(long, value_name = "URL", help_heading = "Delivery")]
+    pub otlp_endpoint: Option<String>,
+
     /// The service_name of every target (Pyroscope's application name); default: the
     /// process's command name (/proc/PID/comm).
     #[arg(long, value_name = "NAME", help_heading = "Labels")]
@@ -100,16 +109,17 @@ pub struct AgentArgs {
     #[arg(long = "label", value_name = "K=V", help_heading = "Labels")]
     pub labels: Vec<String>,
 
-    /// Send this tenant in the X-Scope-OrgID header (multi-tenant Pyroscope, Grafana Cloud).
+    /// Send this tenant in the X-Scope-OrgID header (multi-tenant Pyroscope, Grafana Cloud),
+    /// to Pyroscope and to the OTLP endpoint.
     #[arg(long, value_name = "ID", help_heading = "Delivery")]
     pub tenant_id: Option<String>,
 
-    /// Send `Authorization: Bearer TOKEN`, TOKEN read from FILE at start (trailing newline
-    /// removed).
+    /// Send `Authorization: Bearer TOKEN` to Pyroscope and to the OTLP endpoint, TOKEN read
+    /// from FILE at start (trailing newline removed).
     #[arg(long, value_name = "FILE", help_heading = "Delivery")]
     pub bearer_token_file: Option<PathBuf>,
 
-    /// Most profiles waiting for the network; a profile that finds the queue full pushes the
+    /// Most profiles waiting for the network, per backend; a profile that finds the queue full pushes the
     /// oldest one out, counted as dropped.
     #[arg(
         long,

@@ -9,6 +9,7 @@
 //! pointers.
 
 mod files;
+mod otlp;
 mod pyroscope;
 mod receiver;
 

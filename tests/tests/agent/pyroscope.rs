@@ -12,7 +12,7 @@ use std::{
 use oi_e2e::{SIGINT, TempDir, privileged};
 
 use super::{
-    receiver::{Received, Receiver},
+    receiver::{Received, Receiver, Store},
     *,
 };
 
@@ -55,7 +55,7 @@ fn intervals(received: &[Received]) -> Vec<Interval> {
 }
 
 fn to_pyroscope(binary: &Path) {
-    let got = Arc::new(Mutex::new(Vec::new()));
+    let got = Arc::new(Mutex::new(Store::default()));
     let receiver = Receiver::start(0, got);
     let url = format!("http://127.0.0.1:{}", receiver.port);
     let dir = TempDir::new("agent-token");
@@ -155,7 +155,7 @@ fn outage(
     down: Duration,
     queue: usize,
 ) -> (Printed, Vec<Interval>, Vec<Interval>, (u64, u64, u64)) {
-    let got = Arc::new(Mutex::new(Vec::new()));
+    let got = Arc::new(Mutex::new(Store::default()));
     let receiver = Receiver::start(0, got.clone());
     let port = receiver.port;
     let url = format!("http://127.0.0.1:{port}");

@@ -1,9 +1,11 @@
-//! A Pyroscope ingest receiver on 127.0.0.1, plain std: HTTP/1.1 requests read whole (their
-//! Content-Length), `POST /ingest` parsed as Pyroscope's handler does (the query's `name`
-//! as `SERVICE{k=v,…}`, `from`/`until` as Unix seconds, `format=pprof`, the body a
-//! `multipart/form-data` form whose `profile` field is the gzipped pprof), answered 200, one
-//! request per connection. It can go down (its port refuses connections) and come back on the
-//! same port.
+//! A receiver on 127.0.0.1 of Pyroscope's ingest API and of OTLP/HTTP profiles, plain std:
+//! HTTP/1.1 requests read whole (their Content-Length), answered 200, one request per
+//! connection. `POST /ingest` is parsed as Pyroscope's handler does (the query's `name` as
+//! `SERVICE{k=v,…}`, `from`/`until` as Unix seconds, `format=pprof`, the body a
+//! `multipart/form-data` form whose `profile` field is the gzipped pprof); `POST
+//! /v1development/profiles` as an OTLP/HTTP receiver does (`application/x-protobuf`, an
+//! `ExportProfilesServiceRequest`). It can go down (its port refuses connections) and come
+//! back on the same port.
 
 use std::{
     collections::BTreeMap,
@@ -16,7 +18,11 @@ use std::{
     thread::JoinHandle,
 };
 
-use oi_trace::export::pprof::proto::Profile;
+use oi_trace::export::{
+    otlp::proto::opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest,
+    pprof::proto::Profile,
+};
+use prost::Message as _;
 
 use super::decode;
 
@@ -32,16 +38,25 @@ pub struct Received {
     pub profile: Profile,
 }
 
+/// Everything the receiver got, understood.
+#[derive(Debug, Default)]
+pub struct Store {
+    pub pyroscope: Vec<Received>,
+    pub otlp: Vec<ExportProfilesServiceRequest>,
+    /// The OTLP requests' bodies as they came.
+    pub otlp_bodies: Vec<Vec<u8>>,
+}
+
 pub struct Receiver {
     pub port: u16,
-    pub got: Arc<Mutex<Vec<Received>>>,
+    pub got: Arc<Mutex<Store>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Receiver {
     /// Listens on `port` (0: any free one).
-    pub fn start(port: u16, got: Arc<Mutex<Vec<Received>>>) -> Self {
+    pub fn start(port: u16, got: Arc<Mutex<Store>>) -> Self {
         let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the receiver");
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
@@ -64,7 +79,7 @@ impl Receiver {
     }
 
     /// Goes down: the port refuses connections from now on.
-    pub fn stop(mut self) -> Arc<Mutex<Vec<Received>>> {
+    pub fn stop(mut self) -> Arc<Mutex<Store>> {
         self.stop.store(true, Ordering::SeqCst);
         // Wakes the accept, which then sees the flag and drops the listener.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
@@ -75,7 +90,15 @@ impl Receiver {
     }
 
     pub fn received(&self) -> Vec<Received> {
-        self.got.lock().unwrap().clone()
+        self.got.lock().unwrap().pyroscope.clone()
+    }
+
+    pub fn otlp(&self) -> Vec<ExportProfilesServiceRequest> {
+        self.got.lock().unwrap().otlp.clone()
+    }
+
+    pub fn otlp_bodies(&self) -> Vec<Vec<u8>> {
+        self.got.lock().unwrap().otlp_bodies.clone()
     }
 }
 
@@ -91,7 +114,7 @@ impl Drop for Receiver {
     }
 }
 
-fn serve(stream: TcpStream, store: &Mutex<Vec<Received>>) {
+fn serve(stream: TcpStream, store: &Mutex<Store>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
@@ -130,7 +153,15 @@ fn serve(stream: TcpStream, store: &Mutex<Vec<Received>>) {
         && query.get("format").map(String::as_str) == Some("pprof")
     {
         let received = ingest(&query, &headers, &body);
-        store.lock().unwrap().push(received);
+        store.lock().unwrap().pyroscope.push(received);
+        "200 OK"
+    } else if method == "POST" && path == "/v1development/profiles" {
+        assert_eq!(headers["content-type"], "application/x-protobuf");
+        let request =
+            ExportProfilesServiceRequest::decode(body.as_slice()).expect("an OTLP export request");
+        let mut store = store.lock().unwrap();
+        store.otlp.push(request);
+        store.otlp_bodies.push(body);
         "200 OK"
     } else {
         "404 Not Found"
