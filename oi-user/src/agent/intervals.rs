@@ -13,18 +13,23 @@ use std::{
     collections::HashMap,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use super::{pprof_dir::PprofDir, queue, targets::Target};
+use super::{
+    pprof_dir::PprofDir,
+    queue,
+    targets::{Kind, Target},
+};
 use crate::{
     allocs::{
         Reports,
         pprof::{Run, heap},
         report::Report,
     },
+    event_loop::End,
     export::pprof::{builder, stacks::Stacks},
     symbolize::Symbolizer,
 };
@@ -38,6 +43,8 @@ pub struct Outlets {
     pub profiles: AtomicU64,
     /// Profiles that could not be written to `--pprof-dir`.
     pub write_errors: AtomicU64,
+    /// The agent is stopping: every profiler ends, with its last report.
+    pub stopping: AtomicBool,
 }
 
 /// The sampling the profiles say they were taken with.
@@ -58,6 +65,8 @@ pub struct Intervals<'a> {
     previous: HashMap<Vec<String>, (u64, u64)>,
     /// The start of the current interval.
     from: SystemTime,
+    /// When the profiler armed: a report's `elapsed_s` counts from then.
+    armed_at: SystemTime,
 }
 
 impl<'a> Intervals<'a> {
@@ -67,9 +76,10 @@ impl<'a> Intervals<'a> {
             labels: Arc::new(target.labels.clone()),
             outlets,
             sampling,
-            place: format!("pid {} ({})", target.pid, target.comm),
+            place: target.place.clone(),
             previous: HashMap::new(),
             from: SystemTime::now(),
+            armed_at: SystemTime::now(),
         }
     }
 }
@@ -105,11 +115,27 @@ fn unix_ns(t: SystemTime) -> i64 {
 
 impl Reports for Intervals<'_> {
     fn armed(&mut self) {
-        self.from = SystemTime::now();
+        self.armed_at = SystemTime::now();
+        self.from = self.armed_at;
+    }
+
+    fn end(&mut self) -> Option<End> {
+        if self.outlets.stopping.load(Ordering::Relaxed) {
+            return Some(End::Finished);
+        }
+        match &self.target.kind {
+            Kind::Cgroup(path)
+                if self.target.drop_when_empty && !super::containers::has_processes(path) =>
+            {
+                Some(End::TargetExited)
+            }
+            _ => None,
+        }
     }
 
     fn report(&mut self, report: &Report, symbolizer: &mut Symbolizer, _last: bool) {
-        let until = SystemTime::now();
+        // The moment the kernel's maps were read, not now: naming the stacks took a while.
+        let until = (self.armed_at + Duration::from_secs_f64(report.elapsed_s)).max(self.from);
         let interval = interval_of(&mut self.previous, report);
         let elapsed = until.duration_since(self.from).unwrap_or_default();
         let mut stacks = Stacks::new(symbolizer);
@@ -133,7 +159,7 @@ impl Reports for Intervals<'_> {
         }
         self.outlets.profiles.fetch_add(1, Ordering::Relaxed);
         if let Some(dir) = &self.outlets.pprof_dir
-            && let Err(e) = dir.write(&self.labels, self.target.pid, until, &pprof_gz)
+            && let Err(e) = dir.write(&self.labels, &self.target.short, until, &pprof_gz)
             && self.outlets.write_errors.fetch_add(1, Ordering::Relaxed) == 0
         {
             eprintln!(

@@ -12,11 +12,9 @@
 pub struct Labels {
     /// Pyroscope's application name, OpenTelemetry's `service.name`.
     pub service_name: String,
-    /// `pid` first, then the user's labels in their order.
+    /// `pid` or `cgroup` first, then `container_id`, `pod_uid` and `qos` where known, then
+    /// the user's labels in their order.
     pub pairs: Vec<(String, String)>,
-    /// The container the process runs in, when its cgroup path names one (OTLP's
-    /// `container.id`).
-    pub container_id: Option<String>,
 }
 
 impl Labels {
@@ -39,6 +37,16 @@ impl Labels {
     }
 }
 
+/// The labels the agent sets itself.
+pub const RESERVED: [&str; 6] = [
+    "service_name",
+    "pid",
+    "cgroup",
+    "container_id",
+    "pod_uid",
+    "qos",
+];
+
 /// `K=V` as the user wrote it, checked.
 pub fn parse_label(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
@@ -51,7 +59,7 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
              \"__\""
         ));
     }
-    if matches!(k, "pid" | "service_name") {
+    if RESERVED.contains(&k) {
         return Err(format!(
             "--label {s:?}: {k} is set by the agent (use --service-name for the service)"
         ));
@@ -112,7 +120,6 @@ mod tests {
         let labels = Labels {
             service_name: "shop".into(),
             pairs: vec![("pid".into(), "42".into()), ("env".into(), "a,b}c".into())],
-            container_id: None,
         };
         assert_eq!(labels.pyroscope_name(), "shop{pid=42,env=a_b_c}");
         assert_eq!(labels.get("pid"), Some("42"));

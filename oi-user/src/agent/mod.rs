@@ -1,16 +1,19 @@
-//! `oi-trace agent`: the continuous mode. Profiles each target (`--pid`) with the `allocs`
+//! `oi-trace agent`: the continuous mode. Profiles each target (`--pid`, `--cgroup`, every
+//! container with `--target all-containers`) with the `allocs`
 //! profiler for as long as the agent runs, and every `--interval` turns what it counted into one
 //! pprof profile per target, delivered to files (`--pprof-dir`), to Pyroscope
 //! (`--pyroscope-url`) and, experimentally, as OTLP profiles (`--otlp-endpoint`).
 //!
 //! How: one thread per target runs the `allocs` pipeline as `oi-trace allocs --pid P
-//! --interval T` would (its own eBPF object, its own event loop; SIGINT and SIGTERM reach every
-//! loop), with its reports handed to [`intervals`] instead of printed. Profiles for the network
+//! --interval T` (or `--cgroup PATH`) would (its own eBPF object, its own event loop; SIGINT
+//! and SIGTERM reach every loop, and the main thread's too), with its reports handed to [`intervals`] instead of printed. Profiles for the network
 //! go through one bounded [`queue`] per backend, each served by a delivery thread of its own,
 //! so a slow or absent backend never holds a profiler (or another backend) up. The main thread prints a status line every interval and the
 //! summary at the end.
 //!
-//! - `targets`: the processes and their labels; `labels`: label rules and spellings;
+//! - `targets`: the processes and cgroups and their labels; `containers`: container cgroups
+//!   found under a root, and what their kubepods paths say; `labels`: label rules and
+//!   spellings;
 //! - `intervals`: cumulative reports to per-interval profiles;
 //! - `pprof_dir`: files, rotated; `queue`: bounded delivery with backoff; `pyroscope`: the
 //!   ingest API; `otlp`: OTLP profiles over HTTP.
@@ -18,6 +21,7 @@
 //! Never stops, ptraces or writes to a target (the `allocs` profiler's rule); a target that
 //! exits is dropped with one line on stderr, and the others go on.
 
+pub mod containers;
 pub mod intervals;
 pub mod labels;
 pub mod otlp;
@@ -27,6 +31,7 @@ pub mod queue;
 pub mod targets;
 
 use std::{
+    path::Path,
     sync::{Arc, atomic::Ordering, mpsc},
     time::{Duration, Instant},
 };
@@ -35,13 +40,16 @@ use clap::Parser as _;
 
 use crate::{
     allocs,
-    cli::{agent::AgentArgs, allocs::AllocsArgs},
+    cli::{
+        agent::{AgentArgs, AgentTarget},
+        allocs::AllocsArgs,
+    },
     error::{Error, Result},
     event_loop::End,
 };
 use intervals::{Intervals, Outlets, Sampling};
 use queue::{Backend, Queue};
-use targets::Target;
+use targets::{Kind, Target};
 
 /// How long the queue may take to drain when the agent stops.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -101,10 +109,19 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     };
     let targets = targets::resolve(args, &extra)?;
     // Each target's profiler is `oi-trace allocs` with these options; its own checks apply.
-    let allocs_args: Vec<AllocsArgs> = targets
-        .iter()
-        .map(|t| allocs_args(args, t.pid))
-        .collect::<Result<_>>()?;
+    for t in &targets {
+        allocs_args(args, &t.kind)?;
+    }
+    let containers_root = match args.target {
+        Some(AgentTarget::AllContainers) => Some(match &args.cgroup_root {
+            Some(root) => crate::cgroup::Cgroup::resolve(root)?.path,
+            None => crate::cgroup::cgroup2_mounts()
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::input("no cgroup2 filesystem is mounted on this machine"))?,
+        }),
+        None => None,
+    };
 
     let mut backends: Vec<Box<dyn Backend>> = Vec::new();
     if let Some(url) = &args.pyroscope_url {
@@ -136,6 +153,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
             .collect(),
         profiles: Default::default(),
         write_errors: Default::default(),
+        stopping: Default::default(),
     };
     let sampling = Sampling {
         every: args.every.unwrap_or(1),
@@ -156,21 +174,31 @@ pub fn run(args: &AgentArgs) -> Result<()> {
                     .map_err(|e| Error::internal(format!("starting delivery: {e}")))?,
             );
         }
-        let (done_tx, done_rx) = mpsc::channel::<(i32, Result<End>)>();
-        for (target, allocs_args) in targets.iter().zip(allocs_args) {
+        let (done_tx, done_rx) = mpsc::channel::<(Target, Result<End>)>();
+        let outlets = &outlets;
+        let spawn = |target: Target| -> Result<()> {
+            let allocs_args = allocs_args(args, &target.kind)?;
             let done = done_tx.clone();
-            let outlets = &outlets;
             std::thread::Builder::new()
-                .name(format!("oi-agent-{}", target.pid))
+                .name(format!("oi-agent-{}", target.short))
                 .spawn_scoped(scope, move || {
-                    let mut intervals = Intervals::new(target, outlets, sampling);
-                    let outcome = allocs::run_with(&allocs_args, &mut intervals);
-                    let _ = done.send((target.pid, outcome));
+                    let outcome = {
+                        let mut intervals = Intervals::new(&target, outlets, sampling);
+                        allocs::run_with(&allocs_args, &mut intervals)
+                    };
+                    let _ = done.send((target, outcome));
                 })
                 .map_err(|e| Error::internal(format!("starting a profiler: {e}")))?;
+            Ok(())
+        };
+        let outcome = Watch {
+            args,
+            extra: &extra,
+            outlets,
+            containers_root: containers_root.as_deref(),
+            started,
         }
-        drop(done_tx);
-        let outcome = watch(&targets, &outlets, args.interval, &done_rx);
+        .run(targets, &spawn, &done_rx);
         for (_, queue) in &outlets.queues {
             queue.close();
         }
@@ -187,57 +215,137 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     outcome
 }
 
-/// Waits for the targets' profilers to end, printing the status line every `interval`. The
-/// agent failed only when no target could be profiled at all: then the first error is its own.
-fn watch(
-    targets: &[Target],
-    outlets: &Outlets,
-    interval: Duration,
-    done: &mpsc::Receiver<(i32, Result<End>)>,
-) -> Result<()> {
-    let mut running = targets.len();
-    let mut profiled = 0;
-    let mut first_error: Option<Error> = None;
-    let mut next_status = Instant::now() + interval;
-    // Ahead of the profilers' own ticks, so that the line counts the interval just ended.
-    let lag = Duration::from_millis(500).min(interval / 4);
-    while running > 0 {
-        let wait = (next_status + lag).saturating_duration_since(Instant::now());
-        match done.recv_timeout(wait) {
-            Ok((pid, outcome)) => {
-                running -= 1;
-                let comm = targets
-                    .iter()
-                    .find(|t| t.pid == pid)
-                    .map_or("?", |t| t.comm.as_str());
-                match outcome {
-                    Ok(End::TargetExited) => {
-                        profiled += 1;
-                        eprintln!(
-                            "oi-trace: agent: pid {pid} ({comm}) exited; dropped (its last, \
-                             partial interval is not delivered)"
-                        );
-                    }
-                    Ok(_) => profiled += 1,
-                    Err(e) => {
-                        eprintln!("oi-trace: agent: pid {pid} ({comm}): {e}; dropped");
-                        first_error.get_or_insert(e);
+/// The main thread's loop: starts the targets' profilers (and, with `--target
+/// all-containers`, those of containers found later, every interval), prints the status line
+/// every interval, notices SIGINT, SIGTERM, SIGHUP and `--duration`, and waits for every
+/// profiler to end.
+struct Watch<'a> {
+    args: &'a AgentArgs,
+    extra: &'a [(String, String)],
+    outlets: &'a Outlets,
+    containers_root: Option<&'a Path>,
+    started: Instant,
+}
+
+impl Watch<'_> {
+    /// The agent failed only when no target could be profiled at all and none is looked for:
+    /// then the first error is its own.
+    fn run(
+        &self,
+        targets: Vec<Target>,
+        spawn: &dyn Fn(Target) -> Result<()>,
+        done: &mpsc::Receiver<(Target, Result<End>)>,
+    ) -> Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::internal(format!("starting the agent's loop: {e}")))?;
+        runtime.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let registered = |e: std::io::Error| Error::internal(format!("watching signals: {e}"));
+            // Before any profiler starts: a signal during a start-up is the agent's to handle.
+            let mut sigint = signal(SignalKind::interrupt()).map_err(registered)?;
+            let mut sigterm = signal(SignalKind::terminate()).map_err(registered)?;
+            let mut sighup = signal(SignalKind::hangup()).map_err(registered)?;
+            let mut running: Vec<Kind> = Vec::new();
+            for t in targets {
+                running.push(t.kind.clone());
+                spawn(t)?;
+            }
+            let mut profiled = 0;
+            let mut first_error: Option<Error> = None;
+            let interval = self.args.interval;
+            // After the profilers' own ticks, so that the line counts the interval just ended.
+            let lag = Duration::from_millis(500).min(interval / 4);
+            let mut next_status = Instant::now() + interval + lag;
+            let mut next_scan = Instant::now();
+            loop {
+                let stopping = self.outlets.stopping.load(Ordering::Relaxed);
+                if self.containers_root.is_some() && !stopping && Instant::now() >= next_scan {
+                    next_scan = Instant::now() + interval;
+                    self.scan(&mut running, spawn);
+                }
+                if running.is_empty() && (stopping || self.containers_root.is_none()) {
+                    break;
+                }
+                tokio::select! {
+                    biased;
+                    _ = sigint.recv() => self.stop(),
+                    _ = sigterm.recv() => self.stop(),
+                    _ = sighup.recv() => self.stop(),
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                if self
+                    .args
+                    .duration
+                    .is_some_and(|d| self.started.elapsed() >= d)
+                {
+                    self.stop();
+                }
+                while let Ok((target, outcome)) = done.try_recv() {
+                    running.retain(|k| *k != target.kind);
+                    match outcome {
+                        Ok(End::TargetExited) => {
+                            profiled += 1;
+                            let what = if matches!(target.kind, Kind::Pid(_)) {
+                                "exited"
+                            } else {
+                                "has no process left"
+                            };
+                            eprintln!(
+                                "oi-trace: agent: {} {what}; dropped (its last, partial \
+                                 interval is not delivered)",
+                                target.place
+                            );
+                        }
+                        Ok(_) => profiled += 1,
+                        Err(e) => {
+                            eprintln!("oi-trace: agent: {}: {e}; dropped", target.place);
+                            first_error.get_or_insert(e);
+                        }
                     }
                 }
+                if Instant::now() >= next_status {
+                    next_status += interval;
+                    eprintln!(
+                        "oi-trace: agent: {} target(s): {}",
+                        running.len(),
+                        status_counts(self.outlets)
+                    );
+                }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                next_status += interval;
-                eprintln!(
-                    "oi-trace: agent: {running} target(s): {}",
-                    status_counts(outlets)
-                );
+            match first_error {
+                Some(e) if profiled == 0 && self.containers_root.is_none() => Err(e),
+                _ => Ok(()),
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
+        })
     }
-    match first_error {
-        Some(e) if profiled == 0 => Err(e),
-        _ => Ok(()),
+
+    /// From now on no profiler starts, and each one that has not seen the signal itself ends
+    /// at its next housekeeping (`Intervals::end`).
+    fn stop(&self) {
+        self.outlets.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Starts a profiler for every container cgroup that has none yet.
+    fn scan(&self, running: &mut Vec<Kind>, spawn: &dyn Fn(Target) -> Result<()>) {
+        let Some(root) = self.containers_root else {
+            return;
+        };
+        for path in containers::discover(root) {
+            let kind = Kind::Cgroup(path.clone());
+            if running.contains(&kind) {
+                continue;
+            }
+            let target =
+                targets::cgroup_target(&path, self.args.service_name.as_deref(), self.extra, true);
+            eprintln!("oi-trace: agent: found {}", target.place);
+            match spawn(target) {
+                Ok(()) => running.push(kind),
+                Err(e) => eprintln!("oi-trace: agent: {}: {e}", path.display()),
+            }
+        }
     }
 }
 
@@ -260,16 +368,20 @@ fn status_counts(outlets: &Outlets) -> String {
 
 /// The `allocs` options of one target, parsed as its command line would be, so that every
 /// default and check of `oi-trace allocs` holds.
-fn allocs_args(args: &AgentArgs, pid: i32) -> Result<AllocsArgs> {
+fn allocs_args(args: &AgentArgs, kind: &Kind) -> Result<AllocsArgs> {
     #[derive(clap::Parser)]
     struct Allocs {
         #[command(flatten)]
         args: AllocsArgs,
     }
+    let (flag, value) = match kind {
+        Kind::Pid(pid) => ("--pid", pid.to_string()),
+        Kind::Cgroup(path) => ("--cgroup", path.display().to_string()),
+    };
     let mut argv: Vec<String> = vec![
         "allocs".into(),
-        "--pid".into(),
-        pid.to_string(),
+        flag.into(),
+        value,
         "--interval".into(),
         format!("{}ns", args.interval.as_nanos()),
         "--max-live".into(),

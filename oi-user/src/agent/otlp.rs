@@ -1,8 +1,8 @@
 //! OTLP profiles over HTTP (experimental: the signal is Alpha): each profile as an
 //! `ExportProfilesServiceRequest` (`export::otlp::from_pprof`), protobuf-encoded, `POST`ed to
 //! `ENDPOINT/v1development/profiles` with `Content-Type: application/x-protobuf`, the resource
-//! attributes `service.name`, `process.pid`, `container.id` (when known) and the user's
-//! labels. The tenant and bearer token go along as they do to Pyroscope.
+//! attributes `service.name`, `process.pid`, `container.id` and `k8s.pod.uid` (when known) and
+//! the other labels (`cgroup`, `qos`, the user's) as they are. The tenant and bearer token go along as they do to Pyroscope.
 //!
 //! Only builds and sends requests; the queue decides when and how often ([`super::queue`]).
 
@@ -67,19 +67,19 @@ impl Backend for Otlp {
         let pprof = Pprof::decode(raw.as_slice())
             .map_err(|e| SendError::Reject(format!("decoding our own profile: {e}")))?;
         let labels = &profile.labels;
-        let pid = labels.get("pid").and_then(|p| p.parse().ok()).unwrap_or(0);
         let extra: Vec<(String, String)> = labels
             .pairs
             .iter()
-            .filter(|(k, _)| k != "pid")
+            .filter(|(k, _)| !matches!(k.as_str(), "pid" | "container_id" | "pod_uid"))
             .cloned()
             .collect();
         let request = from_pprof(
             &pprof,
             &Process {
                 service_name: &labels.service_name,
-                pid,
-                container_id: labels.container_id.as_deref(),
+                pid: labels.get("pid").and_then(|p| p.parse().ok()),
+                container_id: labels.get("container_id"),
+                pod_uid: labels.get("pod_uid"),
                 extra: &extra,
             },
         );

@@ -1,4 +1,5 @@
-//! `--pprof-dir`: each profile as a file `SERVICE-PID-UNIXMS.pb.gz` (UNIXMS: the end of its
+//! `--pprof-dir`: each profile as a file `SERVICE-TARGET-UNIXMS.pb.gz` (TARGET: the pid, or a
+//! cgroup's container id's first 12 digits or name; UNIXMS: the end of its
 //! interval, 13 digits, so that names sort by time), written under a temporary name and
 //! renamed, so that a reader never sees half a file; then the target's oldest files beyond
 //! `--pprof-keep` are removed. Touches only files of that pattern in that directory.
@@ -39,11 +40,11 @@ impl PprofDir {
     pub fn write(
         &self,
         labels: &Labels,
-        pid: i32,
+        target: &str,
         until: SystemTime,
         pprof_gz: &[u8],
     ) -> std::io::Result<PathBuf> {
-        let prefix = prefix(labels, pid);
+        let prefix = prefix(labels, target);
         let ms = until
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -73,10 +74,14 @@ impl PprofDir {
     }
 }
 
-/// `SERVICE-PID-`.
-fn prefix(labels: &Labels, pid: i32) -> String {
+/// `SERVICE-TARGET-`.
+fn prefix(labels: &Labels, target: &str) -> String {
     // A service name may hold '/', which a file name cannot.
-    format!("{}-{pid}-", labels.service_name.replace('/', "_"))
+    format!(
+        "{}-{}-",
+        labels.service_name.replace('/', "_"),
+        target.replace('/', "_")
+    )
 }
 
 /// Whether `name` is `PREFIX` + 13 digits + `.pb.gz`.
@@ -100,7 +105,6 @@ mod tests {
         let labels = Labels {
             service_name: "a/b".into(),
             pairs: vec![],
-            container_id: None,
         };
         // Another target's file and a stranger stay.
         std::fs::write(dir.join("a_b-8-0000000000001.pb.gz"), b"x").unwrap();
@@ -108,7 +112,7 @@ mod tests {
         let mut written = Vec::new();
         for s in 1..=3 {
             let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s);
-            written.push(out.write(&labels, 7, t, &[s as u8]).unwrap());
+            written.push(out.write(&labels, "7", t, &[s as u8]).unwrap());
         }
         let mut names: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()

@@ -265,7 +265,6 @@ mod tests {
             labels: Arc::new(Labels {
                 service_name: "s".into(),
                 pairs: vec![],
-                container_id: None,
             }),
             from: SystemTime::UNIX_EPOCH,
             until: SystemTime::UNIX_EPOCH,

@@ -86,6 +86,13 @@ pub trait Reports {
     /// The report at an `--interval` tick (`last` false) or at the end of the run (`last`
     /// true; never when the target exited, whose files can no longer be read).
     fn report(&mut self, report: &Report, symbolizer: &mut Symbolizer, last: bool);
+
+    /// Asked about every second: whether the run should end, and how (`End::TargetExited`: as
+    /// if its target had exited, for a cgroup left without a process; `End::Finished`: with its
+    /// last report).
+    fn end(&mut self) -> Option<End> {
+        None
+    }
 }
 
 /// One run of the uprobe profiler with its reports handed to `reports` instead of printed
@@ -704,6 +711,9 @@ impl Profiler for Run<'_, '_> {
             return None;
         }
         self.last_sweep = Instant::now();
+        if let Some(end) = self.reports.as_deref_mut().and_then(|r| r.end()) {
+            return Some(end);
+        }
         let now: HashSet<i32> = match &self.scope.cgroup {
             Some(cgroup) => cgroup.processes().into_iter().collect(),
             None => self.scope.processes.iter().copied().collect(),

@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, ValueEnum};
+use clap::{ArgGroup, Args, ValueEnum};
 
 use super::profiler::parse_time;
 
@@ -22,6 +22,7 @@ use super::profiler::parse_time;
 /// until SIGINT or SIGTERM (or --duration), sends the last partial interval, and leaves every
 /// target running, untraced. Details: docs/agent.md.
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("targets").required(true).multiple(true).args(["pids", "cgroups", "target"])))]
 #[command(after_help = "\
 Examples:
   oi-trace agent --pid 4242 --pprof-dir /var/lib/oi-trace/profiles
@@ -34,14 +35,34 @@ Examples:
       a multi-tenant Pyroscope (X-Scope-OrgID) behind bearer authentication
   oi-trace agent --pid 4242 --every 1 --interval 5s --duration 1m --pprof-dir out
       every allocation counted, exactly, in twelve 5 s profiles
+  oi-trace agent --target all-containers --pyroscope-url http://pyroscope:4040
+      every container of the node, each one target, labelled with its container id, and
+      pod UID and QoS class under kubepods; containers that start later are picked up
   oi-trace agent --pid 4242 --otlp-endpoint http://collector:4318
       OTLP profiles (experimental) to an OpenTelemetry Collector's OTLP/HTTP receiver
 
 Exit status: 0 the agent ran and stopped, 1 it failed while running, 2 bad usage or input.")]
 pub struct AgentArgs {
     /// Profile this process (all of its threads); repeat for several.
-    #[arg(long = "pid", value_name = "PID", required = true)]
+    #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<i32>,
+
+    /// Profile every process of this cgroup v2 directory and below it, now and later, as one
+    /// target (labels cgroup, and container_id, pod_uid, qos when the path names them); repeat
+    /// for several.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<PathBuf>,
+
+    /// `all-containers`: every container cgroup under --cgroup-root (a directory named by a
+    /// 64-hex-digit container id: docker, containerd, CRI-O, podman; kubepods paths of both
+    /// cgroup drivers), each one target; containers that start later are picked up at the
+    /// next interval, and ones left without a process are dropped.
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub target: Option<AgentTarget>,
+
+    /// Where --target all-containers looks for containers; default: the cgroup2 mount.
+    #[arg(long, value_name = "PATH", requires = "target")]
+    pub cgroup_root: Option<PathBuf>,
 
     /// What to profile. Only `allocs` is built so far.
     #[arg(long, value_enum, default_value_t = AgentProfile::Allocs)]
@@ -143,6 +164,11 @@ pub struct AgentArgs {
     /// Print the eBPF programs' decisions (aya-log) and every delivery on stderr.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AgentTarget {
+    AllContainers,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

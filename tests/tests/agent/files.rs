@@ -203,7 +203,7 @@ fn a_target_that_exits_is_dropped_and_the_other_goes_on() {
 
 #[test]
 fn bad_input_is_one_line_and_status_2() {
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 7] = [
         &[
             "agent",
             "--pid",
@@ -217,6 +217,22 @@ fn bad_input_is_one_line_and_status_2() {
         &["agent", "--pid", "1", "--pyroscope-url", "ftp://x"],
         &["agent", "--pid", "1", "--pprof-dir", "/tmp", "--queue", "0"],
         &["agent", "--pid", "999999999", "--pprof-dir", "/tmp"],
+        &[
+            "agent",
+            "--cgroup",
+            "/nonexistent/cgroup",
+            "--pprof-dir",
+            "/tmp",
+        ],
+        &[
+            "agent",
+            "--pid",
+            "1",
+            "--cgroup-root",
+            "/sys/fs/cgroup",
+            "--pprof-dir",
+            "/tmp",
+        ],
     ];
     for args in cases {
         let done = oi_e2e::run_oi_trace(args, 10 * SECOND);

@@ -9,7 +9,8 @@
 //!   all of them sharing the request's dictionary (strings, mappings, locations, functions,
 //!   stacks), in pprof's order; the pprof's default type is the first. Every table's entry 0
 //!   is the zero value, as the signal requires; a mapping's GNU build id is its attribute
-//!   `process.executable.build_id.gnu`.
+//!   `process.executable.build_id.gnu`; the resource's attributes are `service.name`,
+//!   `process.pid`, `container.id`, `k8s.pod.uid` where known, and further strings.
 //!
 //! Pure: messages in, a message out. Never encodes protobuf by hand.
 
@@ -34,10 +35,12 @@ use super::pprof::proto as pprof;
 pub struct Process<'a> {
     /// `service.name`.
     pub service_name: &'a str,
-    /// `process.pid`.
-    pub pid: i32,
+    /// `process.pid`, for a profile of one process.
+    pub pid: Option<i32>,
     /// `container.id`, when known.
     pub container_id: Option<&'a str>,
+    /// `k8s.pod.uid`, when known.
+    pub pod_uid: Option<&'a str>,
     /// Further string attributes, as given.
     pub extra: &'a [(String, String)],
 }
@@ -182,17 +185,23 @@ pub fn from_pprof(profile: &pprof::Profile, process: &Process<'_>) -> ExportProf
         })
         .collect();
 
-    let mut attributes = vec![
-        key_value("service.name", string_value(process.service_name)),
-        key_value(
+    let mut attributes = vec![key_value(
+        "service.name",
+        string_value(process.service_name),
+    )];
+    if let Some(pid) = process.pid {
+        attributes.push(key_value(
             "process.pid",
             Some(AnyValue {
-                value: Some(any_value::Value::IntValue(i64::from(process.pid))),
+                value: Some(any_value::Value::IntValue(i64::from(pid))),
             }),
-        ),
-    ];
+        ));
+    }
     if let Some(id) = process.container_id {
         attributes.push(key_value("container.id", string_value(id)));
+    }
+    if let Some(uid) = process.pod_uid {
+        attributes.push(key_value("k8s.pod.uid", string_value(uid)));
     }
     for (k, v) in process.extra {
         attributes.push(key_value(k, string_value(v)));
@@ -302,8 +311,9 @@ mod tests {
             &small(),
             &Process {
                 service_name: "app",
-                pid: 42,
+                pid: Some(42),
                 container_id: Some("c0ffee"),
+                pod_uid: None,
                 extra: &[],
             },
         );
