@@ -181,6 +181,13 @@ impl Loaded {
         take_map(&mut self.ebpf, name)
     }
 
+    /// Takes map `name` as it is (for a [`super::mapped::MappedArray`]).
+    pub fn take_raw_map(&mut self, name: &'static str) -> Result<Map> {
+        self.ebpf
+            .take_map(name)
+            .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
+    }
+
     /// The reader of the program's log (`-v`), for the event loop.
     pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<StderrLog>> {
         self.logger.take()

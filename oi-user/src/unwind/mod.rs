@@ -147,7 +147,7 @@ impl Unwinder {
         let counters = PerCpuArray::try_from(take(COUNTERS_MAP)?).map_err(map_err(COUNTERS_MAP))?;
         Ok(Self {
             // The kernel's search finds a row among at most 2^ROW_SEARCH_STEPS.
-            capacity: rows.len().min(1 << ROW_SEARCH_STEPS),
+            capacity: rows.capacity().min(1 << ROW_SEARCH_STEPS),
             rows,
             mappings,
             counters,
