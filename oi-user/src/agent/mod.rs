@@ -1,15 +1,16 @@
 //! `oi-trace agent`: the continuous mode. Profiles each target (`--pid`, `--cgroup`, every
-//! container with `--target all-containers`) with the `allocs`
-//! profiler for as long as the agent runs, and every `--interval` turns what it counted into one
-//! pprof profile per target, delivered to files (`--pprof-dir`), to Pyroscope
-//! (`--pyroscope-url`) and, experimentally, as OTLP profiles (`--otlp-endpoint`).
+//! container with `--target all-containers`) with the `allocs` profiler for as long as the
+//! agent runs, and every `--interval` turns what it counted into one pprof profile per target,
+//! delivered to files (`--pprof-dir`), to Pyroscope (`--pyroscope-url`) and, experimentally,
+//! as OTLP profiles (`--otlp-endpoint`).
 //!
 //! How: one thread per target runs the `allocs` pipeline as `oi-trace allocs --pid P
 //! --interval T` (or `--cgroup PATH`) would (its own eBPF object, its own event loop; SIGINT
-//! and SIGTERM reach every loop, and the main thread's too), with its reports handed to [`intervals`] instead of printed. Profiles for the network
-//! go through one bounded [`queue`] per backend, each served by a delivery thread of its own,
-//! so a slow or absent backend never holds a profiler (or another backend) up. The main thread prints a status line every interval and the
-//! summary at the end.
+//! and SIGTERM reach every loop, and the main thread's too), with its reports handed to
+//! [`intervals`] instead of printed. Profiles for the network go through one bounded
+//! [`queue`] per backend, each served by a delivery thread of its own, so a slow or absent
+//! backend never holds a profiler (or another backend) up. The main thread prints a status
+//! line every interval and the summary at the end.
 //!
 //! - `targets`: the processes and cgroups and their labels; `containers`: container cgroups
 //!   found under a root, and what their kubepods paths say; `labels`: label rules and

@@ -2,7 +2,8 @@
 //! `ExportProfilesServiceRequest` (`export::otlp::from_pprof`), protobuf-encoded, `POST`ed to
 //! `ENDPOINT/v1development/profiles` with `Content-Type: application/x-protobuf`, the resource
 //! attributes `service.name`, `process.pid`, `container.id` and `k8s.pod.uid` (when known) and
-//! the other labels (`cgroup`, `qos`, the user's) as they are. The tenant and bearer token go along as they do to Pyroscope.
+//! the other labels (`cgroup`, `qos`, the user's) as they are. The tenant and bearer token go
+//! along as they do to Pyroscope.
 //!
 //! Only builds and sends requests; the queue decides when and how often ([`super::queue`]).
 
