@@ -38,6 +38,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_user,
         generated::{self, bpf_loop},
@@ -54,9 +55,9 @@ use oi_common::stack::{
 /// The rows of every file of every tracked process (written by user space only). One entry
 /// here: every object of this crate carries the map, so only the loaders of programs that
 /// walk stacks size it (`oi_user::unwind::size_maps`, `MAX_ROWS` rows); the others keep it
-/// tiny.
+/// tiny. Memory-mappable: user space writes rows straight into it (`oi_user::unwind::rows`).
 #[map]
-static UNWIND_ROWS: Array<Row> = Array::with_max_entries(1, 0);
+static UNWIND_ROWS: Array<Row> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// tgid → its executable mappings, sorted by start (written by user space only).
 #[map]
@@ -265,16 +266,21 @@ fn read_word(w: &Walk, addr: u64) -> Option<u64> {
 
 /// One frame: record the pc, then find the caller's pc, sp and bp. 0 to go on, 1 to stop.
 #[inline(never)]
-extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
+extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the `Walk` that `user_stack` passed, on its caller's stack.
     let w = unsafe { &mut *ctx.cast::<Walk>() };
-    let n = w.n as usize;
+    // Every step writes one frame, so the frame is the loop's index. Taken from the index,
+    // which the verifier knows nothing about, rather than from a counter in `Walk`: a counter
+    // it tracks (0, 1, 2, …) and that indexes an array must be exact, so each value would make
+    // a state of its own and this callback would be verified once per frame (about 740,000
+    // instructions for the allocation profiler instead of a few thousand).
+    let n = index as usize;
     if n >= MAX_FRAMES {
         return 1;
     }
     // SAFETY: `frames` points at the caller's map value of MAX_FRAMES slots; `n` is in bounds.
     unsafe { (*w.frames)[n] = w.pc };
-    w.n += 1;
+    w.n = index + 1;
     // A return address is the instruction after the call: the call itself (pc − 1) is in the
     // caller's frame even when the call is the last instruction of its function.
     let lookup = if n == 0 { w.pc } else { w.pc.wrapping_sub(1) };

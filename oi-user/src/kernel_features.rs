@@ -82,6 +82,25 @@ pub(crate) fn load_btf(raw: &[u8]) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// How many instructions the verifier processed to accept the program `fd`
+/// (`bpf_prog_info.verified_insns`, Linux 5.16): the figure the kernel holds against its limit
+/// of 1,000,000. `None` where the kernel does not say.
+pub(crate) fn verified_instructions(fd: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: bpf_prog_info and bpf_attr are plain C structs of integers; all-zero is valid.
+    let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: writing the OBJ_GET_INFO_BY_FD member of the union we own.
+    let get = unsafe { &mut attr.info };
+    get.bpf_fd = fd.as_raw_fd() as u32;
+    get.info_len = size_of_val(&info) as u32;
+    get.info = (&raw mut info) as u64;
+    // SAFETY: `info` outlives the call and is `info_len` bytes long.
+    unsafe { sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr) }.ok()?;
+    (info.verified_insns > 0).then_some(info.verified_insns)
+}
+
 /// Loads `insns` as a kprobe-type program with the expected attach type of multi-uprobe links.
 pub(crate) fn load_uprobe_multi_program(
     insns: &[bpf_insn],

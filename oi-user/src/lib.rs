@@ -1,13 +1,16 @@
 //! oi-trace as a library: every stage of the pipeline, so that the binary, the tests and the
 //! benchmarks call the same code. `main.rs` only parses arguments and wires these together.
 
+/// `oi-trace agent`: the continuous mode, which drives a tool (`allocs`) per target and
+/// delivers its profiles; the one module above the tools.
+pub mod agent;
 // The tools. Each one reaches the core below, never another tool.
 /// `oi-trace allocs`: heap allocations by call stack.
 pub mod allocs;
 /// `oi-trace calls`: call trees and latencies of chosen functions.
 pub mod calls;
-/// The tools' results in formats other programs read (pprof); each tool calls it where it
-/// writes its outputs, and nothing else does.
+/// The tools' results in formats other programs read (pprof, OTLP profiles); each tool calls
+/// it where it writes its outputs, and the agent where it delivers them.
 pub mod export;
 /// `oi-trace` (footprints): exact memory footprints of live objects at a probed function.
 pub mod footprint;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser as _, error::ErrorKind};
 use oi_trace::{
-    allocs, calls,
+    agent, allocs, calls,
     cli::{Cli, Tool},
     footprint::session,
 };
@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         None => session::run(&cli.footprint),
         Some(Tool::Calls(args)) => calls::run(args),
         Some(Tool::Allocs(args)) => allocs::run(args),
+        Some(Tool::Agent(args)) => agent::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

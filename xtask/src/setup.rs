@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use crate::run as run_command;
 
 /// Files whose absence means a Debian package is missing, and that package.
-const PACKAGES: [(&str, &str); 15] = [
+const PACKAGES: [(&str, &str); 17] = [
     ("/usr/bin/g++", "g++"),
     // The real C++ library the journeys drive (tests/fixtures/real_json.cpp).
     ("/usr/include/nlohmann/json.hpp", "nlohmann-json3-dev"),
@@ -33,8 +33,10 @@ const PACKAGES: [(&str, &str); 15] = [
         "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so",
         "libgoogle-perftools-dev",
     ),
-    // The baseline of the profilers' benchmarks.
+    // The baselines of the profilers' benchmarks (heaptrack attaches with `-p` through gdb).
     ("/usr/bin/bpftrace", "bpftrace"),
+    ("/usr/bin/heaptrack", "heaptrack"),
+    ("/usr/bin/gdb", "gdb"),
     // protobuf, Abseil and Boost, whose containers the shipped descriptions cover.
     ("/usr/include/google/protobuf/message.h", "libprotobuf-dev"),
     // protoc also decodes the profiles of `--pprof` in the journeys, and regenerates their

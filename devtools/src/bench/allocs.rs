@@ -3,7 +3,8 @@
 //! the same places (malloc's entry and uretprobe, free's entry: perf events with no eBPF
 //! program), and against bpftrace running the equivalent per-call
 //! accounting (live blocks with size and time, bytes per stack); and the allocations per second
-//! sustained with 4 threads allocating at once, with the dropped count.
+//! sustained with 4 threads allocating at once, with the dropped count. Then the
+//! `--mechanism inject` figures beside these (`bench::allocs_inject`).
 //!
 //! oi-trace puts an entry probe on the first instruction the kernel emulates (glibc's `free`
 //! on the `je` after its first `test`): every other instruction is stepped out of line, a
@@ -28,7 +29,13 @@ use oi_trace::{
     debuginfo::Binary,
 };
 
-use super::{Figure, bare_uprobe::BareUprobe, calls::Bpftrace, median, value_of};
+use super::{
+    Figure,
+    allocs_inject::{self, Beside},
+    bare_uprobe::BareUprobe,
+    calls::Bpftrace,
+    median, value_of,
+};
 
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
 
@@ -140,7 +147,16 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         goal: "report".into(),
         pass: None,
     });
-    threads(&binary, pairs, runs, figures)
+    threads(&binary, pairs, runs, figures)?;
+    allocs_inject::run(
+        &binary,
+        quick,
+        Beside {
+            uprobes_ns: oi,
+            bpftrace_ns: bpf,
+        },
+        figures,
+    )
 }
 
 /// Figure: allocations per second with 4 threads allocating, attached, and the dropped count.
@@ -184,7 +200,7 @@ fn threads(
 }
 
 /// Median wall time of `runs` runs of the fixture's work, per pair (per thread), in ns.
-fn per_pair_ns(fixture: &mut Fixture, pairs: u64, runs: usize) -> Result<f64> {
+pub(super) fn per_pair_ns(fixture: &mut Fixture, pairs: u64, runs: usize) -> Result<f64> {
     fixture.stdout.take();
     let mut times = Vec::new();
     for _ in 0..runs {

@@ -6,12 +6,14 @@
 //! - [`Header`] at offset 0 ([`HEADER_SIZE`] bytes). The tracer writes its first part once,
 //!   before any wrapper can run (magic, version, sizes and their masks, the TSC scale, the
 //!   usable-size rule, the lifetime bounds); target threads only add to its counters
-//!   (`in_flight`, `no_slot`, `table_full`), with `lock`-prefixed instructions, on a cache line
+//!   (`no_slot`, `table_full`, both rare), with `lock`-prefixed instructions, on a cache line
 //!   of their own.
 //! - `slots` × [`ThreadSlot`] ([`SLOT_SIZE`] bytes each, 64-byte aligned). A slot belongs to one
 //!   thread pointer (`fs:[0]`, glibc's TCB self pointer), claimed by compare-and-exchange on
 //!   `owner` and never released; only its owner thread writes the rest, with plain single
-//!   instructions (a signal handler on the same thread cannot tear one).
+//!   instructions (a signal handler on the same thread cannot tear one). Its `depth` also says
+//!   whether the thread is inside a wrapper: the tracer adds the depths of all slots to know
+//!   whether any thread still is, so the common path writes no shared cache line.
 //! - `table_slots` × [`Block`] ([`BLOCK_SIZE`] bytes each): the live blocks, an open-addressing
 //!   table indexed by a hash of the address, probed over at most [`TABLE_PROBES`] slots. A
 //!   thread claims a free entry by compare-and-exchange of `addr` from 0 to the address | 1
@@ -29,7 +31,7 @@ pub mod spans;
 /// `Header::magic`: "OIREC\0\0\x01" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"OIREC\0\0\x01");
 /// `Header::version`: changes with any change of this layout.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 
 /// Bytes of the header; the thread slots start here.
 pub const HEADER_SIZE: u64 = 320;
@@ -65,7 +67,7 @@ pub mod usable {
 }
 
 /// The header. The tracer fills everything up to `_reserved0` and `bucket_ns` before the first
-/// wrapper runs; target threads only add to `in_flight`, `no_slot` and `table_full`.
+/// wrapper runs; target threads only add to `no_slot` and `table_full`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -91,9 +93,6 @@ pub struct Header {
     pub bucket_ns: [u64; MAX_BUCKETS],
     pub _reserved1: [u64; 1],
     // Written by target threads, atomically, on their own cache line (offset 256).
-    /// Threads between a counted wrapper's entry and its final `ret` (`lock inc` first thing on
-    /// the counted path, `lock dec` right before the `ret`).
-    pub in_flight: u64,
     /// Calls of threads that found no free thread slot within [`SLOT_PROBES`]: not counted
     /// otherwise; this count of them is exact.
     pub no_slot: u64,
@@ -101,7 +100,7 @@ pub struct Header {
     /// in the allocation totals, absent from the live blocks; their frees are unknown frees
     /// (see [`ThreadSlot::unknown_frees`]).
     pub table_full: u64,
-    pub _reserved2: [u64; 5],
+    pub _reserved2: [u64; 6],
 }
 
 impl Header {
@@ -124,7 +123,6 @@ impl Header {
         for (i, b) in self.bucket_ns.iter().enumerate() {
             put(offset::BUCKET_NS + 8 * i as u64, *b);
         }
-        put(offset::IN_FLIGHT, self.in_flight);
         put(offset::NO_SLOT, self.no_slot);
         put(offset::TABLE_FULL, self.table_full);
         out
@@ -143,9 +141,10 @@ impl Header {
 pub struct ThreadSlot {
     /// The thread pointer (`fs:[0]`) of the thread whose slot this is; 0: free.
     pub owner: u64,
-    /// Hooked calls the thread is inside: 0 at the outermost call, which alone is counted (a
-    /// hooked call made while it is 1, by the allocator itself or by a signal handler, is
-    /// nested: passed to the original, not counted).
+    /// 1 from a counted wrapper's entry to its final `ret`, else 0. A hooked call made while
+    /// it is 1 (by the allocator itself, or by a signal handler) is nested: passed to the
+    /// original, not counted. The sum over all slots is the number of threads inside a
+    /// wrapper, which the unpatch waits to be 0 before it unmaps the segment.
     pub depth: u64,
     /// Allocations that returned a block, their requested and usable bytes.
     pub allocs: u64,
@@ -255,10 +254,9 @@ impl DataLayout {
             _reserved0: [0; 6],
             bucket_ns: bounds,
             _reserved1: [0; 1],
-            in_flight: 0,
             no_slot: 0,
             table_full: 0,
-            _reserved2: [0; 5],
+            _reserved2: [0; 6],
         }
     }
 }
@@ -279,7 +277,6 @@ pub mod offset {
     pub const USABLE_RULE: u64 = offset_of!(Header, usable_rule) as u64;
     pub const BOUNDS: u64 = offset_of!(Header, bounds) as u64;
     pub const BUCKET_NS: u64 = offset_of!(Header, bucket_ns) as u64;
-    pub const IN_FLIGHT: u64 = offset_of!(Header, in_flight) as u64;
     pub const NO_SLOT: u64 = offset_of!(Header, no_slot) as u64;
     pub const TABLE_FULL: u64 = offset_of!(Header, table_full) as u64;
 
@@ -310,7 +307,7 @@ const _: () = {
     assert!(core::mem::size_of::<ThreadSlot>() as u64 == SLOT_SIZE);
     assert!(1 << SLOT_SHIFT == SLOT_SIZE);
     assert!(core::mem::size_of::<Block>() as u64 == BLOCK_SIZE);
-    assert!(offset::IN_FLIGHT == 256);
+    assert!(offset::NO_SLOT == 256);
 };
 
 #[cfg(test)]
@@ -355,7 +352,7 @@ mod tests {
         assert_eq!(&bytes[..8], &MAGIC.to_le_bytes());
         assert_eq!(bytes[offset::SLOT_MASK as usize], 7);
         assert_eq!(bytes[offset::BUCKET_NS as usize + 16], 30);
-        assert_eq!(bytes[offset::IN_FLIGHT as usize..].iter().sum::<u8>(), 0);
+        assert_eq!(bytes[offset::NO_SLOT as usize..].iter().sum::<u8>(), 0);
         let too_many = [1u64; MAX_BUCKETS + 3];
         assert_eq!(l.header(0, 0, &too_many).bounds, MAX_BUCKETS as u64);
     }

@@ -47,7 +47,7 @@
 
 use aya_ebpf::{
     EbpfContext, Global,
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_F_MMAPABLE, BPF_NOEXIST},
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_user,
         generated::{bpf_get_attach_cookie, bpf_get_prandom_u32, bpf_loop},
@@ -141,8 +141,9 @@ static LIVE: HashMap<u64, Block> = HashMap::with_max_entries(1, 0);
 /// A block takes its slot when it is free, else goes to `LIVE`: a malloc + free pair then
 /// costs no hash update and no delete (their bucket locks and free list would be most of
 /// the programs' map time). Sized by the loader, a power of two; `LIVE_MASK` is its size − 1.
+/// Memory-mappable: user space reads it as memory at every report (`oi_user::probe::mapped`).
 #[map]
-static LIVE_SLOTS: Array<LiveSlot> = Array::with_max_entries(1, 0);
+static LIVE_SLOTS: Array<LiveSlot> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// Slot 0: blocks in `LIVE`. While 0 (the usual case), an allocation needs no lookup there
 /// to find a stale block of its address (a missed free) before taking its slot.

@@ -19,9 +19,10 @@
 //! `oi_common::inject` (live table sized by `--max-live`), relocate each function's first
 //! instructions and place its wrapper, patch them all with every thread stopped, let the
 //! process go; the guardian holds the undo plan throughout. At the end (Ctrl-C, `--duration`,
-//! SIGTERM): seize, unpatch, wait for `in_flight`, unmap (docs/inject.md), then read the
+//! SIGTERM): seize, unpatch, wait until no thread is inside a wrapper, unmap (docs/inject.md), then read the
 //! counts from our own view of the data part. If the target exits, nothing is undone; if it
-//! execs (our code part is gone from its maps), nothing of ours is left to undo either.
+//! execs (our code part is gone from its maps), nothing of ours is left to undo either. A child
+//! it forks is found within a second and unpatched too (`forked`), and counted in the report.
 //!
 //! The report has the exact totals, requested and usable bytes, frees, live blocks and the
 //! lifetime histogram (`record::Snapshot`); sites, types and classes need stacks, which this
@@ -36,7 +37,10 @@ use object::{Object as _, ObjectSymbol as _, SymbolKind};
 use oi_common::inject::{DataLayout, offset, usable};
 use serde::Serialize;
 
-use super::hooks::{self, Blocks, FileHooks, Hooked};
+use super::{
+    forked,
+    hooks::{self, Blocks, FileHooks, Hooked},
+};
 use crate::{
     cli::allocs::{AllocsArgs, AllocsFormat},
     debuginfo::Binary,
@@ -183,11 +187,13 @@ pub fn profile(
         last_check: Instant::now(),
         exec: false,
         armed,
+        forked: Vec::new(),
     };
     let end = EventLoop::new(args.scope.duration, args.scope.interval)
         .watch_process(pid)
         .run(&mut watch);
     let exec = watch.exec;
+    let mut children = std::mem::take(&mut watch.forked);
     let elapsed = started.elapsed();
     let key = inj.undo_plan(&[]).key();
     let gone = matches!(end, Ok(End::TargetExited)) || exec || procfs::state(pid).is_none();
@@ -198,6 +204,10 @@ pub fn profile(
         guardian.uninjected(key);
         bytes
     } else {
+        // A child forked since the last look: restored before the parent.
+        let found = forked::restore_children(&inj.undo_plan(&[]), &children);
+        say_forked(pid, &found);
+        children.extend(found);
         match tracer.seize(pid) {
             Ok(()) => {
                 let (undone, bytes) = inj.unpatch_then_read(&mut tracer, <[u8]>::to_vec);
@@ -229,9 +239,18 @@ pub fn profile(
     }
     let snapshot = Snapshot::read(&bytes).map_err(|e| Error::internal(e.to_string()))?;
     functions.sort_by(|a, b| (&a.file, &a.function).cmp(&(&b.file, &b.function)));
-    let report = InjectReport::new(&snapshot, pid, elapsed, bucket_s, functions);
+    let report = InjectReport::new(&snapshot, pid, elapsed, bucket_s, functions, &children);
     print(&report, args, scope);
     Ok(Outcome::Done)
+}
+
+/// One stderr line per child found carrying the hooks (and restored).
+fn say_forked(pid: i32, children: &[i32]) {
+    for child in children {
+        eprintln!(
+            "oi-trace: pid {pid} forked pid {child}, which ran the patched code: unpatched it;              its allocations until then are in the counts (counters.forked)"
+        );
+    }
 }
 
 /// The live table: twice `--max-live` entries (a power of two), so that probing stays short.
@@ -382,7 +401,12 @@ fn place(
         seg.write(wrapper, &code).map_err(|e| e.to_string())?;
         sites.push(Site { relocated, wrapper });
     }
-    inj.set_in_flight(offset::IN_FLIGHT as usize);
+    // Each thread slot's depth says whether its thread is inside a wrapper.
+    inj.set_in_flight_words(
+        (layout.slots_offset() + offset::DEPTH) as usize,
+        layout.slots,
+        oi_common::inject::SLOT_SIZE,
+    );
     Ok(sites)
 }
 
@@ -398,6 +422,8 @@ struct Watch<'a> {
     /// The process executed a new program: our code part is gone from its maps.
     exec: bool,
     armed: String,
+    /// Forked children found carrying the hooks, and restored.
+    forked: Vec<i32>,
 }
 
 impl Profiler for Watch<'_> {
@@ -416,6 +442,9 @@ impl Profiler for Watch<'_> {
             self.exec = true;
             return Some(End::Finished);
         }
+        let found = forked::restore_children(&self.inj.undo_plan(&[]), &self.forked);
+        say_forked(pid, &found);
+        self.forked.extend(found);
         None
     }
 
@@ -429,6 +458,7 @@ impl Profiler for Watch<'_> {
                     self.started.elapsed(),
                     self.bucket_s,
                     self.functions.to_vec(),
+                    &self.forked,
                 );
                 print(&report, self.args, self.scope);
             }
@@ -470,6 +500,9 @@ pub struct InjectCounters {
     pub bad_entries: u64,
     /// Threads inside a wrapper when the counts were read (0 after detaching).
     pub in_flight: u64,
+    /// Children the target forked that ran the patched code (found within a second, then
+    /// unpatched): their allocations until then are in these counts.
+    pub forked: u64,
 }
 
 /// The report of a run in the target (`--format json`: these keys).
@@ -505,6 +538,7 @@ impl InjectReport {
         elapsed: Duration,
         bucket_s: &[f64],
         functions: Vec<FunctionMechanism>,
+        forked: &[i32],
     ) -> Self {
         let (live_bytes, live_usable_bytes) = s.live_bytes();
         let t = &s.totals;
@@ -543,6 +577,7 @@ impl InjectReport {
                 stale: s.stale,
                 bad_entries: s.bad_entries,
                 in_flight: s.in_flight,
+                forked: forked.len() as u64,
             },
         }
     }
@@ -606,6 +641,13 @@ impl InjectReport {
         }
         for n in &self.not_available {
             out += &format!("not available: {n}\n");
+        }
+        if self.counters.forked > 0 {
+            out += &format!(
+                "forked: {} child process(es) ran the patched code until found and unpatched; \
+                 their allocations until then are in the counts above\n",
+                self.counters.forked
+            );
         }
         out
     }

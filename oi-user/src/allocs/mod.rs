@@ -30,6 +30,7 @@
 //! Never stops, ptraces or writes to the target: only uprobes touch it, and they are removed
 //! before the report is printed (on `--duration`, Ctrl-C, SIGTERM or the target's exit).
 
+mod forked;
 pub mod hooks;
 pub mod in_target;
 pub mod names;
@@ -71,7 +72,37 @@ const SWEEP: Duration = Duration::from_secs(1);
 pub fn run(args: &AllocsArgs) -> Result<()> {
     let bucket_s = validate(args)?;
     let scope = Scope::resolve(&args.scope)?;
-    profile(args, &scope, &bucket_s).map_err(|e| scope.explain(e))
+    profile(args, &scope, &bucket_s, None)
+        .map(|_| ())
+        .map_err(|e| scope.explain(e))
+}
+
+/// What a caller other than the command line does with a run's reports (`oi-trace agent`):
+/// every report is cumulative since the probes were armed, handed over while the processes
+/// still map their files, so that their stacks can be located.
+pub trait Reports {
+    /// The probes are armed and the loop runs.
+    fn armed(&mut self) {}
+
+    /// The report at an `--interval` tick (`last` false) or at the end of the run (`last`
+    /// true; never when the target exited, whose files can no longer be read).
+    fn report(&mut self, report: &Report, symbolizer: &mut Symbolizer, last: bool);
+
+    /// Asked about every second: whether the run should end, and how (`End::TargetExited`: as
+    /// if its target had exited, for a cgroup left without a process; `End::Finished`: with its
+    /// last report).
+    fn end(&mut self) -> Option<End> {
+        None
+    }
+}
+
+/// One run of the uprobe profiler with its reports handed to `reports` instead of printed
+/// (nothing on stdout, no `--pprof` files; what did not fit is still said on stderr). Returns
+/// why the run ended.
+pub fn run_with(args: &AllocsArgs, reports: &mut dyn Reports) -> Result<End> {
+    let bucket_s = validate(args)?;
+    let scope = Scope::resolve(&args.scope)?;
+    profile(args, &scope, &bucket_s, Some(reports)).map_err(|e| scope.explain(e))
 }
 
 /// The files the scope's processes execute and their allocator hooks. A process caught while
@@ -98,7 +129,12 @@ fn allocator_files(scope: &Scope) -> Result<(Vec<File>, Vec<hooks::FileHooks>, h
     }
 }
 
-fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
+fn profile(
+    args: &AllocsArgs,
+    scope: &Scope,
+    bucket_s: &[f64],
+    reports: Option<&mut dyn Reports>,
+) -> Result<End> {
     let (files, hooks, blocks) = allocator_files(scope)?;
     let functions: usize = hooks.iter().map(|h| h.functions.len()).sum();
     if functions == 0 {
@@ -138,9 +174,9 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
             );
         }
     }
-    if args.mechanism == AllocsMechanism::Inject {
+    if args.mechanism == AllocsMechanism::Inject && reports.is_none() {
         match in_target::profile(args, scope, &files, &hooks, blocks, bucket_s)? {
-            in_target::Outcome::Done => return Ok(()),
+            in_target::Outcome::Done => return Ok(End::Finished),
             in_target::Outcome::Uprobes(why) => {
                 eprintln!("oi-trace: --mechanism inject: {why}; counting with uprobes instead")
             }
@@ -244,6 +280,7 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
             .filter_map(|f| procfs::file_id(&f.host_path))
             .collect(),
         attachments,
+        reports,
     };
     let mut event_loop = EventLoop::new(args.scope.duration, args.scope.interval);
     if let Some(ring) = state.program.take_mapped_events() {
@@ -260,6 +297,7 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
     let mut symbolizer = std::mem::take(&mut state.symbolizer);
     let mut classes = std::mem::replace(&mut state.classes, DwarfClasses::new(&[]));
     let attachments = std::mem::take(&mut state.attachments);
+    let reports = state.reports.take();
     drop(state);
     // Symbolize while the processes still map their files, but after the probes are gone:
     // the target runs at full speed again first. Nothing handles a dlopen any more either.
@@ -270,7 +308,7 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
         program.detach(a);
     }
     let end = end?;
-    if end == End::TargetExited {
+    if end == End::TargetExited && reports.is_none() {
         eprintln!("oi-trace: the target exited; the report holds the allocations made until then");
     }
     let report = build_report(
@@ -283,6 +321,13 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
         &mut symbolizer,
         &mut classes,
     );
+    if let Some(reports) = reports {
+        if end != End::TargetExited {
+            reports.report(&report, &mut symbolizer, true);
+        }
+        summary(&report, args);
+        return Ok(end);
+    }
     print_report(&report, args, scope)?;
     if args.folded.is_some() || args.flamegraph.is_some() {
         let mut folded = Folded::new();
@@ -319,7 +364,7 @@ fn profile(args: &AllocsArgs, scope: &Scope, bucket_s: &[f64]) -> Result<()> {
     }
     pprof::write(&report, args, &scope.place, elapsed, &mut symbolizer)?;
     summary(&report, args);
-    Ok(())
+    Ok(end)
 }
 
 /// The lifetime bounds in seconds, checked.
@@ -529,7 +574,7 @@ fn summary(report: &Report, args: &AllocsArgs) {
 }
 
 /// The event loop's view of the run.
-struct Run<'a> {
+struct Run<'a, 'r> {
     program: &'a mut Program,
     args: &'a AllocsArgs,
     scope: &'a Scope,
@@ -548,9 +593,11 @@ struct Run<'a> {
     seen_files: HashSet<(u64, u64)>,
     /// The probes of every hooked file, detached at the end.
     attachments: Vec<FileAttachment>,
+    /// Where the reports go instead of stdout ([`run_with`]).
+    reports: Option<&'r mut dyn Reports>,
 }
 
-impl Run<'_> {
+impl Run<'_, '_> {
     /// Hooks the allocator functions of files `pid` mapped since they were last looked at (a
     /// library it dlopened, a cgroup's new process's executable), with the same program and
     /// the same kind of blocks as at start; one line on stderr per newly hooked file. A file
@@ -624,9 +671,12 @@ fn is_dynamic_linker(path: &std::path::Path) -> bool {
         .is_some_and(|n| n.starts_with("ld-linux") || n.starts_with("ld-musl"))
 }
 
-impl Profiler for Run<'_> {
+impl Profiler for Run<'_, '_> {
     fn armed(&mut self) {
         eprintln!("{}", self.armed);
+        if let Some(reports) = self.reports.as_deref_mut() {
+            reports.armed();
+        }
     }
 
     /// A process changed its mappings (a dlopen mapped its files; its thread waits in the
@@ -662,6 +712,9 @@ impl Profiler for Run<'_> {
             return None;
         }
         self.last_sweep = Instant::now();
+        if let Some(end) = self.reports.as_deref_mut().and_then(|r| r.end()) {
+            return Some(end);
+        }
         let now: HashSet<i32> = match &self.scope.cgroup {
             Some(cgroup) => cgroup.processes().into_iter().collect(),
             None => self.scope.processes.iter().copied().collect(),
@@ -691,6 +744,11 @@ impl Profiler for Run<'_> {
             &mut self.symbolizer,
             &mut self.classes,
         );
-        let _ = print_report(&report, self.args, self.scope);
+        match self.reports.as_deref_mut() {
+            Some(reports) => reports.report(&report, &mut self.symbolizer, false),
+            None => {
+                let _ = print_report(&report, self.args, self.scope);
+            }
+        }
     }
 }

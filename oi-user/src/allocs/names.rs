@@ -72,6 +72,49 @@ pub fn allocated_type(function: &str) -> Option<String> {
     None
 }
 
+/// The type of the block an allocating stack (innermost frame first, the allocator's own
+/// frames left out) allocates: the innermost frame [`allocated_type`] names, except that a
+/// string's buffer is its string type (`std::string`), never its characters. A string's
+/// members live in the compiled standard library (`_M_create`, `_M_construct`, `reserve`, …,
+/// without debug information there), so for most string buffers the string's own frame is
+/// the only one that says anything; where the allocator's frames are inlined into the
+/// program they say `char`, and the string's frame further out says more.
+pub fn stack_type<S: AsRef<str>>(frames: &[S]) -> Option<String> {
+    let mut characters = None;
+    for frame in frames {
+        let frame = frame.as_ref();
+        if let Some(string) = string_of(frame) {
+            return Some(string);
+        }
+        if characters.is_none()
+            && let Some(ty) = allocated_type(frame)
+        {
+            if !is_character(&ty) {
+                return Some(ty);
+            }
+            characters = Some(ty);
+        }
+    }
+    characters
+}
+
+/// The readable string type whose member `function` is (`std::__cxx11::basic_string<char,
+/// std::char_traits<char>, std::allocator<char> >::_M_create` → `std::string`).
+fn string_of(function: &str) -> Option<String> {
+    let class = qualifier(function)?;
+    let plain = class
+        .strip_prefix("std::__cxx11::")
+        .or_else(|| class.strip_prefix("std::__1::"))
+        .or_else(|| class.strip_prefix("std::"))?;
+    plain
+        .starts_with("basic_string<")
+        .then(|| crate::typegraph::readable::normalise(class))
+}
+
+fn is_character(ty: &str) -> bool {
+    matches!(ty, "char" | "wchar_t" | "char8_t" | "char16_t" | "char32_t")
+}
+
 /// The container node types wrap the value type: `_Rb_tree_node<V>` → V.
 fn unwrap_node(ty: &str) -> String {
     for node in [
@@ -184,6 +227,36 @@ mod tests {
             None
         );
         assert_eq!(allocated_type("shop::Factory::make"), None);
+    }
+
+    #[test]
+    fn string_buffers_are_strings() {
+        const CREATE: &str = "std::__cxx11::basic_string<char, std::char_traits<char>, \
+                              std::allocator<char> >::_M_create";
+        // libstdc++'s own frame, no inlined allocator frames (the compiled library).
+        assert_eq!(
+            stack_type(&[CREATE, "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_construct", "shop::name_items"]).as_deref(),
+            Some("std::string")
+        );
+        // The allocator inlined into the program says `char`; the string says more.
+        assert_eq!(
+            stack_type(&["std::__new_allocator<char>::allocate", CREATE, "f"]).as_deref(),
+            Some("std::string")
+        );
+        assert_eq!(
+            stack_type(&["std::__1::basic_string<wchar_t, std::__1::char_traits<wchar_t>, std::__1::allocator<wchar_t> >::__init", "f"]).as_deref(),
+            Some("std::wstring")
+        );
+        // Characters with no string around them stay characters; other types are untouched.
+        assert_eq!(
+            stack_type(&["std::__new_allocator<char>::allocate", "f"]).as_deref(),
+            Some("char")
+        );
+        assert_eq!(
+            stack_type(&["std::__new_allocator<shop::Item>::allocate", CREATE]).as_deref(),
+            Some("shop::Item")
+        );
+        assert_eq!(stack_type(&["shop::Factory::make"]), None);
     }
 
     #[test]

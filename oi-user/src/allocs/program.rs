@@ -8,7 +8,10 @@
 //! probes fire (a thread that exits leaves its slot in `THREADS`, which reads as empty to the
 //! next thread of that slot).
 
-use std::path::Path;
+use std::{
+    path::Path,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use aya::{
     EbpfLoader,
@@ -27,9 +30,12 @@ use super::hooks::Site;
 use crate::{
     error::{Error, Result},
     event_loop::StderrLog,
-    probe::profiler::{
-        Attachment, Loaded, Mechanism, load_profiler, load_uprobe, sum_counters, uprobe_mut,
-        uprobe_scope,
+    probe::{
+        mapped::MappedArray,
+        profiler::{
+            Attachment, Loaded, Mechanism, load_profiler, load_uprobe, sum_counters, uprobe_mut,
+            uprobe_scope,
+        },
     },
     unwind::Unwinder,
 };
@@ -88,7 +94,7 @@ pub struct Program {
     stacks: HashMap<MapData, u64, Stack>,
     live: HashMap<MapData, u64, Block>,
     /// The live table's array half (see [`LiveSlot`]).
-    live_slots: Array<MapData, LiveSlot>,
+    live_slots: MappedArray<LiveSlot>,
     counters: PerCpuArray<MapData, u64>,
     mapped: Array<MapData, u64>,
     mapped_events: Option<RingBuf<MapData>>,
@@ -201,7 +207,7 @@ impl Program {
             sites: loaded.take_map("SITES")?,
             stacks: loaded.take_map("STACKS")?,
             live: loaded.take_map("LIVE")?,
-            live_slots: loaded.take_map("LIVE_SLOTS")?,
+            live_slots: MappedArray::new(loaded.take_raw_map("LIVE_SLOTS")?, "LIVE_SLOTS")?,
             counters: loaded.take_map("COUNTERS")?,
             mapped: loaded.take_map("MAPPED")?,
             mapped_events: Some(loaded.take_map("MAPPED_EVENTS")?),
@@ -345,6 +351,24 @@ impl Program {
     }
 
     /// Reads every site, every live block and the counters.
+    /// The live block in slot `index`, read from the mapped array while the kernel may write
+    /// it: its address is 0 when free and odd while its CPU writes it, and is read again after
+    /// the block, which counts only if the address did not change meanwhile.
+    fn live_slot(&self, index: u32) -> Option<(u64, Block)> {
+        let slot = self.live_slots.element(index)?;
+        // SAFETY: an element of the mapped array, valid while `self` lives; the address is its
+        // first 8 bytes, 8-byte aligned, and written by the kernel with atomic operations.
+        let addr = || unsafe { (*slot.cast::<AtomicU64>()).load(Ordering::Acquire) };
+        let before = addr();
+        if before == 0 || before & 1 != 0 {
+            return None;
+        }
+        // SAFETY: as above; a plain copy of integers, checked by the address read again.
+        let copy = unsafe { std::ptr::read_volatile(slot) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        (addr() == before).then_some((before, copy.block))
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
         sum_counters(&self.counters, &mut snapshot.counters);
@@ -365,13 +389,7 @@ impl Program {
             .chain([(0, 0)])
             .filter_map(|(id, index)| site_of(index).map(|stats| (id, stats)))
             .collect();
-        // A slot's address is 0 when free and odd while its CPU writes it.
-        let in_slots = self
-            .live_slots
-            .iter()
-            .flatten()
-            .filter(|slot| slot.addr != 0 && slot.addr & 1 == 0)
-            .map(|slot| (slot.addr, slot.block));
+        let in_slots = (0..self.live_slots.capacity()).filter_map(|i| self.live_slot(i));
         snapshot.live = self.live.iter().flatten().chain(in_slots).collect();
         snapshot
     }

@@ -356,7 +356,7 @@ fn site_frames(
     if let Some(main) = frames.iter().position(|f| &**f == "main") {
         frames.truncate(main + 1);
     }
-    let type_name = frames.iter().find_map(|f| names::allocated_type(f));
+    let type_name = names::stack_type(&frames);
     if frames.is_empty() {
         frames.push(Arc::from(crate::symbolize::UNKNOWN));
     }

@@ -210,8 +210,16 @@ impl Program {
         for key in keys {
             let _ = self.nodes.remove(&key);
         }
+        // Node ids are handed out in order, so only those below the next one were ever
+        // written: zeroing those alone spares one system call per node of the table (65,536
+        // by default, about 0.3 s of start-up).
+        let used = self
+            .globals
+            .get(&global::NEXT_NODE, 0)
+            .map_err(map_error("GLOBALS"))?
+            .min(u64::from(self.max_nodes)) as u32;
         let zero = NodeStats::default();
-        for id in 0..self.max_nodes {
+        for id in 0..used {
             self.stats.set(id, zero, 0).map_err(map_error("STATS"))?;
         }
         for i in 0..global::COUNT {

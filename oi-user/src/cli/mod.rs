@@ -3,6 +3,7 @@
 //! is the call-tree profiler and `oi-trace allocs …` the allocation profiler, whose options
 //! live in files of their own.
 
+pub mod agent;
 pub mod allocs;
 pub mod calls;
 pub mod profiler;
@@ -19,7 +20,8 @@ use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 /// arguments: the object, every container inside it, every heap block it owns.
 ///
 /// `oi-trace calls` times call trees without stopping the target (`oi-trace calls --help`);
-/// `oi-trace allocs` profiles every allocation and free (`oi-trace allocs --help`).
+/// `oi-trace allocs` profiles every allocation and free (`oi-trace allocs --help`);
+/// `oi-trace agent` does so continuously and delivers pprof profiles (`oi-trace agent --help`).
 ///
 /// Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (docs/privileges.md,
 /// "Running without root"), and binaries built with -g.
@@ -41,6 +43,8 @@ pub enum Tool {
     Calls(calls::CallsArgs),
     /// Every allocation and free, by site, type and class, with lifetimes.
     Allocs(allocs::AllocsArgs),
+    /// Continuous profiling: a pprof profile per target and interval, to files or Pyroscope.
+    Agent(agent::AgentArgs),
 }
 
 /// Footprints: measure a function's arguments at its entry or return.

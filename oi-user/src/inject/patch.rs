@@ -12,9 +12,10 @@
 //! Unpatch ([`undo`], also what the guardian runs for a killed oi-trace): stop all; put every
 //! original byte back and read it back; move any thread inside a relocated prologue to the
 //! matching original instruction; put back every return address a call stub hooked
-//! (`spans::undo`, again in every later round); run on. Then wait, at most [`DRAIN`], until no thread is
-//! inside a wrapper (the data part's `in_flight` word is zero); stop all again; if no RIP lies
-//! in the segment and `in_flight` is still zero, unmap each part, else run on and retry.
+//! (`spans::undo`, again in every later round); run on. Then wait, at most [`DRAIN`], until no
+//! thread is inside a wrapper (the data part's [`InFlight`] words add up to zero); stop all
+//! again; if no RIP lies in the segment and they are still zero, unmap each part, else run on
+//! and retry.
 //! Threads that never leave (one parked forever inside the allocator a wrapper called) keep
 //! the segment mapped: the code is already the original, so the target is safe; we say so in
 //! one line on stderr. Never unmaps under a thread.
@@ -99,13 +100,52 @@ pub struct Undo {
     /// The sites patched (or about to be).
     pub sites: Vec<Site>,
     pub parts: Vec<Part>,
-    /// Target addresses of the `in_flight` words (threads inside wrappers), where the
-    /// wrappers keep one.
-    pub in_flight: Vec<u64>,
+    /// Where the wrappers count the threads inside them, if they do.
+    pub in_flight: Vec<InFlight>,
     /// Where call stubs keep the shadow stacks of hooked return addresses
     /// (`spans::undo::Returns`): put back before the exit stub may go.
     #[serde(default)]
     pub returns: Vec<Returns>,
+}
+
+/// Words of the target that add up to the number of threads inside the wrappers: `count`
+/// words, `stride` bytes apart, from `addr` (one shared word, or one word per thread slot, so
+/// that the wrappers need no shared cache line). The bounds are the tracer's, never read back
+/// from the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub addr: u64,
+    pub count: u64,
+    pub stride: u64,
+}
+
+impl InFlight {
+    /// The most bytes one [`Self::sum`] reads (16 MiB: 65536 slots of 256 bytes).
+    const MAX_SPAN: u64 = 16 << 20;
+
+    /// The sum of the words in `pid`, or `None` when they cannot be read (the process is gone,
+    /// or the part was never mapped: nobody is inside). A span beyond the bound counts as
+    /// inside: the segment is then never unmapped.
+    fn sum(&self, pid: i32) -> Option<u64> {
+        if self.count == 0 {
+            return Some(0);
+        }
+        // From the first word to the end of the last one.
+        let span = (self.count - 1)
+            .saturating_mul(self.stride)
+            .saturating_add(8);
+        if self.stride < 8 || span > Self::MAX_SPAN {
+            return Some(1);
+        }
+        let mut bytes = vec![0u8; span as usize];
+        remote::read_memory(pid, self.addr, &mut bytes).ok()?;
+        Some(
+            bytes
+                .chunks(self.stride as usize)
+                .filter_map(|w| Some(u64::from_le_bytes(w.get(..8)?.try_into().ok()?)))
+                .fold(0, u64::saturating_add),
+        )
+    }
 }
 
 impl Undo {
@@ -195,8 +235,8 @@ pub struct Injection {
     segment: Segment,
     patched: Vec<Site>,
     bootstrap: Option<Bootstrap>,
-    /// Offset of the `in_flight` word in the data part, if the wrappers keep one.
-    in_flight: Option<usize>,
+    /// Where in the data part the wrappers count the threads inside them (`addr` an offset).
+    in_flight: Option<InFlight>,
     /// The shadow stacks of the call stubs, if any hook returns into this segment.
     returns: Option<Returns>,
 }
@@ -259,7 +299,17 @@ impl Injection {
 
     /// The wrappers keep the count of threads inside them at this offset of the data part.
     pub fn set_in_flight(&mut self, offset: usize) {
-        self.in_flight = Some(offset);
+        self.set_in_flight_words(offset, 1, 8);
+    }
+
+    /// The wrappers keep the count of threads inside them in `count` words, `stride` bytes
+    /// apart, from this offset of the data part (one per thread slot).
+    pub fn set_in_flight_words(&mut self, offset: usize, count: u64, stride: u64) {
+        self.in_flight = Some(InFlight {
+            addr: offset as u64,
+            count,
+            stride,
+        });
     }
 
     /// Call stubs hook return addresses into this segment: unpatching puts them back first.
@@ -279,7 +329,10 @@ impl Injection {
             parts: self.segment.parts().to_vec(),
             in_flight: self
                 .in_flight
-                .map(|o| self.segment.data_addr() + o as u64)
+                .map(|w| InFlight {
+                    addr: self.segment.data_addr() + w.addr,
+                    ..w
+                })
                 .into_iter()
                 .collect(),
             returns: self.returns.into_iter().collect(),
@@ -387,16 +440,8 @@ pub fn undo(
     let in_flight = || -> u64 {
         plan.in_flight
             .iter()
-            .map(|&addr| {
-                let mut word = [0u8; 8];
-                // Unreadable: the process is gone, or the part was never mapped; nobody is
-                // inside.
-                match remote::read_memory(pid, addr, &mut word) {
-                    Ok(()) => u64::from_le_bytes(word),
-                    Err(_) => 0,
-                }
-            })
-            .fold(0, u64::wrapping_add)
+            .map(|w| w.sum(pid).unwrap_or(0))
+            .fold(0, u64::saturating_add)
     };
     let deadline = Instant::now() + drain;
     let mut first = true;

@@ -1,12 +1,13 @@
 //! The eBPF side every tool shares: loading an eBPF object and a profiler's programs,
 //! attaching, detaching them, file by file or all or nothing (`profiler`), multi-uprobe links
-//! (`multi`), telling a refusal for want of privileges from other failures (`not_permitted`),
+//! (`multi`), arrays read and written as memory (`mapped`), telling a refusal for want of privileges from other failures (`not_permitted`),
 //! what a profiler traces (`scope`: the processes and the files they run), and the kernel's
 //! clock.
 //!
 //! Knows nothing of any one tool's programs or maps: a tool's loader (footprint's trigger,
 //! `allocs::program`, `calls::program`) says what to load and where to attach it.
 
+pub mod mapped;
 pub mod multi;
 pub mod not_permitted;
 pub mod profiler;

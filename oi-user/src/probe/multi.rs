@@ -59,6 +59,11 @@ pub struct MultiLink {
 }
 
 impl MultiProgram {
+    /// Instructions the verifier processed to accept this program, where the kernel says.
+    pub fn verified_instructions(&self) -> Option<u32> {
+        crate::kernel_features::verified_instructions(self.fd.as_fd())
+    }
+
     /// Loads program `name` of `object` (the ELF that `ebpf` was loaded from) for multi-uprobe
     /// links, sharing the maps `ebpf` created. Call it before taking maps out of `ebpf`.
     pub fn load(object: &[u8], ebpf: &Ebpf, name: &str) -> Result<Self, MultiError> {

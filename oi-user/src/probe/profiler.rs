@@ -112,6 +112,24 @@ pub fn load_profiler(
     } else {
         None
     };
+    // Under -v, or for the bench (`OI_TRACE_VERIFIER_STATS`, which keeps the program as a run
+    // without -v loads it: -v adds the log's code paths).
+    if verbose || std::env::var_os("OI_TRACE_VERIFIER_STATS").is_some() {
+        let verified = match &multi {
+            Some(multi) => multi.verified_instructions(),
+            None => uprobe_mut(&mut ebpf, program)?
+                .info()
+                .ok()
+                .and_then(|info| info.verified_instruction_count()),
+        };
+        if let Some(n) = verified {
+            eprintln!(
+                "oi-trace: the kernel verified the {what} eBPF program in {} instructions \
+                 (its limit: 1,000,000)",
+                crate::report::tree::thousands(u64::from(n))
+            );
+        }
+    }
     let armed = take_map(&mut ebpf, "ARMED")?;
     Ok(Loaded {
         ebpf,
@@ -161,6 +179,13 @@ impl Loaded {
     /// Takes the program's map `name`, as the kind of map `T` (each map is taken once).
     pub fn take_map<T: TryFrom<Map, Error = MapError>>(&mut self, name: &'static str) -> Result<T> {
         take_map(&mut self.ebpf, name)
+    }
+
+    /// Takes map `name` as it is (for a [`super::mapped::MappedArray`]).
+    pub fn take_raw_map(&mut self, name: &'static str) -> Result<Map> {
+        self.ebpf
+            .take_map(name)
+            .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
     }
 
     /// The reader of the program's log (`-v`), for the event loop.

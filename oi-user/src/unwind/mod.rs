@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
 };
 use object::{Object as _, ObjectSegment as _};
 use oi_common::stack::{
@@ -111,7 +111,7 @@ struct Tracked {
 
 /// Loads and keeps the unwind tables of the tracked processes in the kernel.
 pub struct Unwinder {
-    rows: Array<MapData, Row>,
+    rows: RowArray,
     mappings: BpfHashMap<MapData, u32, ProcessMappings>,
     counters: PerCpuArray<MapData, u64>,
     capacity: u32,
@@ -142,13 +142,12 @@ impl Unwinder {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::internal(format!("eBPF map {name} missing")))
         };
-        let rows: Array<MapData, Row> =
-            Array::try_from(take(ROWS_MAP)?).map_err(map_err(ROWS_MAP))?;
+        let rows = RowArray::new(take(ROWS_MAP)?)?;
         let mappings = BpfHashMap::try_from(take(MAPPINGS_MAP)?).map_err(map_err(MAPPINGS_MAP))?;
         let counters = PerCpuArray::try_from(take(COUNTERS_MAP)?).map_err(map_err(COUNTERS_MAP))?;
         Ok(Self {
             // The kernel's search finds a row among at most 2^ROW_SEARCH_STEPS.
-            capacity: rows.len().min(1 << ROW_SEARCH_STEPS),
+            capacity: rows.capacity().min(1 << ROW_SEARCH_STEPS),
             rows,
             mappings,
             counters,
@@ -323,9 +322,7 @@ impl Unwinder {
     }
 
     fn write_rows(&mut self, first: u32, rows: &[Row]) -> bool {
-        rows.iter()
-            .zip(first..)
-            .all(|(row, index)| self.rows.set(index, row, 0).is_ok())
+        self.rows.write(first, rows)
     }
 
     /// A free range of `n` rows: the smallest released range that fits (so the same files,
@@ -390,5 +387,8 @@ impl Unwinder {
 }
 
 pub mod check;
+mod rows;
+
+use rows::RowArray;
 #[cfg(test)]
 pub(crate) mod live_tests;

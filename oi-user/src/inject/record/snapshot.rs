@@ -61,7 +61,7 @@ pub struct Snapshot {
     pub usable_rule: u64,
     /// Lifetime bucket bounds in ns.
     pub bucket_ns: Vec<u64>,
-    /// Threads inside a counted wrapper call.
+    /// Threads inside a counted wrapper call (the slots' depths added up).
     pub in_flight: u64,
     /// Calls of threads without a slot (not counted otherwise).
     pub no_slot: u64,
@@ -140,12 +140,13 @@ impl Snapshot {
             lifetimes: vec![0; bounds as usize + 1],
             ..Totals::default()
         };
-        let mut threads = 0;
+        let (mut threads, mut in_flight) = (0, 0u64);
         for i in 0..slots {
             let s = layout.slot_offset(i);
             if r.word(s + offset::OWNER)? != 0 {
                 threads += 1;
             }
+            in_flight = in_flight.wrapping_add(r.word(s + offset::DEPTH)?);
             let field = |o: u64| r.word(s + o);
             for (sum, o) in [
                 (&mut totals.allocs, offset::ALLOCS),
@@ -180,7 +181,7 @@ impl Snapshot {
             ns_per_tick_q32: r.word(offset::NS_PER_TICK_Q32)?,
             usable_rule,
             bucket_ns,
-            in_flight: r.word(offset::IN_FLIGHT)?,
+            in_flight,
             no_slot: r.word(offset::NO_SLOT)?,
             table_full: r.word(offset::TABLE_FULL)?,
             threads,

@@ -365,6 +365,51 @@ fn a_signal_handler_inside_a_counted_call_is_nested_and_not_counted() {
     assert!(s.live.is_empty());
 }
 
+static INSIDE_DATA: AtomicU64 = AtomicU64::new(0);
+static INSIDE_SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// An allocator that looks, while it runs, how many threads the data part says are inside.
+extern "C" fn looking_malloc(n: usize) -> *mut c_void {
+    let data = INSIDE_DATA.load(Ordering::SeqCst);
+    let layout = small();
+    let inside: u64 = (0..layout.slots)
+        .map(|i| {
+            let at = data + layout.slot_offset(i) + oi_common::inject::offset::DEPTH;
+            // SAFETY: a word of the live data part of `small()`'s layout, 8-aligned.
+            unsafe { std::ptr::read_volatile(at as *const u64) }
+        })
+        .sum();
+    INSIDE_SEEN.store(inside, Ordering::SeqCst);
+    // SAFETY: plain libc malloc.
+    unsafe { libc::malloc(n) }
+}
+
+#[test]
+fn a_thread_is_inside_from_the_wrapper_entry_to_its_return() {
+    let l = Local::new(
+        small(),
+        usable::GLIBC,
+        &FAR,
+        &[
+            (
+                Shape::Malloc(Align::None),
+                addr(looking_malloc as *const ()),
+            ),
+            (Shape::Free, addr(libc::free as *const ())),
+        ],
+    )
+    .unwrap();
+    INSIDE_DATA.store(l.data_addr(), Ordering::SeqCst);
+    let (malloc, free): (Malloc, Free) = (as_fn(l.entry(0)), as_fn(l.entry(1)));
+    let p = malloc(40);
+    // Inside the original, the slots' depths said one thread; after the return, none.
+    assert_eq!(INSIDE_SEEN.load(Ordering::SeqCst), 1);
+    let s = l.snapshot().unwrap();
+    assert_eq!((s.in_flight, s.totals.allocs, s.totals.bytes), (0, 1, 40));
+    free(p);
+    assert_eq!(l.snapshot().unwrap().in_flight, 0);
+}
+
 #[test]
 fn eight_threads_of_a_million_pairs_count_exactly() {
     const THREADS: u64 = 8;

@@ -4,14 +4,21 @@
 //! ```text
 //! entry:   thread slot from fs:[0]                          (slot.rs)
 //!          depth ≠ 0 → nested: slot.nested += 1; jmp original
-//!          lock inc in_flight; depth = 1
+//!          depth = 1
 //!          push rbx, r12–r15; sub rsp, 64      (rsp ≡ 0 mod 16 at the call)
 //!          save rdi, rsi, rdx; before a free or realloc: take the old block (table.rs)
 //!          call original                        (the relocated entry: the real allocator)
-//!          count what the shape says (below); depth = 0
+//!          count what the shape says (below)
 //!          restore rax, the frame and the callee-saved registers
-//!          lock dec in_flight; ret
+//!          depth = 0; ret
 //! ```
+//!
+//! `depth` is 1 from the counted entry to the `ret`: the unpatch adds the depths of all
+//! slots to know that no thread is inside a wrapper (or inside a call a wrapper made, which
+//! returns into it); before the depth store and after the last one a thread's RIP is in the
+//! segment, which the unpatch sees. So the counted path writes only the thread's own slot:
+//! no `lock`ed instruction on a line other threads write, which with many threads would
+//! move one cache line between the cores on every call.
 //!
 //! What is counted (today's `allocs` rules, `oi-user/src/allocs/mod.rs`): an allocation that
 //! returns a block adds one allocation, its requested and usable bytes (`usable.rs`) and a live
@@ -31,7 +38,7 @@
 //! and so do those of a signal handler that interrupts a counted call (its allocations and
 //! frees are then not counted: a block it frees stays in the live table, one it allocates and
 //! the program frees later is an unknown free). A thread without a slot, or one nested, never
-//! touches `in_flight`.
+//! touches its depth.
 //!
 //! Not handled here: a C++ exception (a throwing `operator new`) or a `longjmp` out of the
 //! original, which would unwind through the wrapper's frame without CFI for it and leave
@@ -41,7 +48,8 @@
 //!
 //! Registers: every callee-saved register and rsp are restored, rax (the result) is the
 //! original's; rdi, rsi, rdx reach the original unchanged, rcx, r8, r9 untouched before the
-//! call; rax, r10, r11 and the flags are clobbered before it, which a function's entry allows.
+//! call; rax, r10, r11 and the flags are clobbered before it, which a function's entry allows,
+//! and r11 at the return, which a return allows.
 //! No lock but `lock`-prefixed instructions, no system call.
 
 use iced_x86::IcedError;
@@ -83,8 +91,7 @@ fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, 
     let mut original_slot = a.create_label();
 
     let slow = slot::lookup(&mut a, data, nested)?;
-    // Counted from here on.
-    a.lock().inc(qword_ptr(r10 + offset::IN_FLIGHT))?;
+    // Counted, and inside, from here on.
     a.mov(qword_ptr(r11 + offset::DEPTH), 1)?;
     // Entry rsp ≡ 8 (mod 16); five pushes and the frame make it 0 at the call.
     for r in [rbx, r12, r13, r14, r15] {
@@ -107,14 +114,14 @@ fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, 
     a.mov(r10, data)?;
     record(&mut a, shape)?;
 
-    a.mov(qword_ptr(rbx + offset::DEPTH), 0)?;
     a.mov(rax, r15)?;
+    a.mov(r11, rbx)?;
     a.add(rsp, frame::SIZE as i32)?;
     for r in [r15, r14, r13, r12, rbx] {
         a.pop(r)?;
     }
-    a.mov(r10, data)?;
-    a.lock().dec(qword_ptr(r10 + offset::IN_FLIGHT))?;
+    // Out of the wrapper but for the `ret` (r11 is free at a return).
+    a.mov(qword_ptr(r11 + offset::DEPTH), 0)?;
     a.ret()?;
 
     a.set_label(&mut nested)?;

@@ -1,0 +1,119 @@
+//! OTLP profiles over HTTP (experimental: the signal is Alpha): each profile as an
+//! `ExportProfilesServiceRequest` (`export::otlp::from_pprof`), protobuf-encoded, `POST`ed to
+//! `ENDPOINT/v1development/profiles` with `Content-Type: application/x-protobuf`, the resource
+//! attributes `service.name`, `process.pid`, `container.id` and `k8s.pod.uid` (when known) and
+//! the other labels (`cgroup`, `qos`, the user's) as they are. The tenant and bearer token go
+//! along as they do to Pyroscope.
+//!
+//! Only builds and sends requests; the queue decides when and how often ([`super::queue`]).
+
+use std::{io::Read as _, time::Duration};
+
+use prost::Message as _;
+
+use super::queue::{Backend, Profile, SendError};
+use crate::export::{
+    otlp::{Process, from_pprof},
+    pprof::proto::Profile as Pprof,
+};
+
+/// The path of the profiles signal under an OTLP/HTTP endpoint, for the pinned version.
+pub const PROFILES_PATH: &str = "/v1development/profiles";
+
+/// One OTLP/HTTP receiver (an OpenTelemetry Collector, Pyroscope's OTLP endpoint).
+pub struct Otlp {
+    agent: ureq::Agent,
+    url: String,
+    tenant: Option<String>,
+    token: Option<String>,
+}
+
+impl Otlp {
+    /// A client of the endpoint at `base` (`http://collector:4318`).
+    pub fn new(
+        base: &str,
+        tenant: Option<String>,
+        token: Option<String>,
+        timeout: Duration,
+    ) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .user_agent(concat!("oi-trace/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Self {
+            agent,
+            url: format!("{}{PROFILES_PATH}", base.trim_end_matches('/')),
+            tenant,
+            token,
+        }
+    }
+}
+
+impl Backend for Otlp {
+    fn kind(&self) -> &'static str {
+        "otlp"
+    }
+
+    fn describe(&self) -> String {
+        format!("otlp {}", self.url)
+    }
+
+    fn send(&mut self, profile: &Profile) -> Result<(), SendError> {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(profile.pprof_gz.as_slice())
+            .read_to_end(&mut raw)
+            .map_err(|e| SendError::Reject(format!("reading our own profile: {e}")))?;
+        let pprof = Pprof::decode(raw.as_slice())
+            .map_err(|e| SendError::Reject(format!("decoding our own profile: {e}")))?;
+        let labels = &profile.labels;
+        let extra: Vec<(String, String)> = labels
+            .pairs
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "pid" | "container_id" | "pod_uid"))
+            .cloned()
+            .collect();
+        let request = from_pprof(
+            &pprof,
+            &Process {
+                service_name: &labels.service_name,
+                pid: labels.get("pid").and_then(|p| p.parse().ok()),
+                container_id: labels.get("container_id"),
+                pod_uid: labels.get("pod_uid"),
+                extra: &extra,
+            },
+        );
+        let mut http = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/x-protobuf");
+        if let Some(tenant) = &self.tenant {
+            http = http.header("X-Scope-OrgID", tenant);
+        }
+        if let Some(token) = &self.token {
+            http = http.header("Authorization", format!("Bearer {token}"));
+        }
+        let mut response = http
+            .send(&request.encode_to_vec())
+            .map_err(|e| SendError::Retry(e.to_string()))?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(512)
+            .read_to_vec()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let why = format!("HTTP {status}: {}", text.trim());
+        // OTLP/HTTP's retryable answers, and any other server error.
+        if status >= 500 || status == 408 || status == 429 {
+            Err(SendError::Retry(why))
+        } else {
+            Err(SendError::Reject(why))
+        }
+    }
+}
