@@ -176,10 +176,9 @@ impl SpansLayout {
             _reserved0: [0; 6],
             bucket_ns: [0; crate::allocs::MAX_BUCKETS],
             _reserved1: [0; 1],
-            in_flight: 0,
             no_slot: 0,
             table_full: 0,
-            _reserved2: [0; 5],
+            _reserved2: [0; 6],
         }
     }
 }
