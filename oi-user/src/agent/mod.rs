@@ -17,12 +17,13 @@
 //!   spellings;
 //! - `intervals`: cumulative reports to per-interval profiles;
 //! - `pprof_dir`: files, rotated; `queue`: bounded delivery with backoff; `pyroscope`: the
-//!   ingest API; `otlp`: OTLP profiles over HTTP.
+//!   ingest API; `otlp`: OTLP profiles over HTTP; `http`: the HTTP client both use.
 //!
 //! Never stops, ptraces or writes to a target (the `allocs` profiler's rule); a target that
 //! exits is dropped with one line on stderr, and the others go on.
 
 pub mod containers;
+pub mod http;
 pub mod intervals;
 pub mod labels;
 pub mod otlp;

@@ -11,7 +11,10 @@ use std::{io::Read as _, time::Duration};
 
 use prost::Message as _;
 
-use super::queue::{Backend, Profile, SendError};
+use super::{
+    http::Client,
+    queue::{Backend, Profile, SendError},
+};
 use crate::export::{
     otlp::{Process, from_pprof},
     pprof::proto::Profile as Pprof,
@@ -22,10 +25,8 @@ pub const PROFILES_PATH: &str = "/v1development/profiles";
 
 /// One OTLP/HTTP receiver (an OpenTelemetry Collector, Pyroscope's OTLP endpoint).
 pub struct Otlp {
-    agent: ureq::Agent,
+    client: Client,
     url: String,
-    tenant: Option<String>,
-    token: Option<String>,
 }
 
 impl Otlp {
@@ -36,17 +37,9 @@ impl Otlp {
         token: Option<String>,
         timeout: Duration,
     ) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .user_agent(concat!("oi-trace/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
         Self {
-            agent,
+            client: Client::new(tenant, token, timeout),
             url: format!("{}{PROFILES_PATH}", base.trim_end_matches('/')),
-            tenant,
-            token,
         }
     }
 }
@@ -84,36 +77,10 @@ impl Backend for Otlp {
                 extra: &extra,
             },
         );
-        let mut http = self
-            .agent
+        let http = self
+            .client
             .post(&self.url)
             .header("Content-Type", "application/x-protobuf");
-        if let Some(tenant) = &self.tenant {
-            http = http.header("X-Scope-OrgID", tenant);
-        }
-        if let Some(token) = &self.token {
-            http = http.header("Authorization", format!("Bearer {token}"));
-        }
-        let mut response = http
-            .send(&request.encode_to_vec())
-            .map_err(|e| SendError::Retry(e.to_string()))?;
-        let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            return Ok(());
-        }
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(512)
-            .read_to_vec()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        let why = format!("HTTP {status}: {}", text.trim());
-        // OTLP/HTTP's retryable answers, and any other server error.
-        if status >= 500 || status == 408 || status == 429 {
-            Err(SendError::Retry(why))
-        } else {
-            Err(SendError::Reject(why))
-        }
+        Client::send(http, &request.encode_to_vec())
     }
 }

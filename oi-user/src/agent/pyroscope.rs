@@ -8,14 +8,15 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::queue::{Backend, Profile, SendError};
+use super::{
+    http::Client,
+    queue::{Backend, Profile, SendError},
+};
 
 /// One Pyroscope server.
 pub struct Pyroscope {
-    agent: ureq::Agent,
+    client: Client,
     base: String,
-    tenant: Option<String>,
-    token: Option<String>,
 }
 
 impl Pyroscope {
@@ -26,17 +27,9 @@ impl Pyroscope {
         token: Option<String>,
         timeout: Duration,
     ) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .user_agent(concat!("oi-trace/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
         Self {
-            agent,
+            client: Client::new(tenant, token, timeout),
             base: base.trim_end_matches('/').to_string(),
-            tenant,
-            token,
         }
     }
 }
@@ -109,40 +102,16 @@ impl Backend for Pyroscope {
         let from = unix_seconds(profile.from);
         // A range of at least one second: Pyroscope reads `until` as exclusive.
         let until = unix_seconds(profile.until).max(from + 1);
-        let mut request = self
-            .agent
-            .post(format!("{}/ingest", self.base))
+        let request = self
+            .client
+            .post(&format!("{}/ingest", self.base))
             .query("name", profile.labels.pyroscope_name())
             .query("from", from.to_string())
             .query("until", until.to_string())
             .query("format", "pprof")
             .query("spyName", "oi-trace")
             .header("Content-Type", content_type);
-        if let Some(tenant) = &self.tenant {
-            request = request.header("X-Scope-OrgID", tenant);
-        }
-        if let Some(token) = &self.token {
-            request = request.header("Authorization", format!("Bearer {token}"));
-        }
-        let mut response = request
-            .send(&body)
-            .map_err(|e| SendError::Retry(e.to_string()))?;
-        let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            return Ok(());
-        }
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(512)
-            .read_to_string()
-            .unwrap_or_default();
-        let why = format!("HTTP {status}: {}", text.trim());
-        if status >= 500 || status == 408 || status == 429 {
-            Err(SendError::Retry(why))
-        } else {
-            Err(SendError::Reject(why))
-        }
+        Client::send(request, &body)
     }
 }
 
