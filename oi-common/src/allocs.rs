@@ -267,7 +267,7 @@ pub mod counter {
     pub const HITS: u32 = 0;
     /// Entries of a hooked function inside another hooked call (counted once, outside).
     pub const NESTED: u32 = 1;
-    /// Frees of blocks not allocated while attached (or dropped).
+    /// Frees of blocks not allocated while attached (or dropped), when no sampling is on.
     pub const UNKNOWN_FREES: u32 = 2;
     /// Allocations whose block did not fit the live table (`--max-live`).
     pub const DROPPED: u32 = 3;
@@ -299,7 +299,12 @@ pub mod counter {
     /// higher stack pointer means the return probe did not run (the kernel keeps at most 64
     /// pending returns per thread and drops one it cannot allocate).
     pub const RETURNS_MISSED: u32 = 13;
-    pub const COUNT: u32 = 14;
+    /// While sampling (`--every`, `--sample-bytes`): frees of blocks not in the table, which
+    /// are either blocks not sampled or blocks allocated before attaching; only tracking every
+    /// block could tell them apart. [`UNKNOWN_FREES`] counts such frees when every block is
+    /// tracked.
+    pub const UNTRACKED_FREES: u32 = 14;
+    pub const COUNT: u32 = 15;
 }
 
 /// The longest a thread that reports a change of its process's mappings (the dynamic

@@ -64,7 +64,12 @@ pub struct Totals {
     pub bytes: u64,
     pub live_allocs: u64,
     pub live_bytes: u64,
+    /// Frees of blocks allocated before attaching (or dropped). While sampling, an estimate:
+    /// `counters.untracked_frees` less the estimated frees of blocks not sampled.
     pub unknown_frees: u64,
+    /// While sampling: frees of blocks allocated while attached but not sampled, estimated as
+    /// the sampled blocks' frees scaled up, less those frees themselves (0 without sampling).
+    pub unsampled_frees: u64,
     pub dropped: u64,
 }
 
@@ -103,6 +108,9 @@ pub struct Counters {
     pub sites_full: u64,
     pub threads_full: u64,
     pub skipped_by_sampling: u64,
+    /// While sampling: frees of blocks not in the table (not sampled, or allocated before
+    /// attaching), exact; `totals` splits them by estimate.
+    pub untracked_frees: u64,
     /// Threads let go from the dynamic linker's probe before their new files were hooked.
     pub holds_expired: u64,
 }
@@ -188,6 +196,7 @@ pub fn build(
     qualifiers.sort();
     qualifiers.dedup();
     let known = classes.classes(&qualifiers);
+    let sampled_frees: u64 = snapshot.sites.iter().map(|(_, s)| s.frees).sum();
     let mut sites: Vec<SiteView> = merged
         .into_iter()
         .map(|(stack, (s, oldest_ns, type_name, raw_stack))| {
@@ -218,13 +227,21 @@ pub fn build(
     sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.allocs.cmp(&a.allocs)));
 
     let c = |i: u32| snapshot.counters[i as usize];
+    let frees: u64 = sites.iter().map(|s| s.frees).sum();
+    let (unsampled_frees, unknown_frees) = split_untracked(
+        c(counter::UNTRACKED_FREES),
+        frees,
+        sampled_frees,
+        c(counter::UNKNOWN_FREES),
+    );
     let totals = Totals {
         allocs: sites.iter().map(|s| s.allocs).sum(),
-        frees: sites.iter().map(|s| s.frees).sum(),
+        frees,
         bytes: sites.iter().map(|s| s.bytes).sum(),
         live_allocs: sites.iter().map(|s| s.live_allocs).sum(),
         live_bytes: sites.iter().map(|s| s.live_bytes).sum(),
-        unknown_frees: c(counter::UNKNOWN_FREES),
+        unknown_frees,
+        unsampled_frees,
         dropped: c(counter::DROPPED),
     };
     let mut types: BTreeMap<&str, TypeView> = BTreeMap::new();
@@ -285,10 +302,27 @@ pub fn build(
             sites_full: c(counter::SITES_FULL),
             threads_full: c(counter::THREADS_FULL),
             skipped_by_sampling: c(counter::SKIPPED),
+            untracked_frees: c(counter::UNTRACKED_FREES),
             holds_expired: c(counter::HOLDS_EXPIRED),
         },
         unwind: cx.unwind,
     }
+}
+
+/// Splits the frees of blocks the table did not hold while sampling (`untracked`) into those
+/// of blocks allocated while attached but not sampled, and the rest (blocks from before
+/// attaching, as without sampling): the first are estimated as every free the sampled blocks
+/// stand for (`estimated_frees`) less the sampled blocks' own frees (`sampled_frees`), at most
+/// `untracked`. Returns (unsampled, unknown); without sampling `untracked` is 0 and the
+/// kernel's exact `unknown` is kept.
+fn split_untracked(
+    untracked: u64,
+    estimated_frees: u64,
+    sampled_frees: u64,
+    unknown: u64,
+) -> (u64, u64) {
+    let unsampled = estimated_frees.saturating_sub(sampled_frees).min(untracked);
+    (unsampled, unknown + untracked - unsampled)
 }
 
 /// `--every N`: every number × N.
@@ -403,6 +437,15 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
         thousands(t.unknown_frees),
         thousands(t.dropped),
     );
+    if report.sampled && report.counters.untracked_frees > 0 {
+        let _ = writeln!(
+            out,
+            "  of the {} frees of blocks not sampled or from before attaching (sampling cannot \
+             tell them apart), about {} were of blocks not sampled",
+            thousands(report.counters.untracked_frees),
+            thousands(t.unsampled_frees),
+        );
+    }
     let labels = bucket_labels(&report.buckets_s);
     let _ = writeln!(out, "\ntop sites by bytes:");
     for s in report.sites.iter().take(top) {
@@ -487,5 +530,15 @@ mod tests {
         assert_eq!(human(512), "512 B");
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(bucket_labels(&[1.0, 5.0]), vec!["<1s", "<5s", ">=5s"]);
+    }
+
+    #[test]
+    fn untracked_frees_split_by_the_sampled_ones() {
+        // Without sampling nothing is untracked: the kernel's unknown frees stay.
+        assert_eq!(split_untracked(0, 40, 40, 7), (0, 7));
+        // --every 4: 10 sampled frees stand for 40; 30 of the 35 untracked were not sampled.
+        assert_eq!(split_untracked(35, 40, 10, 0), (30, 5));
+        // An estimate above what was untracked is capped: never a negative unknown count.
+        assert_eq!(split_untracked(20, 40, 10, 0), (20, 0));
     }
 }

@@ -486,6 +486,22 @@ fn every_nth_allocation_scaled() {
         assert_eq!(report["sampled"], true);
         let skipped = report["counters"]["skipped_by_sampling"].as_u64().unwrap();
         assert_eq!(skipped, printed.alloc_calls / 2);
+        // Frees: every free is the fixture's own, of a block allocated while attached. Those
+        // of sampled blocks are found (the estimate doubles them), the others are untracked,
+        // exactly; the estimate of the unsampled ones leaves few for "before attaching".
+        let frees: u64 = printed.sites.values().map(|s| s[1]).sum::<u64>()
+            + printed.types.values().map(|t| t[1]).sum::<u64>();
+        let totals = &report["totals"];
+        let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+        let untracked = n(&report["counters"], "untracked_frees");
+        assert_eq!(n(totals, "frees") % 2, 0, "{totals}");
+        assert_eq!(untracked + n(totals, "frees") / 2, frees, "{report}");
+        assert_eq!(
+            n(totals, "unknown_frees") + n(totals, "unsampled_frees"),
+            untracked,
+            "{totals}"
+        );
+        assert!(n(totals, "unknown_frees") * 10 <= frees, "{totals}");
         let sites = by_innermost(&report);
         for name in [
             "shop::make_widgets",

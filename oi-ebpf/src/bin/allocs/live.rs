@@ -11,7 +11,15 @@ pub(crate) fn free_block(ptr: u64, now: u64) {
         return;
     }
     let Some(b) = take_live(ptr) else {
-        count(&COUNTERS, counter::UNKNOWN_FREES);
+        let sampling = EVERY.load() > 1 || SAMPLE_BYTES.load() != 0;
+        count(
+            &COUNTERS,
+            if sampling {
+                counter::UNTRACKED_FREES
+            } else {
+                counter::UNKNOWN_FREES
+            },
+        );
         debug!(
             &(),
             "free of {:x}: not allocated while attached (unknown free)", ptr
