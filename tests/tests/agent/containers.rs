@@ -21,13 +21,13 @@ use super::{
 };
 
 /// Nested cgroup directories under a root of the test's own, removed innermost first.
-struct Tree {
-    root: PathBuf,
+pub(super) struct Tree {
+    pub(super) root: PathBuf,
     dirs: Vec<PathBuf>,
 }
 
 impl Tree {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let root = cgroup2_root()
             .expect("cgroup2 is mounted")
             .join(format!("oi-e2e-agent-containers-{}", std::process::id()));
@@ -39,7 +39,7 @@ impl Tree {
     }
 
     /// Creates `relative` and its parents under the root; returns its path.
-    fn make(&mut self, relative: &str) -> PathBuf {
+    pub(super) fn make(&mut self, relative: &str) -> PathBuf {
         let mut path = self.root.clone();
         for part in relative.split('/') {
             path.push(part);
@@ -66,7 +66,7 @@ impl Drop for Tree {
     }
 }
 
-fn move_into(cgroup: &Path, pid: i32) {
+pub(super) fn move_into(cgroup: &Path, pid: i32) {
     std::fs::write(cgroup.join("cgroup.procs"), pid.to_string()).expect("move into cgroup");
 }
 

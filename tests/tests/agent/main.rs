@@ -9,6 +9,7 @@
 //! pointers.
 
 mod containers;
+mod deploy;
 mod files;
 mod otlp;
 mod pyroscope;
