@@ -37,6 +37,7 @@ impl Figure {
     }
 }
 
+mod agent;
 mod allocs;
 mod allocs_inject;
 mod bare_uprobe;
@@ -46,7 +47,7 @@ mod protobuf;
 mod record;
 mod unwind;
 
-const FIGURES: [&str; 12] = [
+const FIGURES: [&str; 13] = [
     "pause",
     "first-result",
     "start-up",
@@ -55,6 +56,7 @@ const FIGURES: [&str; 12] = [
     "throughput",
     "calls",
     "allocs",
+    "agent",
     "oil",
     "unwind",
     "protobuf",
@@ -94,6 +96,9 @@ pub fn run(root: &Path, quick: bool, only: &[String]) -> Result<()> {
     }
     if wanted("allocs") {
         allocs::run(quick, &mut figures)?;
+    }
+    if wanted("agent") {
+        agent::run(quick, &mut figures)?;
     }
     if wanted("oil") {
         oil(quick, &mut figures)?;

@@ -40,7 +40,7 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
-        /// calls, allocs, oil, unwind, protobuf, record.
+        /// calls, allocs, agent, oil, unwind, protobuf, record.
         #[arg(long, value_name = "FIGURE")]
         only: Vec<String>,
     },
