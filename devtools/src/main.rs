@@ -39,7 +39,7 @@ enum Task {
         /// Smaller objects and fewer repetitions (under two minutes).
         #[arg(long)]
         quick: bool,
-        /// Only these figures (repeatable): pause, first-result, probe-cost, dwarf, throughput,
+        /// Only these figures (repeatable): pause, first-result, start-up, probe-cost, dwarf, throughput,
         /// calls, allocs, agent, oil, unwind, protobuf, record.
         #[arg(long, value_name = "FIGURE")]
         only: Vec<String>,
@@ -59,6 +59,10 @@ enum Task {
     Soak {
         #[arg(long, default_value_t = 10)]
         minutes: u64,
+        /// Soak `oi-trace agent` instead: four busy processes, every allocation counted, 5 s
+        /// intervals; checks every interval delivered, exact counts and the agent's memory.
+        #[arg(long)]
+        agent: bool,
     },
     /// Regenerate the committed Rust of the vendored `.proto` files with prost-build.
     Protos,
@@ -70,7 +74,13 @@ fn main() -> Result<()> {
         Task::Bench { quick, only } => bench::run(&root(), quick, &only),
         Task::Fuzz { seconds } => fuzz::run(&root(), seconds),
         Task::Conformance(args) => conformance::run(&root(), &args),
-        Task::Soak { minutes } => soak::run(minutes),
+        Task::Soak { minutes, agent } => {
+            if agent {
+                soak::agent::run(minutes)
+            } else {
+                soak::run(minutes)
+            }
+        }
         Task::Protos => protos::run(&root()),
     }
 }

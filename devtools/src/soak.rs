@@ -13,6 +13,7 @@
 //! It prints a table of the figures and fails when any check does. It signals only the two
 //! processes it started, by pid (both are killed when dropped, on errors too).
 
+pub mod agent;
 mod samples;
 mod target;
 

@@ -107,12 +107,21 @@ impl Symbolizer {
         let Some(nonzero) = NonZeroU32::new(pid) else {
             return addrs.iter().map(|_| unknown()).collect();
         };
-        let mut process = Process::new(Pid::Pid(nonzero));
-        process.map_files = self.map_files;
-        process.perf_map = false;
-        let source = Source::Process(process);
-        match self.blaze.symbolize(&source, Input::AbsAddr(addrs)) {
-            Ok(results) => results.iter().map(frames_of).collect(),
+        let symbolize = |map_files: bool| {
+            let mut process = Process::new(Pid::Pid(nonzero));
+            process.map_files = map_files;
+            process.perf_map = false;
+            let source = Source::Process(process);
+            self.blaze
+                .symbolize(&source, Input::AbsAddr(addrs))
+                .map(|results| results.iter().map(frames_of).collect::<Vec<_>>())
+        };
+        // `map_files` refused after all (a capability dropped since): the symbolic paths.
+        match symbolize(self.map_files).or_else(|e| match self.map_files {
+            true => symbolize(false),
+            false => Err(e),
+        }) {
+            Ok(frames) => frames,
             // The process is gone or its maps unreadable: nothing can be named now.
             Err(_) => addrs.iter().map(|_| unknown()).collect(),
         }
@@ -188,12 +197,14 @@ fn strip_clone_suffix(name: &str) -> String {
     name.to_string()
 }
 
-/// Whether this process may read `/proc/PID/map_files` of others (CAP_SYS_ADMIN, or
-/// CAP_CHECKPOINT_RESTORE since Linux 5.9).
+/// Whether this thread may read `/proc/PID/map_files` of others (CAP_SYS_ADMIN, or
+/// CAP_CHECKPOINT_RESTORE since Linux 5.9). Capabilities belong to threads, and a profiler
+/// thread may have dropped what the main thread keeps (the agent's do): so this thread's own
+/// status, not the process's (`/proc/self` is the main thread's).
 fn map_files_readable() -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_CHECKPOINT_RESTORE: u32 = 40;
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    let Ok(status) = std::fs::read_to_string("/proc/thread-self/status") else {
         return false;
     };
     status

@@ -29,6 +29,12 @@ fn read_dir(dir: &Path, pid: &str) -> Vec<Interval> {
             let raw_sums = raw_totals(&raw);
             // -raw and the decoded message agree.
             let (_, decoded) = totals(&profile);
+            // Stacks are named: the fixture allocates only in its `allocate`.
+            assert_eq!(
+                beneath(&profile, "agent_fixture::allocate"),
+                decoded[0],
+                "{raw}"
+            );
             assert_eq!(
                 if raw_sums.is_empty() {
                     vec![0; 4]

@@ -117,6 +117,30 @@ pub fn totals(profile: &Profile) -> (Vec<String>, Vec<i64>) {
     (types, sums)
 }
 
+/// The first sample type's total over the samples with a frame named `function`.
+pub fn beneath(profile: &Profile, function: &str) -> i64 {
+    let s = |i: i64| profile.string_table[i as usize].as_str();
+    let ids: Vec<u64> = profile
+        .function
+        .iter()
+        .filter(|f| s(f.name) == function)
+        .map(|f| f.id)
+        .collect();
+    let named = |id: &u64| {
+        profile
+            .location
+            .iter()
+            .find(|l| l.id == *id)
+            .is_some_and(|l| l.line.iter().any(|line| ids.contains(&line.function_id)))
+    };
+    profile
+        .sample
+        .iter()
+        .filter(|sample| sample.location_id.iter().any(named))
+        .map(|sample| sample.value[0])
+        .sum()
+}
+
 /// One profile's interval: (time_nanos, duration_nanos, each sample type's total).
 pub type Interval = (i64, i64, Vec<i64>);
 
