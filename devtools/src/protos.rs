@@ -1,7 +1,8 @@
 //! `cargo xtask protos`: regenerates the committed Rust of the vendored `.proto` files with
 //! prost-build, so that building oi-trace never needs `protoc`.
 //!
-//! Two sets today: google/pprof's `profile.proto` (`oi-user/proto/`) to
+//! Three sets today: Pyroscope's Push API messages (`oi-user/proto/pyroscope/`, written for
+//! oi-trace) to `oi-user/src/agent/push_proto.rs`; google/pprof's `profile.proto` (`oi-user/proto/`) to
 //! `oi-user/src/export/pprof/proto.rs`, and the OpenTelemetry profiles signal (its collector
 //! service and the messages it reaches, `oi-user/proto/opentelemetry/`, pinned to the version
 //! in its `VERSION`) to `oi-user/src/export/otlp/proto.rs`, one nested module per protobuf
@@ -23,7 +24,7 @@ struct Generated {
     what: &'static str,
 }
 
-const PROTOS: [Generated; 2] = [
+const PROTOS: [Generated; 3] = [
     Generated {
         protos: &["profile.proto"],
         include: "oi-user/proto",
@@ -43,6 +44,13 @@ const PROTOS: [Generated; 2] = [
         module: "oi-user/src/export/otlp/proto.rs",
         what: "the OpenTelemetry profiles signal (opentelemetry-proto v1.11.0, packages \
                `opentelemetry.proto.*`)",
+    },
+    Generated {
+        protos: &["pyroscope/push.proto"],
+        include: "oi-user/proto",
+        packages: &["push.v1"],
+        module: "oi-user/src/agent/push_proto.rs",
+        what: "Pyroscope's Push API (package `push.v1`)",
     },
 ];
 

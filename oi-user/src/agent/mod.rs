@@ -28,6 +28,7 @@ pub mod intervals;
 pub mod labels;
 pub mod otlp;
 pub mod pprof_dir;
+pub mod push_proto;
 pub mod pyroscope;
 pub mod queue;
 pub mod targets;
@@ -129,6 +130,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     if let Some(url) = &args.pyroscope_url {
         backends.push(Box::new(pyroscope::Pyroscope::new(
             url,
+            args.pyroscope_api,
             args.tenant_id.clone(),
             token.clone(),
             args.send_timeout,

@@ -113,6 +113,19 @@ pub struct AgentArgs {
     #[arg(long, value_name = "URL", help_heading = "Delivery")]
     pub pyroscope_url: Option<String>,
 
+    /// Which of Pyroscope's write APIs --pyroscope-url receives the profiles by: `ingest`
+    /// (POST /ingest, a multipart form: every Pyroscope version and Alloy's receive_http) or
+    /// `push` (POST /push.v1.PusherService/Push, protobuf: Pyroscope 1.0 and later, as Alloy's
+    /// pyroscope.write sends).
+    #[arg(
+        long,
+        value_name = "API",
+        value_enum,
+        default_value = "ingest",
+        help_heading = "Delivery"
+    )]
+    pub pyroscope_api: crate::agent::pyroscope::Api,
+
     /// EXPERIMENTAL: also send each profile as OTLP profiles (the OpenTelemetry profiles
     /// signal, still Alpha; opentelemetry-proto v1.11.0's v1development messages) over HTTP:
     /// POST URL/v1development/profiles, protobuf. Default: $OTEL_EXPORTER_OTLP_ENDPOINT when

@@ -4,7 +4,9 @@
 //! `SERVICE{k=v,…}`, `from`/`until` as Unix seconds, `format=pprof`, the body a
 //! `multipart/form-data` form whose `profile` field is the gzipped pprof); `POST
 //! /v1development/profiles` as an OTLP/HTTP receiver does (`application/x-protobuf`, an
-//! `ExportProfilesServiceRequest`). It can go down (its port refuses connections) and come
+//! `ExportProfilesServiceRequest`); `POST /push.v1.PusherService/Push` as Pyroscope's Push
+//! API does (a Connect unary call, `application/proto`, a `PushRequest` whose series' labels
+//! hold `__name__` and `service_name` and whose samples are gzipped pprofs). It can go down (its port refuses connections) and come
 //! back on the same port.
 
 use std::{
@@ -18,9 +20,12 @@ use std::{
     thread::JoinHandle,
 };
 
-use oi_trace::export::{
-    otlp::proto::opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest,
-    pprof::proto::Profile,
+use oi_trace::{
+    agent::push_proto::PushRequest,
+    export::{
+        otlp::proto::opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest,
+        pprof::proto::Profile,
+    },
 };
 use prost::Message as _;
 
@@ -29,6 +34,8 @@ use super::decode;
 /// One profile as the receiver understood it.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// The API it came by: `ingest` or `push`.
+    pub via: &'static str,
     pub service: String,
     pub labels: BTreeMap<String, String>,
     pub from: u64,
@@ -155,6 +162,10 @@ fn serve(stream: TcpStream, store: &Mutex<Store>) {
         let received = ingest(&query, &headers, &body);
         store.lock().unwrap().pyroscope.push(received);
         "200 OK"
+    } else if method == "POST" && path == "/push.v1.PusherService/Push" {
+        let received = push(&headers, &body);
+        store.lock().unwrap().pyroscope.extend(received);
+        "200 OK"
     } else if method == "POST" && path == "/v1development/profiles" {
         assert_eq!(headers["content-type"], "application/x-protobuf");
         let request =
@@ -174,6 +185,42 @@ fn serve(stream: TcpStream, store: &Mutex<Store>) {
     let _ = stream.flush();
 }
 
+/// What Pyroscope's Push handler takes from the request: one profile per sample of each
+/// series, `service_name` and the other labels apart from `__name__` (which must say a heap
+/// profile), the time range the profile's own (in seconds, at least one, as for ingest).
+fn push(headers: &BTreeMap<String, String>, body: &[u8]) -> Vec<Received> {
+    assert_eq!(headers["content-type"], "application/proto");
+    assert_eq!(headers["connect-protocol-version"], "1");
+    let request = PushRequest::decode(body).expect("a PushRequest");
+    let mut out = Vec::new();
+    for series in request.series {
+        let mut labels: BTreeMap<String, String> = series
+            .labels
+            .into_iter()
+            .map(|l| (l.name, l.value))
+            .collect();
+        assert_eq!(labels.remove("__name__").as_deref(), Some("memory"));
+        let service = labels.remove("service_name").expect("a service_name");
+        for sample in series.samples {
+            assert_eq!(sample.id.len(), 36, "a UUID: {}", sample.id);
+            let profile = decode(&sample.raw_profile);
+            let from = (profile.time_nanos / 1_000_000_000) as u64;
+            let until = ((profile.time_nanos + profile.duration_nanos) / 1_000_000_000) as u64;
+            out.push(Received {
+                via: "push",
+                service: service.clone(),
+                labels: labels.clone(),
+                from,
+                until: until.max(from + 1),
+                tenant: headers.get("x-scope-orgid").cloned(),
+                authorization: headers.get("authorization").cloned(),
+                profile,
+            });
+        }
+    }
+    out
+}
+
 /// What Pyroscope's ingest handler takes from the request.
 fn ingest(
     query: &BTreeMap<String, String>,
@@ -187,6 +234,7 @@ fn ingest(
         .unwrap_or_else(|| panic!("a multipart form, not {content_type}"));
     let profile = form_field(body, boundary, "profile").expect("a profile field");
     Received {
+        via: "ingest",
         service,
         labels,
         from: query["from"].parse().unwrap(),
