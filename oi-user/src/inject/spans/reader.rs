@@ -111,6 +111,9 @@ pub struct AreaTotals {
     pub dropped: u64,
     pub shadow_full: u64,
     pub interrupted: u64,
+    /// Open calls dropped with their return still hooked, the real one put back (another
+    /// stack, or a `longjmp`'s dead frames).
+    pub resynced: u64,
     /// Shadow entries still open (calls not returned yet, or left and not seen so).
     pub open: u64,
 }
@@ -130,6 +133,9 @@ pub fn totals(view: View, layout: SpansLayout) -> AreaTotals {
         t.interrupted = t
             .interrupted
             .saturating_add(view.load(area + offset::INTERRUPTED));
+        t.resynced = t
+            .resynced
+            .saturating_add(view.load(area + offset::RESYNCED));
         t.open = t.open.saturating_add(
             view.load(area + offset::SHADOW_DEPTH)
                 .min(oi_common::inject::spans::SHADOW_CAP),
