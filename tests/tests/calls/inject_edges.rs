@@ -418,3 +418,106 @@ fn inject_refuses_an_assembly_function_whose_entry_is_a_branch_target_at_o2() {
         assembly_entry_branch_target(true);
     }
 }
+
+/// 50 attaches and detaches on 16 threads calling ten hooked frames deep, some of them asleep
+/// at the bottom when oi-trace detaches: after each detach the code bytes and file mappings
+/// are the originals, nothing of ours is mapped, the fixture runs untraced; at the end every
+/// one of its results was right.
+fn attach_detach_cycles(optimised: bool) {
+    const CYCLES: usize = 50;
+    let binary = edges(optimised);
+    let mut fixture = Fixture::start(&binary, &["busy", "16"]);
+    let pid = fixture.pid.to_string();
+    let code_before = code_of(fixture.pid);
+    fixture.signal(SIGUSR1);
+    fixture.stdout.expect("running", 20 * SECOND);
+    let files_before = files_mapped(fixture.pid);
+    let mut deep = 0;
+    let started = std::time::Instant::now();
+    for cycle in 0..CYCLES {
+        let out = oi_e2e::run_oi_trace(
+            &[
+                "calls",
+                "--pid",
+                &pid,
+                "--entry",
+                "edge::work",
+                "--filter",
+                "edge::*",
+                "--mechanism",
+                "inject",
+                "--duration",
+                "200ms",
+                "--format",
+                "json",
+            ],
+            60 * SECOND,
+        );
+        assert!(out.status.success(), "cycle {cycle}: {out:#?}");
+        fixture.wait_running(5 * SECOND);
+        assert_eq!(
+            code_of(fixture.pid),
+            code_before,
+            "cycle {cycle}: code bytes"
+        );
+        assert_eq!(
+            files_mapped(fixture.pid),
+            files_before,
+            "cycle {cycle}: file mappings"
+        );
+        let ours: Vec<String> = maps_of(fixture.pid)
+            .into_iter()
+            .filter(|l| l.contains("oi-trace"))
+            .collect();
+        assert!(ours.is_empty(), "cycle {cycle}: left mapped: {ours:#?}");
+        let report = super::json(out.stdout.trim());
+        assert!(
+            report["tree"]["calls"].as_u64().unwrap_or(0) > 0,
+            "cycle {cycle}: nothing timed: {report}"
+        );
+        assert_eq!(
+            report["counters"]["unmatched"].as_u64(),
+            Some(0),
+            "{report}"
+        );
+        // Calls of the entry still open at the detach: threads deep inside hooked calls.
+        deep += report["counters"]["still_inside"].as_u64().unwrap();
+    }
+    eprintln!(
+        "{CYCLES} attach/detach cycles in {:.1} s; {deep} thread(s) inside hooked calls at the \
+         detaches",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(deep > 0, "no detach found a thread inside a hooked call");
+    fixture.signal(nix::sys::signal::Signal::SIGUSR2);
+    fixture.stdout.expect("done", 60 * SECOND);
+    let mut checks = 0;
+    let mut rounds = 0;
+    for line in fixture.stdout.seen() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["check", name, got, want] => {
+                assert_eq!(got, want, "the fixture's {name} is wrong");
+                checks += 1;
+            }
+            ["count", "rounds", n] => rounds = n.parse().unwrap(),
+            _ => {}
+        }
+    }
+    assert!(checks > 0 && rounds > 0);
+    assert!(fixture.finish().success());
+}
+
+#[test]
+fn inject_fifty_attach_detach_cycles_on_sixteen_busy_threads_at_o0() {
+    if privileged() {
+        attach_detach_cycles(false);
+    }
+}
+
+#[test]
+fn inject_fifty_attach_detach_cycles_on_sixteen_busy_threads_at_o2() {
+    if privileged() {
+        attach_detach_cycles(true);
+    }
+}
