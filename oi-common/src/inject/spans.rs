@@ -64,8 +64,10 @@ pub const AREA_HEADER: u64 = 64;
 pub const SHADOW_OFFSET: u64 = AREA_HEADER;
 pub const RING_OFFSET: u64 = SHADOW_OFFSET + SHADOW_CAP * SHADOW_ENTRY_SIZE;
 /// Dropped frames whose return was put back (see "Stack switches" above), newest kept: a
-/// word counting those ever written at [`ORPHAN_OFFSET`], then [`ORPHAN_CAP`] × [`Orphan`].
+/// word counting those ever written at [`ORPHAN_OFFSET`], one counting the returns that found
+/// theirs there at [`ORPHANS_TAKEN`], then [`ORPHAN_CAP`] × [`Orphan`].
 pub const ORPHAN_OFFSET: u64 = RING_OFFSET + RING_CAP * EVENT_SIZE;
+pub const ORPHANS_TAKEN: u64 = ORPHAN_OFFSET + 8;
 pub const ORPHAN_ENTRIES: u64 = ORPHAN_OFFSET + 16;
 /// Orphans a thread keeps (a power of two).
 pub const ORPHAN_CAP: u64 = 64;

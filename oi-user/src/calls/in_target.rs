@@ -284,6 +284,7 @@ pub(super) fn profile(args: &CallsArgs, scope: &Scope, target: &Target) -> Resul
             shadow_full: totals.shadow_full,
             interrupted: totals.interrupted,
             resynced: totals.resynced,
+            orphan_returns: totals.orphan_returns,
             no_slot,
         }),
         ..outcome

@@ -155,6 +155,9 @@ pub struct JsonInject {
     /// Open calls dropped with their return still hooked, the real address put back: frames
     /// on another stack (`swapcontext`, fibers) or left by a `longjmp`.
     pub resynced: u64,
+    /// Returns of such frames through a copy of the exit stub's address (a context that
+    /// `swapcontext` saved in a hooked function's tail call), sent on by the orphans.
+    pub orphan_returns: u64,
     /// Calls not timed: no free thread slot.
     pub no_slot: u64,
 }

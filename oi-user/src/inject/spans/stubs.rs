@@ -52,8 +52,8 @@ use oi_common::inject::{
     offset::DEPTH as WINDOW,
     spans::{
         AREA_SHIFT, EVENT_SHIFT, FUNCTION_MASK, KIND_SHIFT, ORPHAN_CAP, ORPHAN_ENTRIES,
-        ORPHAN_OFFSET, ORPHAN_SHIFT, RING_CAP, RING_OFFSET, SHADOW_CAP, SHADOW_ENTRY_SIZE,
-        SHADOW_OFFSET, SHADOW_SHIFT, SpansLayout, WINDOW_BIT, kind, offset,
+        ORPHAN_OFFSET, ORPHAN_SHIFT, ORPHANS_TAKEN, RING_CAP, RING_OFFSET, SHADOW_CAP,
+        SHADOW_ENTRY_SIZE, SHADOW_OFFSET, SHADOW_SHIFT, SpansLayout, WINDOW_BIT, kind, offset,
     },
 };
 
@@ -228,6 +228,7 @@ fn find_orphan(a: &mut CodeAssembler, not_found: CodeLabel) -> Result<(), IcedEr
     a.jne(each)?;
     a.mov(r9, qword_ptr(rdx + (ORPHAN_ENTRIES + offset::ORPHAN_RET)))?;
     a.mov(qword_ptr(rdx + (ORPHAN_ENTRIES + offset::ORPHAN_SLOT)), 0)?;
+    a.inc(qword_ptr(r10 + ORPHANS_TAKEN))?;
     Ok(())
 }
 
