@@ -12,7 +12,7 @@
 //!   thread, ever), `consumed` (events the tracer has read: the one word it writes after
 //!   setup), `dropped` (calls not hooked because the ring had no room for their events),
 //!   `shadow_full` (calls not hooked because the shadow stack was full), `busy` and
-//!   `interrupted` (below);
+//!   `interrupted` (below), `resynced` (below);
 //! - the shadow stack: [`SHADOW_CAP`] × [`ShadowEntry`] {real return address, address of the
 //!   return slot, function word, TSC at entry};
 //! - the event ring: [`RING_CAP`] × [`Event`], single producer (the thread), single consumer
@@ -26,6 +26,20 @@
 //! that finds it set (a signal handler's call, made on the same thread in the middle of that
 //! update) leaves its call unhooked and counts it in `interrupted`. So the shadow stack and
 //! the ring have one writer at a time without any atomic instruction.
+//!
+//! Stack switches: the shadow entries of one stack have strictly lower return slots the
+//! newer they are (a tail call's callee shares its caller's), and the stubs keep it so: an
+//! entry drops every entry whose slot is at or below its own, an exit every entry below its
+//! own. A dropped entry is a frame left by a `longjmp` or an exception, or one that lives on
+//! another stack (`swapcontext`, a fiber) that the thread switched away from. Which one is not
+//! known, so when its slot lies outside the stub's own frame and still holds the exit stub's
+//! address, the real return address is put back there and the entry counted in `resynced`:
+//! a frame of another stack then returns straight to its caller, untimed, instead of into an
+//! exit stub that no longer knows it; for a dead frame it is a write to free stack memory.
+//! The slot and the real address are also kept in a small ring of [`Orphan`]s: a copy of the
+//! exit stub's address taken before the entry was dropped (a hooked function that tail-calls
+//! `swapcontext` lets it save the exit stub as the context's resume address) still reaches
+//! the exit stub, which finds its real return address there by the slot.
 //!
 //! Every word the target writes is untrusted when read back.
 
@@ -49,6 +63,17 @@ pub const AREA_HEADER: u64 = 64;
 /// Offsets of the shadow stack and the ring in an area.
 pub const SHADOW_OFFSET: u64 = AREA_HEADER;
 pub const RING_OFFSET: u64 = SHADOW_OFFSET + SHADOW_CAP * SHADOW_ENTRY_SIZE;
+/// Dropped frames whose return was put back (see "Stack switches" above), newest kept: a
+/// word counting those ever written at [`ORPHAN_OFFSET`], one counting the returns that found
+/// theirs there at [`ORPHANS_TAKEN`], then [`ORPHAN_CAP`] × [`Orphan`].
+pub const ORPHAN_OFFSET: u64 = RING_OFFSET + RING_CAP * EVENT_SIZE;
+pub const ORPHANS_TAKEN: u64 = ORPHAN_OFFSET + 8;
+pub const ORPHAN_ENTRIES: u64 = ORPHAN_OFFSET + 16;
+/// Orphans a thread keeps (a power of two).
+pub const ORPHAN_CAP: u64 = 64;
+/// Bytes of one [`Orphan`] (`ORPHAN_SHIFT`: its log2).
+pub const ORPHAN_SIZE: u64 = 16;
+pub const ORPHAN_SHIFT: u32 = 4;
 /// Bytes of one [`ThreadArea`] (a power of two: areas are indexed by a shift).
 pub const AREA_SIZE: u64 = 1 << AREA_SHIFT;
 pub const AREA_SHIFT: u32 = 19;
@@ -85,7 +110,9 @@ pub struct AreaCounters {
     /// arrive meanwhile pass through unhooked, counted in `interrupted`.
     pub busy: u64,
     pub interrupted: u64,
-    pub _reserved: u64,
+    /// Shadow entries dropped with their return still hooked (see the module's "Stack
+    /// switches"): the real return address was put back into the slot.
+    pub resynced: u64,
 }
 
 /// One open hooked call.
@@ -99,6 +126,15 @@ pub struct ShadowEntry {
     /// The function id, with [`WINDOW_BIT`] for a call of the entry function.
     pub function: u64,
     pub tsc: u64,
+}
+
+/// A frame dropped from the shadow stack whose hooked return was put back: where, and what.
+/// Its slot is zeroed once used.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Orphan {
+    pub slot: u64,
+    pub ret: u64,
 }
 
 /// One call event: `word` = event number (low 32 bits) << 32 | kind << 28 | function id.
@@ -185,7 +221,7 @@ impl SpansLayout {
 
 /// Byte offsets of an area's fields.
 pub mod offset {
-    use super::{AreaCounters, Event, ShadowEntry};
+    use super::{AreaCounters, Event, Orphan, ShadowEntry};
     use core::mem::offset_of;
 
     pub const SHADOW_DEPTH: u64 = offset_of!(AreaCounters, shadow_depth) as u64;
@@ -195,11 +231,15 @@ pub mod offset {
     pub const SHADOW_FULL: u64 = offset_of!(AreaCounters, shadow_full) as u64;
     pub const BUSY: u64 = offset_of!(AreaCounters, busy) as u64;
     pub const INTERRUPTED: u64 = offset_of!(AreaCounters, interrupted) as u64;
+    pub const RESYNCED: u64 = offset_of!(AreaCounters, resynced) as u64;
 
     pub const RET: u64 = offset_of!(ShadowEntry, ret) as u64;
     pub const SLOT: u64 = offset_of!(ShadowEntry, slot) as u64;
     pub const FUNCTION: u64 = offset_of!(ShadowEntry, function) as u64;
     pub const TSC: u64 = offset_of!(ShadowEntry, tsc) as u64;
+
+    pub const ORPHAN_SLOT: u64 = offset_of!(Orphan, slot) as u64;
+    pub const ORPHAN_RET: u64 = offset_of!(Orphan, ret) as u64;
 
     pub const EVENT_WORD: u64 = offset_of!(Event, word) as u64;
     pub const EVENT_TSC: u64 = offset_of!(Event, tsc) as u64;
@@ -212,6 +252,10 @@ const _: () = {
     assert!(core::mem::size_of::<Event>() as u64 == EVENT_SIZE);
     assert!(1 << EVENT_SHIFT == EVENT_SIZE);
     assert!(RING_OFFSET + RING_CAP * EVENT_SIZE <= AREA_SIZE);
+    assert!(core::mem::size_of::<Orphan>() as u64 == ORPHAN_SIZE);
+    assert!(1 << ORPHAN_SHIFT == ORPHAN_SIZE);
+    assert!(ORPHAN_CAP.is_power_of_two());
+    assert!(ORPHAN_ENTRIES + ORPHAN_CAP * ORPHAN_SIZE <= AREA_SIZE);
     assert!(RING_CAP.is_power_of_two());
 };
 

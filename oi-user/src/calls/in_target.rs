@@ -29,6 +29,7 @@ use oi_common::{
     inject::spans::SpansLayout,
 };
 
+use super::report::{JsonInject, JsonUntimed};
 use super::{Outcome, finish, program, target::Target};
 use crate::{
     cli::calls::CallsArgs,
@@ -142,7 +143,7 @@ pub(super) fn profile(args: &CallsArgs, scope: &Scope, target: &Target) -> Resul
         slots: layout.slots,
         exit: place.exit,
     });
-    let mut untimed: Vec<String> = Vec::new();
+    let mut untimed: Vec<Refused> = Vec::new();
     for (i, (_, inj)) in injections.iter_mut().enumerate() {
         let of: Vec<&(usize, Site)> = sites.iter().filter(|(j, _)| *j == i).collect();
         let to_patch: Vec<Site> = of.iter().map(|(_, s)| s.clone()).collect();
@@ -160,7 +161,7 @@ pub(super) fn profile(args: &CallsArgs, scope: &Scope, target: &Target) -> Resul
                 .find(|c| c.prologue.entry == site.entry())
                 .expect("a site of a candidate");
             match c.hook {
-                Hook::Call { window: false, .. } => untimed.push(format!("{}: {why}", c.name)),
+                Hook::Call { window: false, .. } => untimed.push((c.name.clone(), why.to_string())),
                 _ => {
                     give_up(&mut tracer, pid, &injections, &mut guardian);
                     return Err(Error::sample(format!(
@@ -172,8 +173,8 @@ pub(super) fn profile(args: &CallsArgs, scope: &Scope, target: &Target) -> Resul
         }
     }
     tracer.release(pid);
-    for line in &untimed {
-        eprintln!("oi-trace: left untimed: {line}");
+    for (name, why) in &untimed {
+        eprintln!("oi-trace: left untimed: {name}: {why}");
     }
     let attach_ms = attach_start.elapsed().as_millis();
     // What is left: seizing the process again to unpatch it, and reading its maps.
@@ -259,10 +260,35 @@ pub(super) fn profile(args: &CallsArgs, scope: &Scope, target: &Target) -> Resul
         still_inside: watch.nodes.open_windows(),
         traced_lost: 0,
         exited_inside: 0,
+        inject: None,
     };
     let c = watch.nodes.counters;
     let bad = watch.bad + c.bad;
     drop(watch);
+    let untimed_list = refused
+        .iter()
+        .map(|(name, why)| JsonUntimed {
+            name: name.clone(),
+            reason: why.clone(),
+        })
+        .chain(untimed.iter().map(|(name, why)| JsonUntimed {
+            name: name.clone(),
+            reason: why.clone(),
+        }))
+        .collect();
+    let outcome = Outcome {
+        inject: Some(JsonInject {
+            patched: timed as u64,
+            untimed: untimed_list,
+            dropped: totals.dropped,
+            shadow_full: totals.shadow_full,
+            interrupted: totals.interrupted,
+            resynced: totals.resynced,
+            orphan_returns: totals.orphan_returns,
+            no_slot,
+        }),
+        ..outcome
+    };
     finish(args, scope, target, &|_| [0; _], &outcome, &[])?;
     let warn = |n: u64, what: &str| {
         if n > 0 {
@@ -282,6 +308,11 @@ pub(super) fn profile(args: &CallsArgs, scope: &Scope, target: &Target) -> Resul
         "call(s) of a signal handler not timed: the handler interrupted a stub",
     );
     warn(no_slot, "call(s) not timed: no free thread slot");
+    warn(
+        totals.resynced,
+        "open call(s) dropped with their return still hooked (a stack switch or a longjmp); \
+         their real return addresses were put back",
+    );
     warn(bad, "event(s) refused as malformed");
     drop(injections);
     Ok(())

@@ -184,6 +184,7 @@ fn profile(args: &CallsArgs, scope: &Scope) -> Result<()> {
         still_inside,
         traced_lost,
         exited_inside,
+        inject: None,
     };
     finish(
         args,
@@ -341,6 +342,8 @@ struct Outcome {
     still_inside: usize,
     traced_lost: u64,
     exited_inside: u64,
+    /// What `--mechanism inject` patched and counted.
+    inject: Option<report::JsonInject>,
 }
 
 /// The tree of the run so far, pruned by `--min-time`, and how many nodes that hid.
@@ -407,6 +410,7 @@ fn json_report<'a>(
         tree,
         histograms: None,
         counters: None,
+        inject: None,
     }
 }
 
@@ -492,6 +496,7 @@ fn finish(
             let json = JsonReport {
                 histograms: json_histograms,
                 counters: Some(counters),
+                inject: outcome.inject.clone(),
                 ..json_report(target, scope, elapsed_s, hits, &roots)
             };
             write_json(&mut out, &json)

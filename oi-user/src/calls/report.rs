@@ -132,6 +132,40 @@ pub struct JsonReport<'a> {
     /// In the final report only: what the run could not count or time, by cause.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counters: Option<JsonCounters>,
+    /// In the final report of `--mechanism inject` only: what was patched, what was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inject: Option<JsonInject>,
+}
+
+/// What `--mechanism inject` did (docs/calls.md, "In the target"): how many functions are
+/// timed by patched entries, which were left untimed and why, and the calls the stubs
+/// counted without recording them.
+#[derive(Serialize, Debug, Default, Clone, PartialEq, Eq)]
+pub struct JsonInject {
+    /// Functions whose entry was patched.
+    pub patched: u64,
+    /// Functions left untimed (`relocate::Refusal` or a failed patch), with the reason.
+    pub untimed: Vec<JsonUntimed>,
+    /// Calls not timed: the thread's ring was full.
+    pub dropped: u64,
+    /// Calls not timed: the thread's shadow stack was full.
+    pub shadow_full: u64,
+    /// A signal handler's calls not timed: the handler interrupted a stub.
+    pub interrupted: u64,
+    /// Open calls dropped with their return still hooked, the real address put back: frames
+    /// on another stack (`swapcontext`, fibers) or left by a `longjmp`.
+    pub resynced: u64,
+    /// Returns of such frames through a copy of the exit stub's address (a context that
+    /// `swapcontext` saved in a hooked function's tail call), sent on by the orphans.
+    pub orphan_returns: u64,
+    /// Calls not timed: no free thread slot.
+    pub no_slot: u64,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct JsonUntimed {
+    pub name: String,
+    pub reason: String,
 }
 
 /// Calls the tree does not hold, or holds untimed, by cause (docs/calls.md, "Counters").
@@ -400,6 +434,7 @@ mod tests {
             tree: JsonNode::of(&tree),
             histograms: None,
             counters: None,
+            inject: None,
         };
         assert_eq!(
             serde_json::to_string(&report).unwrap(),

@@ -14,7 +14,7 @@ use oi_trace::inferior::remote;
 use super::{NAP_NS, Printed, SECOND, calls_by_path, files_mapped, fixture, nodes, run_fixture};
 
 /// Every executable file mapping of `pid` and its bytes.
-fn code_of(pid: i32) -> BTreeMap<String, Vec<u8>> {
+pub(super) fn code_of(pid: i32) -> BTreeMap<String, Vec<u8>> {
     maps_of(pid)
         .into_iter()
         .filter(|l| l.contains(" r-xp ") && l.split_whitespace().nth(5).is_some())
@@ -33,7 +33,7 @@ fn code_of(pid: i32) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The functions oi-trace said it left untimed, by tree name.
-fn untimed(out: &Finished) -> Vec<String> {
+pub(super) fn untimed(out: &Finished) -> Vec<String> {
     out.stderr
         .iter()
         .filter_map(|l| {
@@ -49,7 +49,11 @@ fn untimed(out: &Finished) -> Vec<String> {
 
 /// The fixture's counts with the untimed functions' calls taken out: a path through one is
 /// the same path without it.
-fn expected(printed: &Printed, untimed: &[String], with_library: bool) -> BTreeMap<String, u64> {
+pub(super) fn expected(
+    printed: &Printed,
+    untimed: &[String],
+    with_library: bool,
+) -> BTreeMap<String, u64> {
     let mut want = BTreeMap::new();
     for (path, n) in &printed.paths {
         if !with_library && path == super::CHECKSUM {

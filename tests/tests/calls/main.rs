@@ -7,6 +7,7 @@
 //! Every run leaves the fixture running, untraced, and able to finish its own work.
 
 mod inject;
+mod inject_edges;
 mod midrun;
 mod pprof;
 

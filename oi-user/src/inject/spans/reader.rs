@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use oi_common::inject::{
     HEADER_SIZE, SLOT_SIZE,
     offset::OWNER,
-    spans::{AREA_SIZE, EVENT_SIZE, Event, RING_CAP, RING_OFFSET, SpansLayout, offset},
+    spans::{
+        AREA_SIZE, EVENT_SIZE, Event, ORPHANS_TAKEN, RING_CAP, RING_OFFSET, SpansLayout, offset,
+    },
 };
 
 /// Our view of a data part: the mapping's address and length (the mapping outlives it).
@@ -111,6 +113,12 @@ pub struct AreaTotals {
     pub dropped: u64,
     pub shadow_full: u64,
     pub interrupted: u64,
+    /// Open calls dropped with their return still hooked, the real one put back (another
+    /// stack, or a `longjmp`'s dead frames).
+    pub resynced: u64,
+    /// Returns through a copy of the exit stub's address whose frame had been dropped: the
+    /// real address came from the orphans.
+    pub orphan_returns: u64,
     /// Shadow entries still open (calls not returned yet, or left and not seen so).
     pub open: u64,
 }
@@ -130,6 +138,12 @@ pub fn totals(view: View, layout: SpansLayout) -> AreaTotals {
         t.interrupted = t
             .interrupted
             .saturating_add(view.load(area + offset::INTERRUPTED));
+        t.resynced = t
+            .resynced
+            .saturating_add(view.load(area + offset::RESYNCED));
+        t.orphan_returns = t
+            .orphan_returns
+            .saturating_add(view.load(area + ORPHANS_TAKEN));
         t.open = t.open.saturating_add(
             view.load(area + offset::SHADOW_DEPTH)
                 .min(oi_common::inject::spans::SHADOW_CAP),

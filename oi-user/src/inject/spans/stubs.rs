@@ -8,7 +8,8 @@
 //!   push rdx, rcx, rsi, rdi; the thread's area; busy → interrupted, pass
 //!   busy = 1; t = rdtsc
 //!   close the shadow entries the stack left (their slot at or below f's, but a tail call's)
-//!     with an UNWOUND event each
+//!     with an UNWOUND event each, putting back a return still hooked (`resynced`)
+//!   f is not the entry function and that closed the window → pass
 //!   no room in the ring for the entry, its exit and every open frame's exit → dropped, pass
 //!   shadow full → shadow_full, pass
 //!   push {[rsp], rsp, f | window bit, t} on the shadow stack; ENTRY event {f, t}
@@ -17,8 +18,10 @@
 //!
 //! exit stub (f returned into it; rsp = its return slot + 8)
 //!   push every register it uses; slot; area; busy = 1; t = rdtsc
-//!   close the shadow entries below this frame's slot (UNWOUND); pop this frame's (EXIT)
+//!   close the shadow entries below this frame's slot (UNWOUND, a hooked return put back);
+//!   pop this frame's (EXIT)
 //!   entry function: window -= 1
+//!   not on the shadow stack: the newest orphan of this slot (a dropped frame) gives it
 //!   busy = 0; the real return address into the return slot; pop all; ret through the slot
 //! ```
 //!
@@ -37,8 +40,10 @@
 //! which pops g, then returns into it again for f: g is f's child and both close together.
 //!
 //! Bounded everywhere: the shadow depth is checked against [`SHADOW_CAP`] before it indexes
-//! anything, the ring index is masked. A return whose frame the shadow stack does not hold
-//! cannot know where to go and stops on `ud2`: it takes a target that corrupted the area.
+//! anything, the ring and orphan indices are masked. A return whose frame neither the shadow
+//! stack nor the orphans hold cannot know where to go and stops on `ud2`: it takes a target
+//! that corrupted the area, or more dropped frames than the orphans keep between a copy of the
+//! exit stub's address and its use.
 
 use iced_x86::IcedError;
 use iced_x86::code_asm::*;
@@ -46,7 +51,8 @@ use oi_common::inject::{
     HEADER_SIZE, SLOT_SHIFT,
     offset::DEPTH as WINDOW,
     spans::{
-        AREA_SHIFT, EVENT_SHIFT, FUNCTION_MASK, KIND_SHIFT, RING_CAP, RING_OFFSET, SHADOW_CAP,
+        AREA_SHIFT, EVENT_SHIFT, FUNCTION_MASK, KIND_SHIFT, ORPHAN_CAP, ORPHAN_ENTRIES,
+        ORPHAN_OFFSET, ORPHAN_SHIFT, ORPHANS_TAKEN, RING_CAP, RING_OFFSET, SHADOW_CAP,
         SHADOW_ENTRY_SIZE, SHADOW_OFFSET, SHADOW_SHIFT, SpansLayout, WINDOW_BIT, kind, offset,
     },
 };
@@ -168,6 +174,64 @@ fn close_word(a: &mut CodeAssembler, kind: u64) -> Result<(), IcedError> {
     Ok(())
 }
 
+/// Before the shadow entry at rcx is dropped without its return: when its slot lies below
+/// rsp (outside the stub's own frame: pushed registers there are not return slots) and
+/// still holds the exit stub's address, the real return address goes back into it and the
+/// area counts it in `resynced`. The frame may live on, on another stack the thread switched
+/// away from (`swapcontext`, a fiber), and must then return straight to its caller; for a
+/// frame a `longjmp` left, the slot is free stack memory. The slot and the address are kept
+/// as the newest orphan too, for a copy of the exit stub's address the program took (see
+/// [`find_orphan`]). Clobbers rax, rdx, rsi.
+fn unhook_dropped(a: &mut CodeAssembler, exit: u64) -> Result<(), IcedError> {
+    let mut kept = a.create_label();
+    a.mov(rdx, qword_ptr(rcx + offset::SLOT))?;
+    a.cmp(rdx, rsp)?;
+    a.jae(kept)?;
+    a.mov(rax, exit)?;
+    a.cmp(qword_ptr(rdx), rax)?;
+    a.jne(kept)?;
+    a.mov(rax, qword_ptr(rcx + offset::RET))?;
+    a.mov(qword_ptr(rdx), rax)?;
+    a.inc(qword_ptr(r10 + offset::RESYNCED))?;
+    a.mov(rsi, qword_ptr(r10 + ORPHAN_OFFSET))?;
+    a.inc(qword_ptr(r10 + ORPHAN_OFFSET))?;
+    a.and(esi, (ORPHAN_CAP - 1) as u32)?;
+    a.shl(rsi, ORPHAN_SHIFT)?;
+    a.add(rsi, r10)?;
+    a.mov(qword_ptr(rsi + (ORPHAN_ENTRIES + offset::ORPHAN_SLOT)), rdx)?;
+    a.mov(qword_ptr(rsi + (ORPHAN_ENTRIES + offset::ORPHAN_RET)), rax)?;
+    a.set_label(&mut kept)?;
+    Ok(())
+}
+
+/// The exit stub reached for a frame the shadow stack does not hold (r8: its return slot):
+/// the program copied the exit stub's address before the frame's entry was dropped (a hooked
+/// function that tail-calls `swapcontext` has it saved as the resume address) and now
+/// returns through the copy. The newest orphan of that slot gives the real return address
+/// (r9), and is used up; none: `not_found`. Clobbers rax, rcx, rdx.
+fn find_orphan(a: &mut CodeAssembler, not_found: CodeLabel) -> Result<(), IcedError> {
+    let mut each = a.create_label();
+    a.mov(rax, qword_ptr(r10 + ORPHAN_OFFSET))?;
+    a.mov(ecx, ORPHAN_CAP as u32)?;
+    a.set_label(&mut each)?;
+    a.test(rcx, rcx)?;
+    a.je(not_found)?;
+    a.test(rax, rax)?;
+    a.je(not_found)?;
+    a.dec(rax)?;
+    a.dec(rcx)?;
+    a.mov(rdx, rax)?;
+    a.and(edx, (ORPHAN_CAP - 1) as u32)?;
+    a.shl(rdx, ORPHAN_SHIFT)?;
+    a.add(rdx, r10)?;
+    a.cmp(qword_ptr(rdx + (ORPHAN_ENTRIES + offset::ORPHAN_SLOT)), r8)?;
+    a.jne(each)?;
+    a.mov(r9, qword_ptr(rdx + (ORPHAN_ENTRIES + offset::ORPHAN_RET)))?;
+    a.mov(qword_ptr(rdx + (ORPHAN_ENTRIES + offset::ORPHAN_SLOT)), 0)?;
+    a.inc(qword_ptr(r10 + ORPHANS_TAKEN))?;
+    Ok(())
+}
+
 /// rcx = the top shadow entry of the area (r10); jumps to `empty` when there is none and to
 /// `corrupt` when the depth is beyond the stack. Clobbers rax.
 fn top(a: &mut CodeAssembler, empty: CodeLabel, corrupt: CodeLabel) -> Result<(), IcedError> {
@@ -241,12 +305,19 @@ fn assemble_entry(
     a.cmp(qword_ptr(rsp + SLOT), rax)?;
     a.je(synced)?;
     a.set_label(&mut stale)?;
+    unhook_dropped(&mut a, place.exit)?;
     close_word(&mut a, kind::UNWOUND)?;
     emit(&mut a)?;
     a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
     a.jmp(resync)?;
 
     a.set_label(&mut synced)?;
+    if !window {
+        // The entries dropped may have closed the window (a `longjmp` out of the entry
+        // function): this call is outside it after all.
+        a.cmp(qword_ptr(r11 + WINDOW), 0)?;
+        a.je(done)?;
+    }
     // Room for this entry and exit and the exit of every open frame.
     a.mov(rax, qword_ptr(r10 + offset::RESERVED))?;
     a.sub(rax, qword_ptr(r10 + offset::CONSUMED))?;
@@ -422,6 +493,8 @@ fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
     let mut lost = a.create_label();
     let mut resync = a.create_label();
     let mut ours = a.create_label();
+    let mut back = a.create_label();
+    let mut fatal = a.create_label();
     // This frame's return slot, kept for the final `ret`, once every register the stub uses
     // is pushed below it.
     const SLOT: i32 = 72;
@@ -443,7 +516,8 @@ fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
     a.cmp(qword_ptr(rcx + offset::SLOT), r8)?;
     a.je(ours)?;
     a.ja(lost)?;
-    // Below this frame: left without returning.
+    // Below this frame: left without returning, or on another stack.
+    unhook_dropped(&mut a, place.exit)?;
     close_word(&mut a, kind::UNWOUND)?;
     emit(&mut a)?;
     a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
@@ -454,6 +528,7 @@ fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
     emit(&mut a)?;
     a.mov(r9, qword_ptr(rcx + offset::RET))?;
     a.dec(qword_ptr(r10 + offset::SHADOW_DEPTH))?;
+    a.set_label(&mut back)?;
     a.mov(qword_ptr(r10 + offset::BUSY), 0)?;
     // The real return address back into the slot the `ret` took it from, every register as
     // it was, and a `ret` through the slot.
@@ -463,8 +538,12 @@ fn assemble_exit(place: Place) -> Result<Vec<u8>, IcedError> {
     }
     a.ret()?;
 
+    // Not on the shadow stack: a copy of the exit stub's address of a dropped frame.
     a.set_label(&mut lost)?;
+    find_orphan(&mut a, fatal)?;
+    a.jmp(back)?;
+    a.set_label(&mut fatal)?;
     a.ud2()?;
-    slot::slow_path(&mut a, slow, lost)?;
+    slot::slow_path(&mut a, slow, fatal)?;
     a.assemble(place.exit)
 }

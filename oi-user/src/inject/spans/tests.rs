@@ -1,7 +1,7 @@
 //! The stubs run in this process (`local`), called in place of the functions they hook:
 //! exact trees from known call patterns, the window, tail calls, return values in every
 //! return register, eight integer arguments and varargs, a full ring, a signal handler's
-//! calls, threads, and the reader on hostile bytes.
+//! calls, threads, a stack switch, and the reader on hostile bytes.
 
 use std::{
     ffi::{CStr, c_char, c_int},
@@ -947,4 +947,141 @@ fn every_general_register_survives_a_hooked_call_as_interprocedural_allocation_e
     let mut nodes = Nodes::new(1 << 32, 1024, None, None);
     spans.drain_into(&mut nodes);
     assert_eq!(nodes.counters.windows_closed, 1, "the call was hooked");
+}
+
+/// Where the stack-switch test keeps its two contexts (`ucontext_t`s it leaked).
+static MAIN_CTX: AtomicU64 = AtomicU64::new(0);
+static CO_CTX: AtomicU64 = AtomicU64::new(0);
+static CO_LEAVES: AtomicU64 = AtomicU64::new(0);
+const YIELD: usize = 4;
+
+/// The hooked `co_yield`: a tail call of `swapcontext(CO_CTX, MAIN_CTX)`, as GCC makes one at
+/// -O2, so that the context is saved with the exit stub's address as where it resumes.
+fn yield_code() -> crate::inject::record::local::Mapping {
+    use iced_x86::code_asm::*;
+    crate::inject::record::local::executable(64, |at| {
+        let mut a = CodeAssembler::new(64).map_err(asm)?;
+        a.mov(rdi, CO_CTX.load(Ordering::Acquire)).map_err(asm)?;
+        a.mov(rsi, MAIN_CTX.load(Ordering::Acquire)).map_err(asm)?;
+        a.mov(rax, libc::swapcontext as *const () as u64)
+            .map_err(asm)?;
+        a.jmp(rax).map_err(asm)?;
+        a.assemble(at).map_err(asm)
+    })
+    .unwrap()
+}
+
+/// The coroutine, on its own stack: leaf, then a switch back to the main context, 3 times.
+extern "C" fn co_body() {
+    for i in 0..3 {
+        CO_LEAVES.fetch_add(stub::<U2U>(LEAF)(10 + i), Ordering::AcqRel);
+        stub::<extern "C" fn()>(YIELD)();
+    }
+}
+
+/// The entry function: resumes the coroutine four times (the fourth lets it finish and
+/// return to this context), and calls leaf after each switch back.
+extern "C" fn w_swap(_: u64) -> u64 {
+    let (main, co) = (
+        MAIN_CTX.load(Ordering::Acquire) as *mut libc::ucontext_t,
+        CO_CTX.load(Ordering::Acquire) as *mut libc::ucontext_t,
+    );
+    let mut acc = 0;
+    for i in 0..4 {
+        // SAFETY: both contexts are live, leaked by the test; the coroutine's was made by
+        // makecontext on a stack that outlives it, and links back to `main`.
+        assert_eq!(unsafe { libc::swapcontext(main, co) }, 0);
+        acc += stub::<U2U>(LEAF)(i);
+    }
+    acc
+}
+
+#[test]
+fn a_stack_switch_puts_back_the_returns_of_frames_left_on_the_other_stack() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let leak = || Box::into_raw(Box::new(std::mem::MaybeUninit::<libc::ucontext_t>::zeroed()));
+    let (main, co) = (
+        leak().cast::<libc::ucontext_t>(),
+        leak().cast::<libc::ucontext_t>(),
+    );
+    // Below this thread's stack, as a coroutine stack in the heap is below the main thread's:
+    // asked for at a low address, which the kernel gives when it is free.
+    const STACK: usize = 64 * 1024;
+    // SAFETY: a fresh private anonymous mapping, never unmapped (the coroutine's context may
+    // point into it until the process ends).
+    let at = unsafe {
+        libc::mmap(
+            0x2000_0000 as *mut libc::c_void,
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(at, libc::MAP_FAILED);
+    let here = 0u64;
+    assert!(
+        (at as u64) < &here as *const u64 as u64,
+        "the stack is below ours"
+    );
+    // SAFETY: `co` is a zeroed ucontext_t of ours; getcontext fills it, and makecontext gets a
+    // stack that lives to the end of the process (mapped above) and a link to `main`, filled
+    // by swapcontext before the coroutine can finish.
+    unsafe {
+        assert_eq!(libc::getcontext(co), 0);
+        (*co).uc_stack.ss_sp = at;
+        (*co).uc_stack.ss_size = STACK;
+        (*co).uc_link = main;
+        libc::makecontext(co, co_body, 0);
+    }
+    MAIN_CTX.store(main as u64, Ordering::Release);
+    CO_CTX.store(co as u64, Ordering::Release);
+    let code = yield_code();
+    let spans = LocalSpans::new(
+        small(),
+        &[
+            Hook {
+                function: 0,
+                window: true,
+                original: addr(w_swap as *const ()),
+                unwinding: None,
+            },
+            Hook {
+                function: 2,
+                window: false,
+                original: addr(leaf as *const ()),
+                unwinding: None,
+            },
+            Hook {
+                function: 4,
+                window: false,
+                original: code.addr(),
+                unwinding: None,
+            },
+        ],
+    )
+    .unwrap();
+    STUB[LEAF].store(spans.entry(1), Ordering::Release);
+    STUB[YIELD].store(spans.entry(2), Ordering::Release);
+    CO_LEAVES.store(0, Ordering::Release);
+    let hooked: U2U = as_fn(spans.entry(0));
+    assert_eq!(hooked(0), 1 + 2 + 3 + 4);
+    assert_eq!(CO_LEAVES.load(Ordering::Acquire), 11 + 12 + 13);
+
+    // Each switch back left the yield's frame on the coroutine's stack, hooked: the leaf call
+    // after it dropped the entry and put the real return address back; the coroutine's context
+    // had saved the exit stub's address, and resumed through the orphans.
+    let t = spans.totals();
+    assert_eq!((t.resynced, t.orphan_returns), (3, 3));
+    let mut nodes = Nodes::new(1 << 32, 1024, None, None);
+    spans.drain_into(&mut nodes);
+    // The coroutine's calls show under the entry, whose frame was the newest on the shadow
+    // stack when it switched.
+    assert_eq!(
+        shape(&nodes.nodes()),
+        vec![(vec![0], 1), (vec![0, 2], 4 + 3), (vec![0, 4], 3)]
+    );
+    assert_eq!((nodes.counters.abandoned, nodes.counters.unmatched), (3, 0));
+    assert_eq!(spans.totals().open, 0);
 }
