@@ -69,6 +69,7 @@ pub fn run(minutes: u64) -> Result<()> {
     let mut rss_first_minute = 0u64;
     let mut rss_after = 0u64;
     let mut next_poll = Instant::now();
+    let mut printed_minute = None;
     while started.elapsed() < window {
         for f in &fixtures {
             f.signal(SIGUSR1);
@@ -85,10 +86,12 @@ pub fn run(minutes: u64) -> Result<()> {
             } else {
                 rss_after = rss_after.max(rss);
             }
-            if started.elapsed().as_secs().is_multiple_of(60) {
+            let minute = started.elapsed().as_secs() / 60;
+            if printed_minute != Some(minute) {
+                printed_minute = Some(minute);
                 println!(
                     "  {:>4} s: agent VmRSS {rss} KiB, rounds {rounds:?}",
-                    started.elapsed().as_secs()
+                    minute * 60
                 );
             }
         }
