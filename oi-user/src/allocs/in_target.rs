@@ -397,7 +397,8 @@ fn place(
         let wrapper = seg
             .code_at(record::wrapper::MAX_LEN)
             .map_err(|e| e.to_string())?;
-        let code = record::wrapper(c.shape, wrapper, at, data).map_err(|e| e.to_string())?;
+        let code = record::wrapper(c.shape, record::Sampling::Off, wrapper, at, data)
+            .map_err(|e| e.to_string())?;
         seg.write(wrapper, &code).map_err(|e| e.to_string())?;
         sites.push(Site { relocated, wrapper });
     }
