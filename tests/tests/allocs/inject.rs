@@ -275,9 +275,13 @@ fn journey(optimised: bool) {
             .as_array()
             .unwrap()
             .iter()
-            .any(|n| n.as_str().unwrap().starts_with("sites")),
-        "the report says sites need stacks"
+            .any(|n| n.as_str().unwrap().starts_with("lifetimes per site")),
+        "the report says sites have no lifetimes"
     );
+    // Sampled by default (512 KiB on average): sites are estimates, and say so.
+    assert_eq!(report["sampled"], true);
+    assert_eq!(report["sampling"]["mode"], "bytes");
+    assert_eq!(report["sampling"]["mean_bytes"], 512 << 10);
     assert!(fx.finish().success());
 }
 
@@ -339,7 +343,15 @@ fn inject_text_report_names_mechanisms_and_what_is_missing() {
     }
     let mut fx = Fixture::start(&fixture(false), &["1", "1", "20"]);
     let pid = fx.pid.to_string();
-    let tracer = OiTrace::attached(&["allocs", "--pid", &pid, "--mechanism", "inject"]);
+    let tracer = OiTrace::attached(&[
+        "allocs",
+        "--pid",
+        &pid,
+        "--mechanism",
+        "inject",
+        "--every",
+        "1",
+    ]);
     fx.signal(SIGUSR1);
     let [allocs, ..] = counts(&fx.stdout.expect("counts", Duration::from_secs(60)));
     tracer.signal(SIGINT);
@@ -362,10 +374,13 @@ fn inject_text_report_names_mechanisms_and_what_is_missing() {
         "{text}"
     );
     assert!(
-        text.contains("not available: sites, types and classes"),
+        text.lines().any(
+            |l| l.starts_with("sites, types and classes: estimated from ")
+                && l.contains("(every allocation;")
+        ),
         "{text}"
     );
-    assert!(!text.contains("top sites"), "no empty tables: {text}");
+    assert!(text.contains("top sites by bytes:"), "{text}");
     assert!(fx.finish().success());
 }
 
@@ -373,10 +388,7 @@ fn inject_text_report_names_mechanisms_and_what_is_missing() {
 #[test]
 fn inject_refuses_options_it_cannot_honour() {
     for option in [
-        &["--every", "10"][..],
-        &["--sample-bytes", "4096"],
-        &["--folded", "/tmp/x.folded"],
-        &["--pprof", "/tmp/x.pb.gz"],
+        &["--pprof-lifetimes", "/tmp/x.pb.gz"][..],
         &["--cgroup", "/sys/fs/cgroup"],
     ] {
         let mut args = vec!["allocs", "--mechanism", "inject"];

@@ -15,7 +15,8 @@
 //! sampled with probability 1 − exp(−n / mean), whatever came before it, and the tracer
 //! weighs it by the inverse. The overshoot of a crossing is dropped, not carried: by the
 //! process's memorylessness the next point after the allocation's end is a fresh draw away.
-//! The draws are the tracer's (`Header::draws_offset`, taken in turn by each thread): no
+//! The draws are the tracer's (`Header::draws_offset`, taken by each thread in an order of its
+//! own count, see [`draw`]): no
 //! random number generator and no floating point in the target. With `--every N` every draw
 //! is N and the countdown counts calls.
 //!
@@ -37,7 +38,8 @@
 use iced_x86::IcedError;
 use iced_x86::code_asm::*;
 use oi_common::inject::{
-    DRAWS, RECORD_HEADER, RECORD_SHIFT, SAMPLED_BIT, STACK_WINDOW, offset, sample_mode,
+    DRAWS, HASH_MULTIPLIER, RECORD_HEADER, RECORD_SHIFT, SAMPLED_BIT, STACK_WINDOW, offset,
+    sample_mode,
 };
 
 use super::table::frame;
@@ -95,11 +97,17 @@ pub(super) fn emit(a: &mut CodeAssembler, sampling: Sampling, entry: u64) -> Res
     Ok(())
 }
 
-/// rax = the thread's next draw. Clobbers the flags.
+/// rax = the thread's next draw: the table's entry at the top bits of (draws taken × an odd
+/// constant), a Weyl sequence that never repeats a cycle of the table, so a program whose
+/// allocations repeat with the table's period (its draws add up to 1024 × the mean, a power
+/// of two when the mean is) is not sampled at the same places each cycle. Clobbers rcx and
+/// the flags.
 fn draw(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.mov(rax, qword_ptr(rbx + offset::DRAWS))?;
     a.inc(qword_ptr(rbx + offset::DRAWS))?;
-    a.and(eax, (DRAWS - 1) as u32)?;
+    a.mov(rcx, HASH_MULTIPLIER)?;
+    a.imul_2(rax, rcx)?;
+    a.shr(rax, 64 - DRAWS.trailing_zeros())?;
     a.shl(rax, 3)?;
     a.add(rax, qword_ptr(r10 + offset::DRAWS_OFFSET))?;
     a.mov(rax, qword_ptr(r10 + rax))?;
