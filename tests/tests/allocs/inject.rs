@@ -336,8 +336,9 @@ fn uprobes_count_the_inject_fixture_the_same() {
     assert!(fx.finish().success());
 }
 
-/// The readable report says what was patched, what was left to malloc/free, and what this
-/// mechanism does not report, instead of empty tables.
+/// The readable report says what was patched, what was left to malloc/free, what this
+/// mechanism does not report, and its sampled sites; `--folded` (its weights add up to the
+/// fixture's bytes with every allocation sampled) and `--pprof` are written from them.
 #[test]
 fn inject_text_report_names_mechanisms_and_what_is_missing() {
     if !privileged() {
@@ -345,6 +346,8 @@ fn inject_text_report_names_mechanisms_and_what_is_missing() {
     }
     let mut fx = Fixture::start(&fixture(false), &["1", "1", "20"]);
     let pid = fx.pid.to_string();
+    let dir = oi_e2e::TempDir::new("inject-outputs");
+    let (folded, pprof) = (dir.file("heap.folded"), dir.file("heap.pb.gz"));
     let tracer = OiTrace::attached(&[
         "allocs",
         "--pid",
@@ -353,9 +356,13 @@ fn inject_text_report_names_mechanisms_and_what_is_missing() {
         "inject",
         "--every",
         "1",
+        "--folded",
+        folded.to_str().unwrap(),
+        "--pprof",
+        pprof.to_str().unwrap(),
     ]);
     fx.signal(SIGUSR1);
-    let [allocs, ..] = counts(&fx.stdout.expect("counts", Duration::from_secs(60)));
+    let [allocs, _, bytes, ..] = counts(&fx.stdout.expect("counts", Duration::from_secs(60)));
     tracer.signal(SIGINT);
     let out = tracer.finish(Duration::from_secs(60));
     assert!(out.status.success(), "oi-trace failed: {out:#?}");
@@ -383,6 +390,14 @@ fn inject_text_report_names_mechanisms_and_what_is_missing() {
         "{text}"
     );
     assert!(text.contains("top sites by bytes:"), "{text}");
+    let weights: u64 = std::fs::read_to_string(&folded)
+        .expect("folded stacks written")
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(weights, bytes, "folded bytes");
+    let profile = std::fs::read(&pprof).expect("pprof written");
+    assert_eq!(&profile[..2], &[0x1f, 0x8b], "gzipped");
     assert!(fx.finish().success());
 }
 
