@@ -27,8 +27,9 @@
 //! stack is known to have: a thread created by glibc has its descriptor (the thread pointer,
 //! `fs:[0]`) at the top of its stack, the main thread's stack ends where the tracer read its
 //! `[stack]` mapping to end (`Header::main_stack_end`); a stack pointer below neither within
-//! [`STACK_SPAN`] (a stack of the program's own: a fiber, a signal stack) copies only up to the
-//! end of the page that holds the return address, which the call just wrote. A full ring
+//! [`THREAD_STACK_SPAN`] or [`MAIN_STACK_SPAN`] (a stack of the program's own: a fiber, a
+//! signal stack) copies only up to the end of the page that holds the return address, which
+//! the call just wrote. A full ring
 //! overwrites its oldest records; the tracer counts what it lost.
 //!
 //! Registers: keeps rdi, rsi (the block and its size, for the table), rbx, r10, r12–r15 and
@@ -65,8 +66,16 @@ impl Sampling {
     }
 }
 
-/// How far below the end of a known stack a stack pointer may be and still be on it.
-pub const STACK_SPAN: u64 = 256 << 20;
+/// How far below a glibc thread's thread pointer a stack pointer may be and still be on that
+/// thread's stack: glibc's default thread stack (RLIMIT_STACK, 8 MiB on most systems), all of
+/// it one mapping. A deeper stack pointer copies only its page (a shorter walk, counted); a
+/// thread given a smaller stack with a mapping of its own right below is the remaining risk
+/// (docs/inject.md, "Known limits").
+pub const THREAD_STACK_SPAN: u64 = 8 << 20;
+/// How far below the main thread's stack end a stack pointer may be and still be on it: the
+/// kernel places no `mmap` within 128 MiB (plus the guard gap) below the stack's top unless
+/// asked for a fixed address, so nothing but the stack lies in this span.
+pub const MAIN_STACK_SPAN: u64 = 120 << 20;
 
 /// Emits the decision and, when sampled, the record, for the block at rdi of rsi requested
 /// bytes whose usable size, tsc and thread index are in the frame already. `entry` is the
@@ -157,7 +166,7 @@ fn record(a: &mut CodeAssembler, entry: u64) -> Result<(), IcedError> {
     a.jbe(main)?;
     a.mov(rdx, rax)?;
     a.sub(rdx, rsi)?;
-    a.cmp(rdx, STACK_SPAN as i32)?;
+    a.cmp(rdx, THREAD_STACK_SPAN as i32)?;
     a.jbe(have_end)?;
     a.set_label(&mut main)?;
     a.mov(rax, qword_ptr(r10 + offset::MAIN_STACK_END))?;
@@ -165,7 +174,7 @@ fn record(a: &mut CodeAssembler, entry: u64) -> Result<(), IcedError> {
     a.jbe(page)?;
     a.mov(rdx, rax)?;
     a.sub(rdx, rsi)?;
-    a.cmp(rdx, STACK_SPAN as i32)?;
+    a.cmp(rdx, MAIN_STACK_SPAN as i32)?;
     a.jbe(have_end)?;
     a.set_label(&mut page)?;
     // The end of the page of the return address.
