@@ -2,7 +2,9 @@
 //! target adds to a malloc + free pair, beside today's uprobe path and bpftrace's accounting
 //! script (their added costs measured by `bench::allocs` in the same run), beside heaptrack
 //! attached with `heaptrack -p` (Debian's package, `cargo xtask setup`), and a 4-thread run at
-//! full speed with what it could not count (`no_slot`, `table_full`).
+//! full speed with what it could not count (`no_slot`, `table_full`). The rows run with the
+//! default sampling (a stack every 512 KiB on average), and one with `--every 1` (every
+//! allocation's stack copied and unwound) beside it.
 //!
 //! A wrapped pair costs tens of ns, not µs: these runs make millions of pairs, in a fixture of
 //! their own. The 1-thread cost comes from interleaved rounds (no probes, then oi-trace
@@ -38,7 +40,7 @@ pub fn run(
 ) -> Result<()> {
     let pairs: u64 = if quick { 200_000 } else { 2_000_000 };
     let runs = if quick { 3 } else { 7 };
-    let inject = one_thread(binary, pairs, runs)?;
+    let inject = one_thread(binary, pairs, runs, &[])?;
     figures.push(Figure {
         name: format!(
             "allocs --mechanism inject: cost per malloc+free pair attached, median of {runs} \
@@ -49,6 +51,20 @@ pub fn run(
         unit: "ns",
         goal: "≤ 60 ns".into(),
         pass: Some(inject <= 60.0),
+    });
+    // The sampling's slow path on every allocation: its stack copied and unwound.
+    let every = one_thread(binary, pairs, runs, &["--every", "1"])?;
+    figures.push(Figure {
+        name: format!(
+            "allocs --mechanism inject --every 1 (every allocation's stack taken): cost per \
+             malloc+free pair attached, median of {runs} interleaved rounds (baseline: the \
+             default sampling, this run)"
+        ),
+        value: every,
+        baseline: inject,
+        unit: "ns",
+        goal: "report".into(),
+        pass: None,
     });
     figures.push(Figure {
         name: "allocs --mechanism inject: cost per malloc+free pair attached (baseline: \
@@ -78,14 +94,15 @@ pub fn run(
     threads(binary, pairs, runs, figures)
 }
 
-/// The median added ns per pair of `allocs --mechanism inject`, one thread.
-fn one_thread(binary: &std::path::Path, pairs: u64, runs: usize) -> Result<f64> {
+/// The median added ns per pair of `allocs --mechanism inject` with `extra` options, one
+/// thread.
+fn one_thread(binary: &std::path::Path, pairs: u64, runs: usize, extra: &[&str]) -> Result<f64> {
     let mut fixture = Fixture::start(binary, &["1", &pairs.to_string()]);
     let pid = fixture.pid.to_string();
     let mut added = Vec::new();
     for _ in 0..runs {
         let free = per_pair_ns(&mut fixture, pairs, 1)?;
-        let tracer = attach(&pid);
+        let tracer = attach(&pid, extra);
         let attached = per_pair_ns(&mut fixture, pairs, 1)?;
         finish(tracer)?;
         added.push(attached - free);
@@ -104,7 +121,7 @@ fn threads(
     let mut fixture = Fixture::start(binary, &["4", &pairs.to_string()]);
     let pid = fixture.pid.to_string();
     let none = per_pair_ns(&mut fixture, pairs, runs)?;
-    let tracer = attach(&pid);
+    let tracer = attach(&pid, &[]);
     let attached = per_pair_ns(&mut fixture, pairs, runs)?;
     let report = finish(tracer)?;
     let allocs = report["totals"]["allocs"].as_u64().unwrap_or(0);
@@ -132,9 +149,9 @@ fn threads(
     Ok(())
 }
 
-/// `oi-trace allocs --mechanism inject` attached to `pid`.
-fn attach(pid: &str) -> OiTrace {
-    OiTrace::attached(&[
+/// `oi-trace allocs --mechanism inject` attached to `pid`, with `extra` options.
+fn attach(pid: &str, extra: &[&str]) -> OiTrace {
+    let mut args = vec![
         "allocs",
         "--pid",
         pid,
@@ -142,7 +159,9 @@ fn attach(pid: &str) -> OiTrace {
         "inject",
         "--format",
         "json",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    OiTrace::attached(&args)
 }
 
 /// Detaches and reads the report, which must say that the run was counted in the target.

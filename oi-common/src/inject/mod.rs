@@ -20,6 +20,14 @@
 //!   (odd: being written), writes the fields, then stores the address; a free takes it back by
 //!   compare-and-exchange of the address to 0. A block that finds no free entry is counted in
 //!   `Header::table_full`.
+//! - With sampling on ([`Sampling`]): [`DRAWS`] words of sampling intervals the tracer drew,
+//!   then `ring_entries` × [`SampleRecord`] ([`RECORD_SIZE`] bytes each): the sampled
+//!   allocations, each with its caller's registers and a copy of the top of its stack. A
+//!   writer claims record `head` by `lock xadd` on `Header::ring_head` (never waiting), stores
+//!   its `seq` 0, the fields and the stack, then `seq` = its number + 1; the tracer reads the
+//!   records from its own count up to `ring_head` and keeps a record only when `seq` is the
+//!   expected one before and after the copy. A record overwritten before the tracer read it
+//!   is counted by the tracer as dropped (the head says how many were written).
 //!
 //! The tracer never writes after setup; every word the target can write is untrusted when read
 //! back (`oi-user`'s `inject::record::Snapshot` parses it bounded).
@@ -31,7 +39,7 @@ pub mod spans;
 /// `Header::magic`: "OIREC\0\0\x01" read as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"OIREC\0\0\x01");
 /// `Header::version`: changes with any change of this layout.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 
 /// Bytes of the header; the thread slots start here.
 pub const HEADER_SIZE: u64 = 320;
@@ -54,6 +62,33 @@ pub const HASH_MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Bounds of [`DataLayout`], so that a header read back can be checked before it is believed.
 pub const MAX_SLOTS: u64 = 1 << 16;
 pub const MAX_TABLE_SLOTS: u64 = 1 << 24;
+pub const MAX_RING_ENTRIES: u64 = 1 << 16;
+
+/// Sampling intervals the tracer draws into the data part; a thread takes them in turn (its
+/// `ThreadSlot::draws` modulo this).
+pub const DRAWS: u64 = 1024;
+/// Bytes of one [`SampleRecord`] with its stack copy (a power of two: records are indexed by
+/// a shift).
+pub const RECORD_SIZE: u64 = 4096;
+pub const RECORD_SHIFT: u32 = 12;
+/// Bytes of the fields before the stack copy; the copy takes the rest of the record.
+pub const RECORD_HEADER: u64 = 128;
+/// Most bytes of stack a record holds, from the caller's stack pointer up.
+pub const STACK_WINDOW: u64 = RECORD_SIZE - RECORD_HEADER;
+/// `Block::thread`'s bit that says the block's allocation was sampled (its record has its
+/// address and tsc).
+pub const SAMPLED_BIT: u32 = 63;
+
+/// `Header::sample_mode`: what the thread's countdown counts down.
+pub mod sample_mode {
+    /// No sampling: the wrappers have no sampling code; no draws, no ring.
+    pub const OFF: u64 = 0;
+    /// Requested bytes: an allocation is sampled when the countdown crosses 0 inside it; the
+    /// draws are exponential with the mean `--sample-bytes` (a Poisson process over bytes).
+    pub const BYTES: u64 = 1;
+    /// Calls: every Nth allocation (`--every N`; every draw is N).
+    pub const CALLS: u64 = 2;
+}
 
 /// `Header::usable_rule`: how an allocation's usable size is found (the same rules as the
 /// uprobe path's `allocs::hooks::Blocks`).
@@ -66,8 +101,8 @@ pub mod usable {
     pub const JEMALLOC: u64 = 2;
 }
 
-/// The header. The tracer fills everything up to `_reserved0` and `bucket_ns` before the first
-/// wrapper runs; target threads only add to `no_slot` and `table_full`.
+/// The header. The tracer fills everything before `no_slot` before the first wrapper runs;
+/// target threads only add to `no_slot`, `table_full` and `ring_head`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -87,7 +122,18 @@ pub struct Header {
     pub usable_rule: u64,
     /// How many of `bucket_ns` are used (at most [`MAX_BUCKETS`]).
     pub bounds: u64,
-    pub _reserved0: [u64; 6],
+    /// One of [`sample_mode`], and its mean interval (bytes or calls).
+    pub sample_mode: u64,
+    pub sample_period: u64,
+    /// Offsets from the start of the region of the draws and of the sample ring, and the
+    /// ring's entries − 1 (a power of two minus one); all 0 without sampling.
+    pub draws_offset: u64,
+    pub ring_offset: u64,
+    pub ring_mask: u64,
+    /// The end of the main thread's stack mapping (`[stack]`), the bound of its stack copies;
+    /// other threads' stacks end at their thread pointer (glibc puts a thread's descriptor at
+    /// the top of its stack).
+    pub main_stack_end: u64,
     /// Lifetime bucket bounds in ns, ascending: a freed block goes to the bucket numbered by how
     /// many bounds its lifetime reaches (`allocs`' rule).
     pub bucket_ns: [u64; MAX_BUCKETS],
@@ -100,7 +146,9 @@ pub struct Header {
     /// in the allocation totals, absent from the live blocks; their frees are unknown frees
     /// (see [`ThreadSlot::unknown_frees`]).
     pub table_full: u64,
-    pub _reserved2: [u64; 6],
+    /// Sample records claimed so far (the next one's number).
+    pub ring_head: u64,
+    pub _reserved2: [u64; 5],
 }
 
 impl Header {
@@ -120,11 +168,18 @@ impl Header {
         put(offset::NS_PER_TICK_Q32, self.ns_per_tick_q32);
         put(offset::USABLE_RULE, self.usable_rule);
         put(offset::BOUNDS, self.bounds);
+        put(offset::SAMPLE_MODE, self.sample_mode);
+        put(offset::SAMPLE_PERIOD, self.sample_period);
+        put(offset::DRAWS_OFFSET, self.draws_offset);
+        put(offset::RING_OFFSET, self.ring_offset);
+        put(offset::RING_MASK, self.ring_mask);
+        put(offset::MAIN_STACK_END, self.main_stack_end);
         for (i, b) in self.bucket_ns.iter().enumerate() {
             put(offset::BUCKET_NS + 8 * i as u64, *b);
         }
         put(offset::NO_SLOT, self.no_slot);
         put(offset::TABLE_FULL, self.table_full);
+        put(offset::RING_HEAD, self.ring_head);
         out
     }
 }
@@ -165,7 +220,12 @@ pub struct ThreadSlot {
     pub reallocs: u64,
     /// Hooked calls made inside another hooked call of the same thread: passed through.
     pub nested: u64,
-    pub _reserved: [u64; 4],
+    /// Sampling: what is left before the next sample (bytes or calls; signed, ≤ 0: take
+    /// one), the draws taken (0: the countdown was never drawn), the samples taken.
+    pub countdown: u64,
+    pub draws: u64,
+    pub samples: u64,
+    pub _reserved: [u64; 1],
     /// Freed blocks by lifetime: < bound 0, < bound 1, …, ≥ the last bound used.
     pub lifetimes: [u64; MAX_BUCKETS + 1],
 }
@@ -180,8 +240,31 @@ pub struct Block {
     pub usable: u64,
     /// `rdtsc` when the allocation returned.
     pub tsc: u64,
-    /// The allocating thread's slot index.
+    /// The allocating thread's slot index; bit [`SAMPLED_BIT`] set when it was sampled.
     pub thread: u64,
+}
+
+/// One sampled allocation, at the start of a [`RECORD_SIZE`]-byte record; the bytes of the
+/// caller's stack from `sp` up follow at [`RECORD_HEADER`] (`stack_len` of them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleRecord {
+    /// 0 while being written; the record's number + 1 once written.
+    pub seq: u64,
+    /// The block, its requested and usable bytes, `rdtsc` when it returned, the thread slot.
+    pub addr: u64,
+    pub size: u64,
+    pub usable: u64,
+    pub tsc: u64,
+    pub thread: u64,
+    /// The allocator's caller as the allocator's return left it: its pc (the return
+    /// address), its stack pointer (after the return) and rbp.
+    pub pc: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of the stack copied.
+    pub stack_len: u64,
+    pub _reserved: [u64; 6],
 }
 
 /// Sizes and offsets of the data part.
@@ -191,6 +274,9 @@ pub struct DataLayout {
     pub slots: u64,
     /// Live-table entries, a power of two in 1..=[`MAX_TABLE_SLOTS`].
     pub table_slots: u64,
+    /// Sample records: 0 (no sampling: no draws, no ring) or a power of two up to
+    /// [`MAX_RING_ENTRIES`].
+    pub ring_entries: u64,
 }
 
 impl DataLayout {
@@ -198,6 +284,7 @@ impl DataLayout {
     pub const DEFAULT: DataLayout = DataLayout {
         slots: 1024,
         table_slots: 1 << 20,
+        ring_entries: 0,
     };
 
     /// A layout of these sizes, if both are powers of two within bounds.
@@ -207,10 +294,40 @@ impl DataLayout {
             && table_slots.is_power_of_two()
             && table_slots <= MAX_TABLE_SLOTS
         {
-            Some(DataLayout { slots, table_slots })
+            Some(DataLayout {
+                slots,
+                table_slots,
+                ring_entries: 0,
+            })
         } else {
             None
         }
+    }
+
+    /// This layout with a sample ring of `entries` records (0: none), if a power of two
+    /// within bounds.
+    pub const fn with_ring(self, entries: u64) -> Option<DataLayout> {
+        if entries == 0 || (entries.is_power_of_two() && entries <= MAX_RING_ENTRIES) {
+            Some(DataLayout {
+                ring_entries: entries,
+                ..self
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Where the draws start (after the table, aligned to a page), and the ring after them.
+    pub const fn draws_offset(&self) -> u64 {
+        (self.table_offset() + self.table_slots * BLOCK_SIZE).next_multiple_of(4096)
+    }
+
+    pub const fn ring_offset(&self) -> u64 {
+        self.draws_offset() + DRAWS * 8
+    }
+
+    pub const fn record_offset(&self, index: u64) -> u64 {
+        self.ring_offset() + index * RECORD_SIZE
     }
 
     pub const fn slots_offset(&self) -> u64 {
@@ -231,7 +348,11 @@ impl DataLayout {
 
     /// Bytes of the whole region.
     pub const fn size(&self) -> u64 {
-        self.table_offset() + self.table_slots * BLOCK_SIZE
+        if self.ring_entries == 0 {
+            self.table_offset() + self.table_slots * BLOCK_SIZE
+        } else {
+            self.record_offset(self.ring_entries)
+        }
     }
 
     /// The header the tracer writes at offset 0 before any wrapper runs. `bucket_ns` beyond
@@ -251,13 +372,42 @@ impl DataLayout {
             ns_per_tick_q32,
             usable_rule,
             bounds: used as u64,
-            _reserved0: [0; 6],
+            sample_mode: sample_mode::OFF,
+            sample_period: 0,
+            draws_offset: 0,
+            ring_offset: 0,
+            ring_mask: 0,
+            main_stack_end: 0,
             bucket_ns: bounds,
             _reserved1: [0; 1],
             no_slot: 0,
             table_full: 0,
-            _reserved2: [0; 6],
+            ring_head: 0,
+            _reserved2: [0; 5],
         }
+    }
+
+    /// `header` with sampling on: `mode` (one of [`sample_mode`]) of mean `period`, the main
+    /// thread's stack end. `None` when this layout has no ring.
+    pub fn sampled(
+        &self,
+        header: Header,
+        mode: u64,
+        period: u64,
+        main_stack_end: u64,
+    ) -> Option<Header> {
+        if self.ring_entries == 0 || mode == sample_mode::OFF {
+            return None;
+        }
+        Some(Header {
+            sample_mode: mode,
+            sample_period: period,
+            draws_offset: self.draws_offset(),
+            ring_offset: self.ring_offset(),
+            ring_mask: self.ring_entries - 1,
+            main_stack_end,
+            ..header
+        })
     }
 }
 
@@ -277,8 +427,15 @@ pub mod offset {
     pub const USABLE_RULE: u64 = offset_of!(Header, usable_rule) as u64;
     pub const BOUNDS: u64 = offset_of!(Header, bounds) as u64;
     pub const BUCKET_NS: u64 = offset_of!(Header, bucket_ns) as u64;
+    pub const SAMPLE_MODE: u64 = offset_of!(Header, sample_mode) as u64;
+    pub const SAMPLE_PERIOD: u64 = offset_of!(Header, sample_period) as u64;
+    pub const DRAWS_OFFSET: u64 = offset_of!(Header, draws_offset) as u64;
+    pub const RING_OFFSET: u64 = offset_of!(Header, ring_offset) as u64;
+    pub const RING_MASK: u64 = offset_of!(Header, ring_mask) as u64;
+    pub const MAIN_STACK_END: u64 = offset_of!(Header, main_stack_end) as u64;
     pub const NO_SLOT: u64 = offset_of!(Header, no_slot) as u64;
     pub const TABLE_FULL: u64 = offset_of!(Header, table_full) as u64;
+    pub const RING_HEAD: u64 = offset_of!(Header, ring_head) as u64;
 
     pub const OWNER: u64 = offset_of!(ThreadSlot, owner) as u64;
     pub const DEPTH: u64 = offset_of!(ThreadSlot, depth) as u64;
@@ -292,6 +449,9 @@ pub mod offset {
     pub const FAILED: u64 = offset_of!(ThreadSlot, failed) as u64;
     pub const REALLOCS: u64 = offset_of!(ThreadSlot, reallocs) as u64;
     pub const NESTED: u64 = offset_of!(ThreadSlot, nested) as u64;
+    pub const COUNTDOWN: u64 = offset_of!(ThreadSlot, countdown) as u64;
+    pub const DRAWS: u64 = offset_of!(ThreadSlot, draws) as u64;
+    pub const SAMPLES: u64 = offset_of!(ThreadSlot, samples) as u64;
     pub const LIFETIMES: u64 = offset_of!(ThreadSlot, lifetimes) as u64;
 
     pub const ADDR: u64 = offset_of!(Block, addr) as u64;
@@ -299,6 +459,23 @@ pub mod offset {
     pub const USABLE: u64 = offset_of!(Block, usable) as u64;
     pub const TSC: u64 = offset_of!(Block, tsc) as u64;
     pub const THREAD: u64 = offset_of!(Block, thread) as u64;
+
+    /// [`SampleRecord`](super::SampleRecord)'s fields.
+    pub mod record {
+        use super::super::SampleRecord;
+        use core::mem::offset_of;
+
+        pub const SEQ: u64 = offset_of!(SampleRecord, seq) as u64;
+        pub const ADDR: u64 = offset_of!(SampleRecord, addr) as u64;
+        pub const SIZE: u64 = offset_of!(SampleRecord, size) as u64;
+        pub const USABLE: u64 = offset_of!(SampleRecord, usable) as u64;
+        pub const TSC: u64 = offset_of!(SampleRecord, tsc) as u64;
+        pub const THREAD: u64 = offset_of!(SampleRecord, thread) as u64;
+        pub const PC: u64 = offset_of!(SampleRecord, pc) as u64;
+        pub const SP: u64 = offset_of!(SampleRecord, sp) as u64;
+        pub const BP: u64 = offset_of!(SampleRecord, bp) as u64;
+        pub const STACK_LEN: u64 = offset_of!(SampleRecord, stack_len) as u64;
+    }
 }
 
 // The wrappers and the reader rely on these sizes and on the counters' own cache line.
@@ -308,6 +485,8 @@ const _: () = {
     assert!(1 << SLOT_SHIFT == SLOT_SIZE);
     assert!(core::mem::size_of::<Block>() as u64 == BLOCK_SIZE);
     assert!(offset::NO_SLOT == 256);
+    assert!(core::mem::size_of::<SampleRecord>() as u64 == RECORD_HEADER);
+    assert!(1 << RECORD_SHIFT == RECORD_SIZE);
 };
 
 #[cfg(test)]
@@ -334,9 +513,34 @@ mod tests {
             DataLayout::new(4, 16),
             Some(DataLayout {
                 slots: 4,
-                table_slots: 16
+                table_slots: 16,
+                ring_entries: 0,
             })
         );
+        let l = DataLayout::new(4, 16).unwrap();
+        assert!(l.with_ring(3).is_none());
+        assert!(l.with_ring(MAX_RING_ENTRIES * 2).is_none());
+        let r = l.with_ring(8).unwrap();
+        assert_eq!(r.draws_offset() % 4096, 0);
+        assert!(r.draws_offset() >= l.size());
+        assert_eq!(r.ring_offset(), r.draws_offset() + DRAWS * 8);
+        assert_eq!(r.size(), r.ring_offset() + 8 * RECORD_SIZE);
+    }
+
+    #[test]
+    fn sampled_header_says_where_draws_and_ring_are() {
+        let l = DataLayout::new(8, 32).unwrap();
+        let h = l.header(1, usable::GLIBC, &[10]);
+        assert!(l.sampled(h, sample_mode::BYTES, 4096, 0).is_none());
+        let r = l.with_ring(16).unwrap();
+        let s = r.sampled(h, sample_mode::BYTES, 4096, 0x7fff_0000).unwrap();
+        assert_eq!((s.ring_mask, s.ring_offset), (15, r.ring_offset()));
+        let bytes = s.to_bytes();
+        let word =
+            |o: u64| u64::from_le_bytes(bytes[o as usize..o as usize + 8].try_into().unwrap());
+        assert_eq!(word(offset::SAMPLE_PERIOD), 4096);
+        assert_eq!(word(offset::DRAWS_OFFSET), r.draws_offset());
+        assert_eq!(word(offset::MAIN_STACK_END), 0x7fff_0000);
     }
 
     #[test]

@@ -209,12 +209,18 @@ impl SpansLayout {
             ns_per_tick_q32,
             usable_rule: 0,
             bounds: 0,
-            _reserved0: [0; 6],
+            sample_mode: super::sample_mode::OFF,
+            sample_period: 0,
+            draws_offset: 0,
+            ring_offset: 0,
+            ring_mask: 0,
+            main_stack_end: 0,
             bucket_ns: [0; crate::allocs::MAX_BUCKETS],
             _reserved1: [0; 1],
             no_slot: 0,
             table_full: 0,
-            _reserved2: [0; 6],
+            ring_head: 0,
+            _reserved2: [0; 5],
         }
     }
 }

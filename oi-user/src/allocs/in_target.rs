@@ -25,8 +25,11 @@
 //! it forks is found within a second and unpatched too (`forked`), and counted in the report.
 //!
 //! The report has the exact totals, requested and usable bytes, frees, live blocks and the
-//! lifetime histogram (`record::Snapshot`); sites, types and classes need stacks, which this
-//! mechanism does not take yet, and the report says so instead of printing empty tables.
+//! lifetime histogram (`record::Snapshot`), and sites, types and classes estimated from the
+//! allocations the wrappers sample (`--sample-bytes`, 512 KiB on average by default, or
+//! `--every N`): drained from the ring every housekeeping tick and at the end, unwound and
+//! named by `sampled`, and made into the uprobe report's sites by `report::build`, so that
+//! the tables, `--folded`, `--flamegraph` and `--pprof` come from the same code.
 
 use std::{
     io::Write as _,
@@ -38,8 +41,10 @@ use oi_common::inject::{DataLayout, offset, usable};
 use serde::Serialize;
 
 use super::{
-    forked,
+    DwarfClasses, forked,
     hooks::{self, Blocks, FileHooks, Hooked},
+    report::{self, ClassView, Context, Report, SiteView, TypeView},
+    sampled::{Sampled, SamplingStats},
 };
 use crate::{
     cli::allocs::{AllocsArgs, AllocsFormat},
@@ -50,12 +55,45 @@ use crate::{
     inferior::{Tracer, procfs, remote},
     inject::{
         patch::{self, Injection, Site},
-        record::{self, Shape, Snapshot},
+        record::{self, Sampling, Shape, Snapshot, samples},
         relocate::{self, MAX_RELOCATED, Prologue},
     },
-    probe::scope::{File, Scope},
+    probe::{
+        monotonic_ns,
+        scope::{File, Scope},
+    },
     report::tree::{human, thousands},
+    symbolize::Symbolizer,
+    unwind::UnwindStats,
 };
+
+/// `--sample-bytes`'s default under `--mechanism inject` (tcmalloc's and Go's).
+pub const DEFAULT_SAMPLE_BYTES: u64 = 512 << 10;
+/// Sample records in the ring (16 MiB of the data part, touched as written): a second of
+/// samples at 4,000 a second, drained every 100 ms.
+const RING_ENTRIES: u64 = 4096;
+
+/// How the wrappers sample: `--every N`, `--sample-bytes B`, else B = 512 KiB.
+fn sampling_of(args: &AllocsArgs) -> (Sampling, u64) {
+    match (args.every, args.sample_bytes) {
+        (Some(n), _) => (Sampling::Calls, n),
+        (None, Some(b)) => (Sampling::Bytes, b),
+        (None, None) => (Sampling::Bytes, DEFAULT_SAMPLE_BYTES),
+    }
+}
+
+/// The seed of the sampling intervals: `OI_TRACE_SAMPLE_SEED` (a number: runs that can be
+/// repeated, for tests), else random.
+fn sample_seed() -> u64 {
+    std::env::var("OI_TRACE_SAMPLE_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            let mut b = [0u8; 8];
+            let _ = getrandom::fill(&mut b);
+            u64::from_le_bytes(b)
+        })
+}
 
 /// One function to patch.
 struct Candidate {
@@ -110,6 +148,7 @@ pub fn profile(
     // Forked before any thread or descriptor of ours exists but the files read.
     let mut guardian = Guardian::spawn_for_inject()
         .map_err(|e| Error::internal(format!("starting the guardian: {e}")))?;
+    let sampling = sampling_of(args);
     let layout = layout_for(args.max_live);
     let code_len = (candidates.len() * (MAX_RELOCATED + record::wrapper::MAX_LEN)) as u64;
     let attach_start = Instant::now();
@@ -129,7 +168,7 @@ pub fn profile(
             return Ok(Outcome::Uprobes(format!("no segment near libc: {e}")));
         }
     };
-    let placed = place(&mut inj, &candidates, &layout, bucket_s);
+    let placed = place(&mut inj, &candidates, &layout, bucket_s, sampling);
     let sites = match placed {
         Ok(sites) => sites,
         Err(why) => {
@@ -188,12 +227,21 @@ pub fn profile(
         exec: false,
         armed,
         forked: Vec::new(),
+        sampled: Sampled::new(pid, sampling.0.mode(), sampling.1, args.max_stacks as usize),
+        symbolizer: Symbolizer::new(),
+        classes: DwarfClasses::new(files),
     };
     let end = EventLoop::new(args.scope.duration, args.scope.interval)
         .watch_process(pid)
         .run(&mut watch);
     let exec = watch.exec;
     let mut children = std::mem::take(&mut watch.forked);
+    let Watch {
+        mut sampled,
+        mut symbolizer,
+        mut classes,
+        ..
+    } = watch;
     let elapsed = started.elapsed();
     let key = inj.undo_plan(&[]).key();
     let gone = matches!(end, Ok(End::TargetExited)) || exec || procfs::state(pid).is_none();
@@ -238,10 +286,81 @@ pub fn profile(
         );
     }
     let snapshot = Snapshot::read(&bytes).map_err(|e| Error::internal(e.to_string()))?;
+    // The last samples: no wrapper runs any more (or the process is gone), every record is
+    // complete.
+    sampled.drain(&bytes, &mut symbolizer);
     functions.sort_by(|a, b| (&a.file, &a.function).cmp(&(&b.file, &b.function)));
-    let report = InjectReport::new(&snapshot, pid, elapsed, bucket_s, functions, &children);
+    let sites = sites_report(
+        &sampled,
+        &snapshot,
+        &mut symbolizer,
+        &mut classes,
+        bucket_s,
+        elapsed,
+    );
+    let report = InjectReport::new(
+        &snapshot,
+        pid,
+        elapsed,
+        bucket_s,
+        functions,
+        &children,
+        Some((&sites, sampled.stats(&snapshot))),
+    );
     print(&report, args, scope);
+    let args = effective_args(args, &sampled);
+    super::write_pictures(&sites, &args, scope)?;
+    super::pprof::write(&sites, &args, &scope.place, elapsed, &mut symbolizer)?;
+    let s = &report.sampling;
+    if let Some(s) = s
+        && s.dropped + s.bad > 0
+    {
+        eprintln!(
+            "oi-trace: {} sampled allocation(s) lost: the sample ring was full ({} records) or \
+             held records that could not be right ({}); sites count the others",
+            thousands(s.dropped + s.bad),
+            RING_ENTRIES,
+            thousands(s.bad)
+        );
+    }
     Ok(Outcome::Done)
+}
+
+/// `args` as the outputs of the uprobe path read them: the sampling this run used.
+fn effective_args(args: &AllocsArgs, sampled: &Sampled) -> AllocsArgs {
+    let mut args = args.clone();
+    args.sample_bytes = sampled.sample_bytes();
+    args.every = (sampled.every() > 1).then_some(sampled.every());
+    args
+}
+
+/// The sampled sites, types and classes as the uprobe path's report has them.
+fn sites_report(
+    sampled: &Sampled,
+    snapshot: &Snapshot,
+    symbolizer: &mut Symbolizer,
+    classes: &mut DwarfClasses,
+    bucket_s: &[f64],
+    elapsed: Duration,
+) -> Report {
+    let now_ns = monotonic_ns();
+    let kernel = sampled.kernel_view(snapshot, record::clock::rdtsc(), now_ns);
+    report::build(
+        &kernel,
+        &|id| sampled.stack(id),
+        symbolizer,
+        classes,
+        &Context {
+            pid: Some(sampled.pid()),
+            elapsed_s: elapsed.as_secs_f64(),
+            every: sampled.every(),
+            sample_bytes: sampled.sample_bytes(),
+            bucket_s,
+            blocks: Blocks::Glibc,
+            unwind: UnwindStats::default(),
+            now_ns,
+        },
+    )
 }
 
 /// One stderr line per child found carrying the hooks (and restored).
@@ -258,7 +377,8 @@ fn layout_for(max_live: u32) -> DataLayout {
     let table = (u64::from(max_live) * 2)
         .next_power_of_two()
         .clamp(1024, oi_common::inject::MAX_TABLE_SLOTS);
-    DataLayout::new(DataLayout::DEFAULT.slots, table).unwrap_or(DataLayout::DEFAULT)
+    let layout = DataLayout::new(DataLayout::DEFAULT.slots, table).unwrap_or(DataLayout::DEFAULT);
+    layout.with_ring(RING_ENTRIES).unwrap_or(layout)
 }
 
 /// The functions to patch (glibc's C allocator functions, analysed in the target's memory),
@@ -382,10 +502,24 @@ fn place(
     candidates: &[Candidate],
     layout: &DataLayout,
     bucket_s: &[f64],
+    (sampling, period): (Sampling, u64),
 ) -> Result<Vec<Site>, String> {
     let bucket_ns: Vec<u64> = bucket_s.iter().map(|s| (s * 1e9).round() as u64).collect();
-    let header = layout.header(record::clock::ns_per_tick_q32(), usable::GLIBC, &bucket_ns);
+    let mut header = layout.header(record::clock::ns_per_tick_q32(), usable::GLIBC, &bucket_ns);
+    let pid = inj.pid();
     let seg = inj.segment();
+    if sampling != Sampling::Off {
+        let main_stack_end = procfs::main_stack_end(pid).unwrap_or(0);
+        header = layout
+            .sampled(header, sampling.mode(), period, main_stack_end)
+            .ok_or("the data part has no sample ring")?;
+        let draws = samples::draws_bytes(&samples::draws(sampling.mode(), period, sample_seed()));
+        let at = layout.draws_offset() as usize;
+        seg.data_mut()
+            .get_mut(at..at + draws.len())
+            .ok_or("the data part has no room for the sampling draws")?
+            .copy_from_slice(&draws);
+    }
     seg.data_mut()[..header.to_bytes().len()].copy_from_slice(&header.to_bytes());
     let data = seg.data_addr();
     let mut sites = Vec::with_capacity(candidates.len());
@@ -397,7 +531,8 @@ fn place(
         let wrapper = seg
             .code_at(record::wrapper::MAX_LEN)
             .map_err(|e| e.to_string())?;
-        let code = record::wrapper(c.shape, wrapper, at, data).map_err(|e| e.to_string())?;
+        let code =
+            record::wrapper(c.shape, sampling, wrapper, at, data).map_err(|e| e.to_string())?;
         seg.write(wrapper, &code).map_err(|e| e.to_string())?;
         sites.push(Site { relocated, wrapper });
     }
@@ -424,6 +559,9 @@ struct Watch<'a> {
     armed: String,
     /// Forked children found carrying the hooks, and restored.
     forked: Vec<i32>,
+    sampled: Sampled,
+    symbolizer: Symbolizer,
+    classes: DwarfClasses,
 }
 
 impl Profiler for Watch<'_> {
@@ -432,6 +570,8 @@ impl Profiler for Watch<'_> {
     }
 
     fn housekeeping(&mut self) -> Option<End> {
+        self.sampled
+            .drain(self.inj.segment_ref().data(), &mut self.symbolizer);
         if self.last_check.elapsed() < Duration::from_secs(1) {
             return None;
         }
@@ -450,8 +590,17 @@ impl Profiler for Watch<'_> {
 
     fn interval(&mut self) {
         let bytes = self.inj.segment_ref().data().to_vec();
+        self.sampled.drain(&bytes, &mut self.symbolizer);
         match Snapshot::read(&bytes) {
             Ok(snapshot) => {
+                let sites = sites_report(
+                    &self.sampled,
+                    &snapshot,
+                    &mut self.symbolizer,
+                    &mut self.classes,
+                    self.bucket_s,
+                    self.started.elapsed(),
+                );
                 let report = InjectReport::new(
                     &snapshot,
                     self.inj.pid(),
@@ -459,6 +608,7 @@ impl Profiler for Watch<'_> {
                     self.bucket_s,
                     self.functions.to_vec(),
                     &self.forked,
+                    Some((&sites, self.sampled.stats(&snapshot))),
                 );
                 print(&report, self.args, self.scope);
             }
@@ -519,14 +669,29 @@ pub struct InjectReport {
     pub usable_size: &'static str,
     /// Each allocator function and how it was counted.
     pub functions: Vec<FunctionMechanism>,
+    /// How the sites were sampled, and what was lost.
+    pub sampling: Option<SamplingStats>,
+    /// Estimated from the samples, scaled as the uprobe path's `--sample-bytes` and `--every`
+    /// are (`"sampled": true`): the same keys as its report's.
+    pub sites: Vec<SiteView>,
+    pub types: Vec<TypeView>,
+    pub classes: Vec<ClassView>,
     /// What this mechanism does not report yet, and why.
     pub not_available: Vec<&'static str>,
     pub counters: InjectCounters,
+    /// The top `--top` of each table in the readable report.
+    #[serde(skip)]
+    top: usize,
+    #[serde(skip)]
+    tables: Option<Report>,
 }
 
 /// Why sites, types and classes are missing.
 const NO_STACKS: &str = "sites, types and classes: they need allocating stacks, which \
                          --mechanism inject does not take yet (use --mechanism uprobes)";
+/// What the sampled sites do not have.
+const NO_SITE_LIFETIMES: &str = "lifetimes per site: the lifetimes histogram counts every \
+                                 freed block, but not by site";
 /// Why new/delete are not told apart.
 const NO_NEW_DELETE: &str = "operator new/delete kinds and mismatches: libstdc++'s operator \
                              new and delete are counted at the malloc and free they call";
@@ -539,10 +704,16 @@ impl InjectReport {
         bucket_s: &[f64],
         functions: Vec<FunctionMechanism>,
         forked: &[i32],
+        sites: Option<(&Report, SamplingStats)>,
     ) -> Self {
         let (live_bytes, live_usable_bytes) = s.live_bytes();
         let t = &s.totals;
-        let mut not_available = vec![NO_STACKS];
+        let tables = sites.as_ref().map(|(r, _)| *r);
+        let mut not_available = vec![if sites.is_some() {
+            NO_SITE_LIFETIMES
+        } else {
+            NO_STACKS
+        }];
         if functions.iter().any(|f| f.mechanism == "none") {
             not_available.push(NO_NEW_DELETE);
         }
@@ -550,7 +721,7 @@ impl InjectReport {
             pid,
             elapsed_s: elapsed.as_secs_f64(),
             mechanism: "inject",
-            sampled: false,
+            sampled: sites.is_some(),
             totals: InjectTotals {
                 allocs: t.allocs,
                 frees: t.frees,
@@ -569,6 +740,12 @@ impl InjectReport {
             lifetimes: t.lifetimes.clone(),
             usable_size: "glibc",
             functions,
+            sampling: sites.as_ref().map(|(_, stats)| stats.clone()),
+            sites: tables.map_or_else(Vec::new, |r| r.sites.clone()),
+            types: tables.map_or_else(Vec::new, |r| r.types.clone()),
+            classes: tables.map_or_else(Vec::new, |r| r.classes.clone()),
+            tables: tables.cloned(),
+            top: 10,
             not_available,
             counters: InjectCounters {
                 nested_calls: t.nested,
@@ -642,6 +819,22 @@ impl InjectReport {
         for n in &self.not_available {
             out += &format!("not available: {n}\n");
         }
+        if let (Some(tables), Some(s)) = (&self.tables, &self.sampling) {
+            let how = match (s.mean_bytes, s.every) {
+                (Some(b), _) => format!("a sample every {} allocated on average", human(b)),
+                (None, Some(1)) => "every allocation".to_string(),
+                (None, Some(n)) => format!("one allocation in {n}"),
+                _ => String::new(),
+            };
+            out += &format!(
+                "\nsites, types and classes: estimated from {} sampled allocations ({how}; {} \
+                 lost, {} stacks cut short)\n",
+                thousands(s.read),
+                thousands(s.dropped + s.bad),
+                thousands(s.truncated_stacks),
+            );
+            out += &report::sections(tables, self.top);
+        }
         if self.counters.forked > 0 {
             out += &format!(
                 "forked: {} child process(es) ran the patched code until found and unpatched; \
@@ -654,6 +847,10 @@ impl InjectReport {
 }
 
 fn print(report: &InjectReport, args: &AllocsArgs, scope: &Scope) {
+    let report = &InjectReport {
+        top: args.top,
+        ..report.clone()
+    };
     let mut out = std::io::stdout().lock();
     let written = match args.format {
         AllocsFormat::Text => out.write_all(report.text(&scope.place).as_bytes()),
@@ -669,17 +866,12 @@ fn print(report: &InjectReport, args: &AllocsArgs, scope: &Scope) {
 pub fn validate(args: &AllocsArgs) -> Result<()> {
     let unsupported = [
         (args.scope.cgroup.is_some(), "--cgroup"),
-        (args.every.is_some(), "--every"),
-        (args.sample_bytes.is_some(), "--sample-bytes"),
-        (args.folded.is_some(), "--folded"),
-        (args.flamegraph.is_some(), "--flamegraph"),
-        (args.pprof.is_some(), "--pprof"),
         (args.pprof_lifetimes.is_some(), "--pprof-lifetimes"),
     ];
     if let Some((_, option)) = unsupported.iter().find(|(given, _)| *given) {
         return Err(Error::input(format!(
-            "--mechanism inject counts every allocation of one process without stacks: {option} \
-             needs --mechanism uprobes"
+            "--mechanism inject counts the allocations of one process and keeps no lifetimes \
+             per site: {option} needs --mechanism uprobes"
         )));
     }
     Ok(())

@@ -37,6 +37,7 @@ pub mod names;
 pub mod pprof;
 pub mod program;
 pub mod report;
+mod sampled;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -329,6 +330,14 @@ fn profile(
         return Ok(end);
     }
     print_report(&report, args, scope)?;
+    write_pictures(&report, args, scope)?;
+    pprof::write(&report, args, &scope.place, elapsed, &mut symbolizer)?;
+    summary(&report, args);
+    Ok(end)
+}
+
+/// `--folded` and `--flamegraph`: the sites' stacks weighted by their bytes.
+fn write_pictures(report: &Report, args: &AllocsArgs, scope: &Scope) -> Result<()> {
     if args.folded.is_some() || args.flamegraph.is_some() {
         let mut folded = Folded::new();
         for site in &report.sites {
@@ -362,9 +371,7 @@ fn profile(
                 .map_err(|e| write_error("a flame graph to", path, e))?;
         }
     }
-    pprof::write(&report, args, &scope.place, elapsed, &mut symbolizer)?;
-    summary(&report, args);
-    Ok(end)
+    Ok(())
 }
 
 /// The lifetime bounds in seconds, checked.
@@ -424,13 +431,13 @@ fn validate(args: &AllocsArgs) -> Result<Vec<f64>> {
 
 /// Classes by DWARF: a qualifier is a class when some file's DWARF defines a class of that
 /// name. Answers are cached; each report loads each file's DWARF once at most.
-struct DwarfClasses {
+pub(super) struct DwarfClasses {
     binaries: Vec<Arc<Binary>>,
     known: HashMap<String, bool>,
 }
 
 impl DwarfClasses {
-    fn new(files: &[File]) -> Self {
+    pub(super) fn new(files: &[File]) -> Self {
         Self {
             binaries: files.iter().map(|f| f.binary.clone()).collect(),
             known: HashMap::new(),

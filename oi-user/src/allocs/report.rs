@@ -446,6 +446,13 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
             thousands(t.unsampled_frees),
         );
     }
+    out += &sections(report, top);
+    out
+}
+
+/// The readable report's tables: sites, types, classes, live bytes by site.
+pub fn sections(report: &Report, top: usize) -> String {
+    let mut out = String::new();
     let labels = bucket_labels(&report.buckets_s);
     let _ = writeln!(out, "\ntop sites by bytes:");
     for s in report.sites.iter().take(top) {
@@ -467,7 +474,8 @@ pub fn text(report: &Report, place: &str, top: usize) -> String {
         if s.stack.len() > 6 {
             let _ = writeln!(out, "        … {} more", s.stack.len() - 6);
         }
-        if s.frees > 0 {
+        // (`--mechanism inject` keeps no lifetimes per site: all zeros, not printed.)
+        if s.frees > 0 && s.lifetimes.iter().any(|&n| n > 0) {
             let hist: Vec<String> = labels
                 .iter()
                 .zip(&s.lifetimes)

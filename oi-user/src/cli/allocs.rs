@@ -36,7 +36,8 @@ Examples:
       a Go-style heap profile, read with pprof (or sent to Pyroscope)
   oi-trace allocs --pid 4242 --mechanism inject --duration 30
       exact totals, bytes, live blocks and lifetimes counted inside the process (glibc's
-      malloc family patched, no trap per call); no sites, types or classes yet
+      malloc family patched, no trap per call); sites, types and classes estimated from a
+      sample every 512 KiB allocated (--sample-bytes, --every)
 
 Exit status: 0 success, 1 the profiler failed while running, 2 bad usage or input.")]
 pub struct AllocsArgs {
@@ -52,15 +53,18 @@ pub struct AllocsArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub buckets: Option<Vec<f64>>,
 
-    /// Take every Nth allocation only (exact, counted in the kernel); the report's numbers are
-    /// scaled by N and marked as estimates.
+    /// Take every Nth allocation only (exact, counted in the kernel; with --mechanism inject,
+    /// the stacks of every Nth allocation of each thread); the report's numbers are scaled by
+    /// N and marked as estimates.
     #[arg(long, value_name = "N", conflicts_with = "sample_bytes")]
     pub every: Option<u64>,
 
     /// Take on average one sample per B bytes allocated, as jemalloc and tcmalloc do: an
     /// allocation of n bytes is taken with probability n / B (always when n ≥ B) and stands for
     /// B / n allocations. Counts and bytes are estimates, marked as such; lifetimes count the
-    /// samples.
+    /// samples. With --mechanism inject (default 524288 there): the stacks of the allocations
+    /// that cross a Poisson process of mean B over each thread's bytes (probability
+    /// 1 − exp(−n/B)); totals stay exact.
     #[arg(long, value_name = "B")]
     pub sample_bytes: Option<u64>,
 
@@ -100,8 +104,10 @@ pub struct AllocsArgs {
     /// Where allocations are counted. `uprobes` (the default): a uprobe on every allocator
     /// function, counted in the kernel, with stacks. `inject`: glibc's malloc family patched
     /// to jump to counting code placed in the process (no trap per call); exact totals, bytes,
-    /// live blocks and lifetimes, no sites, types or classes yet; one --pid only. A process
-    /// that cannot be patched whole stays on uprobes (one line on stderr says why).
+    /// live blocks and lifetimes; sites, types and classes estimated from sampled allocations
+    /// (--sample-bytes, default 512 KiB, or --every N; --every 1 for exact sites); one --pid
+    /// only. A process that cannot be patched whole stays on uprobes (one line on stderr says
+    /// why).
     #[arg(long, value_enum, default_value_t = AllocsMechanism::Uprobes)]
     pub mechanism: AllocsMechanism,
 }

@@ -149,6 +149,13 @@ pub fn regions(pid: i32) -> Vec<Region> {
     maps.lines().filter_map(parse_region).collect()
 }
 
+/// The end of `pid`'s main thread stack (its `[stack]` mapping), if it has one.
+pub fn main_stack_end(pid: i32) -> Option<u64> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = maps.lines().find(|l| l.ends_with(" [stack]"))?;
+    parse_region(line).map(|r| r.end)
+}
+
 fn parse_region(line: &str) -> Option<Region> {
     let f: Vec<&str> = line.split_whitespace().collect();
     let (start, end) = f.first()?.split_once('-')?;

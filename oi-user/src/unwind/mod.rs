@@ -387,6 +387,7 @@ impl Unwinder {
 }
 
 pub mod check;
+pub mod local;
 mod rows;
 
 use rows::RowArray;

@@ -13,7 +13,9 @@ use std::{
 
 use oi_common::inject::DataLayout;
 
-use super::{RecordError, Result, Shape, Snapshot, clock::ns_per_tick_q32, wrapper};
+use super::{
+    RecordError, Result, Sampling, Shape, Snapshot, clock::ns_per_tick_q32, samples, wrapper,
+};
 
 /// An anonymous mapping, unmapped on drop.
 pub struct Mapping {
@@ -146,14 +148,38 @@ impl Local {
         bucket_ns: &[u64],
         hooks: &[(Shape, u64)],
     ) -> Result<Local> {
+        Local::sampled(layout, usable_rule, bucket_ns, hooks, Sampling::Off, 0, 0)
+    }
+
+    /// As [`Local::new`], the wrappers sampling by `sampling` of mean `period` (draws from
+    /// `seed`) into the layout's ring, this process's main stack ending at `main_stack_end`.
+    pub fn sampled(
+        layout: DataLayout,
+        usable_rule: u64,
+        bucket_ns: &[u64],
+        hooks: &[(Shape, u64)],
+        sampling: Sampling,
+        period: u64,
+        main_stack_end: u64,
+    ) -> Result<Local> {
         let mut data = Mapping::anonymous(layout.size() as usize)?;
-        let header = layout.header(ns_per_tick_q32(), usable_rule, bucket_ns);
+        let mut header = layout.header(ns_per_tick_q32(), usable_rule, bucket_ns);
+        if sampling != Sampling::Off {
+            header = layout
+                .sampled(header, sampling.mode(), period, main_stack_end)
+                .ok_or_else(|| local("sampling needs a layout with a ring".into()))?;
+            let draws = samples::draws(sampling.mode(), period, 1);
+            data.write(
+                layout.draws_offset() as usize,
+                &samples::draws_bytes(&draws),
+            )?;
+        }
         data.write(0, &header.to_bytes())?;
         let mut code = Mapping::anonymous(WRAPPER_ROOM * hooks.len().max(1))?;
         let mut entries = Vec::with_capacity(hooks.len());
         for (i, &(shape, original)) in hooks.iter().enumerate() {
             let at = code.addr() + (i * WRAPPER_ROOM) as u64;
-            let bytes = wrapper(shape, at, original, data.addr())?;
+            let bytes = wrapper(shape, sampling, at, original, data.addr())?;
             code.write(i * WRAPPER_ROOM, &bytes)?;
             entries.push(at);
         }
@@ -182,6 +208,13 @@ impl Local {
     pub fn snapshot(&self) -> Result<Snapshot> {
         Snapshot::read(&self.bytes())
     }
+
+    /// The data part itself, live (the wrappers may be writing it): for `Drain::read`.
+    pub fn live_view(&self) -> &[u8] {
+        // SAFETY: the whole mapping is readable for as long as `self` lives; the reader reads
+        // the words the wrappers write with volatile loads.
+        unsafe { std::slice::from_raw_parts(self.data.addr as *const u8, self.data.len) }
+    }
 }
 
 /// What a malloc+free pair costs in this process, directly and through the wrappers.
@@ -207,10 +240,10 @@ type FreeFn = extern "C" fn(*mut c_void);
 const ROUNDS: u64 = 5;
 
 /// Runs `pairs` malloc(64)+free pairs on each of `threads` threads, on libc's functions and
-/// through wrappers around them (glibc usable sizes, the default lifetime bounds), in
-/// alternating rounds, and gives the best CPU time per pair of each (threads running at once:
-/// the mean over the threads).
-pub fn pair_cost(threads: usize, pairs: u64) -> Result<PairCost> {
+/// through wrappers around them (glibc usable sizes, the default lifetime bounds, sampling by
+/// `sampling` of mean `period`), in alternating rounds, and gives the best CPU time per pair
+/// of each (threads running at once: the mean over the threads).
+pub fn pair_cost(threads: usize, pairs: u64, sampling: Sampling, period: u64) -> Result<PairCost> {
     let hooks = [
         (
             Shape::Malloc(super::Align::None),
@@ -222,11 +255,17 @@ pub fn pair_cost(threads: usize, pairs: u64) -> Result<PairCost> {
         .iter()
         .map(|s| *s as u64)
         .collect();
-    let local = Local::new(
-        DataLayout::DEFAULT,
+    let layout = DataLayout::DEFAULT
+        .with_ring(if sampling == Sampling::Off { 0 } else { 1024 })
+        .ok_or_else(|| local("no layout with a ring".into()))?;
+    let local = Local::sampled(
+        layout,
         oi_common::inject::usable::GLIBC,
         &bounds,
         &hooks,
+        sampling,
+        period,
+        crate::inferior::procfs::main_stack_end(std::process::id() as i32).unwrap_or(0),
     )?;
     // SAFETY: the wrappers have the signatures of the functions they wrap.
     let (wrapped_malloc, wrapped_free) = unsafe {

@@ -6,7 +6,10 @@
 //! - [`wrapper()`]: assembles one wrapper with iced-x86's `CodeAssembler` for the address it
 //!   will run at (`slot`: the thread's slot from `fs:[0]`; `table`: the live blocks;
 //!   `usable`: usable sizes by glibc's and jemalloc's rules);
+//! - [`sample`]: the sampling decision and record in an allocation's counted path (a byte or
+//!   call countdown, the caller's registers and top of stack into a ring);
 //! - [`Snapshot::read`]: bounded parse of the data part into totals, live blocks and lifetimes;
+//!   [`samples`]: the draws the tracer writes, the samples' weights, the ring's bounded reader;
 //! - [`clock`]: the TSC's scale the tracer writes into the header;
 //! - [`local`]: the wrappers mapped into oi-trace's own process around its own libc, for the
 //!   tests and the benchmark.
@@ -21,6 +24,8 @@
 
 pub mod clock;
 pub mod local;
+pub mod sample;
+pub mod samples;
 pub mod shape;
 pub(crate) mod slot;
 pub mod snapshot;
@@ -29,8 +34,12 @@ mod usable;
 pub mod wrapper;
 
 #[cfg(test)]
+mod sampling_tests;
+#[cfg(test)]
 mod tests;
 
+pub use sample::Sampling;
+pub use samples::{Drain, Sample};
 pub use shape::{Align, Shape};
 pub use snapshot::{LiveBlock, Snapshot, Totals};
 pub use wrapper::wrapper;

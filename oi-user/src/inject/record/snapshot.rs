@@ -37,6 +37,8 @@ pub struct Totals {
     pub failed: u64,
     pub reallocs: u64,
     pub nested: u64,
+    /// Allocations sampled (records written; the ring may have lost some, `Drain` says).
+    pub samples: u64,
     /// Freed blocks by lifetime: `bucket_ns.len() + 1` buckets.
     pub lifetimes: Vec<u64>,
 }
@@ -51,6 +53,8 @@ pub struct LiveBlock {
     pub tsc: u64,
     /// The allocating thread's slot index.
     pub thread: u64,
+    /// Its allocation was sampled (a sample record has its address and tsc).
+    pub sampled: bool,
 }
 
 /// What the data part held when it was read.
@@ -61,6 +65,9 @@ pub struct Snapshot {
     pub usable_rule: u64,
     /// Lifetime bucket bounds in ns.
     pub bucket_ns: Vec<u64>,
+    /// `Header::sample_mode` (one of `oi_common::inject::sample_mode`) and its mean.
+    pub sample_mode: u64,
+    pub sample_period: u64,
     /// Threads inside a counted wrapper call (the slots' depths added up).
     pub in_flight: u64,
     /// Calls of threads without a slot (not counted otherwise).
@@ -127,6 +134,10 @@ impl Snapshot {
         if usable_rule > usable::JEMALLOC {
             return Err(bad(format!("unknown usable-size rule {usable_rule}")));
         }
+        let sample_mode = r.word(offset::SAMPLE_MODE)?;
+        if sample_mode > oi_common::inject::sample_mode::CALLS {
+            return Err(bad(format!("unknown sampling mode {sample_mode}")));
+        }
         let bounds = r.word(offset::BOUNDS)?;
         if bounds > MAX_BUCKETS as u64 {
             return Err(bad(format!(
@@ -159,6 +170,7 @@ impl Snapshot {
                 (&mut totals.failed, offset::FAILED),
                 (&mut totals.reallocs, offset::REALLOCS),
                 (&mut totals.nested, offset::NESTED),
+                (&mut totals.samples, offset::SAMPLES),
             ] {
                 *sum = sum.wrapping_add(field(o)?);
             }
@@ -181,6 +193,8 @@ impl Snapshot {
             ns_per_tick_q32: r.word(offset::NS_PER_TICK_Q32)?,
             usable_rule,
             bucket_ns,
+            sample_mode,
+            sample_period: r.word(offset::SAMPLE_PERIOD)?,
             in_flight,
             no_slot: r.word(offset::NO_SLOT)?,
             table_full: r.word(offset::TABLE_FULL)?,
@@ -201,12 +215,14 @@ impl Snapshot {
                 snapshot.being_written += 1;
                 continue;
             }
+            let (sampled, thread) = super::samples::sampled_thread(r.word(e + offset::THREAD)?);
             let block = LiveBlock {
                 addr,
                 size: r.word(e + offset::SIZE)?,
                 usable: r.word(e + offset::USABLE)?,
                 tsc: r.word(e + offset::TSC)?,
-                thread: r.word(e + offset::THREAD)?,
+                thread,
+                sampled,
             };
             if block.thread >= slots {
                 snapshot.bad_entries += 1;

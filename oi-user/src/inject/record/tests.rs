@@ -710,41 +710,53 @@ fn registers_and_stack_alignment_are_kept_for_every_shape() {
         Shape::Free,
     ];
     let hooks: Vec<_> = shapes.iter().map(|&s| (s, original.addr())).collect();
-    let l = Local::new(small(), usable::GLIBC, &FAR, &hooks).unwrap();
-    for (i, shape) in shapes.iter().enumerate() {
-        let (arg, arg2) = match shape {
-            Shape::Calloc => (6, 8),
-            Shape::Realloc(_) => (0, 48),
-            Shape::Memalign => (16, 48),
-            Shape::Free => (block as u64, 0),
-            _ => (48, 0),
-        };
-        let (result, changed) = call_with_patterns(l.entry(i), arg, arg2);
-        assert_eq!(changed, 0, "{shape}: a callee-saved register changed");
-        assert_eq!(result, block as u64, "{shape}: the result");
-        // SAFETY: as above.
-        let seen = unsafe { *(cells_addr as *const u64).add(1) };
-        assert_eq!(seen, arg, "{shape}: the first argument");
-        if *shape != Shape::Free {
-            // Each allocation returned the same block: the next one is recorded again once
-            // the free below took it out.
-            let s = l.snapshot().unwrap();
-            assert!(s.live.iter().any(|b| b.addr == block as u64));
+    // Without sampling, and with every allocation sampled (its record written).
+    for sampling in [super::Sampling::Off, super::Sampling::Calls] {
+        let layout = small().with_ring(16).unwrap();
+        let l = Local::sampled(layout, usable::GLIBC, &FAR, &hooks, sampling, 1, 0).unwrap();
+        for (i, shape) in shapes.iter().enumerate() {
+            let (arg, arg2) = match shape {
+                Shape::Calloc => (6, 8),
+                Shape::Realloc(_) => (0, 48),
+                Shape::Memalign => (16, 48),
+                Shape::Free => (block as u64, 0),
+                _ => (48, 0),
+            };
+            let (result, changed) = call_with_patterns(l.entry(i), arg, arg2);
+            assert_eq!(changed, 0, "{shape}: a callee-saved register changed");
+            assert_eq!(result, block as u64, "{shape}: the result");
+            // SAFETY: as above.
+            let seen = unsafe { *(cells_addr as *const u64).add(1) };
+            assert_eq!(seen, arg, "{shape}: the first argument");
+            if *shape != Shape::Free {
+                // Each allocation returned the same block: the next one is recorded again once
+                // the free below took it out.
+                let s = l.snapshot().unwrap();
+                assert!(s.live.iter().any(|b| b.addr == block as u64));
+            }
         }
+        // SAFETY: as above.
+        let misaligned = unsafe { *(cells_addr as *const u64) };
+        assert_eq!(
+            misaligned, 0,
+            "calls of the original with a misaligned stack"
+        );
+        let s = l.snapshot().unwrap();
+        assert_eq!(s.totals.allocs, 4);
+        assert_eq!(s.totals.bytes, 48 * 4);
+        assert_eq!(s.totals.frees, 1);
+        // The test original returns one address four times (no free between): four entries of
+        // it, one taken by the free; the reader lists the newest left and counts the others stale.
+        assert_eq!((s.live.len(), s.stale), (1, 2));
+        let samples = if sampling == super::Sampling::Off {
+            0
+        } else {
+            4
+        };
+        assert_eq!(s.totals.samples, samples);
+        // SAFETY: as above.
+        unsafe { *(cells_addr as *mut u64) = 0 };
     }
-    // SAFETY: as above.
-    let misaligned = unsafe { *(cells_addr as *const u64) };
-    assert_eq!(
-        misaligned, 0,
-        "calls of the original with a misaligned stack"
-    );
-    let s = l.snapshot().unwrap();
-    assert_eq!(s.totals.allocs, 4);
-    assert_eq!(s.totals.bytes, 48 * 4);
-    assert_eq!(s.totals.frees, 1);
-    // The test original returns one address four times (no free between): four entries of
-    // it, one taken by the free; the reader lists the newest left and counts the others stale.
-    assert_eq!((s.live.len(), s.stale), (1, 2));
     // SAFETY: the block from above.
     unsafe { libc::free(block) };
     drop(cells);
@@ -902,8 +914,14 @@ fn wrappers_fit_two_kilobytes() {
         Shape::PosixMemalign,
         Shape::Free,
     ] {
-        let bytes =
-            super::wrapper(shape, 0x7f00_0000_0000, 0x7f10_0000_0000, 0x7f20_0000_0000).unwrap();
+        let bytes = super::wrapper(
+            shape,
+            super::Sampling::Bytes,
+            0x7f00_0000_0000,
+            0x7f10_0000_0000,
+            0x7f20_0000_0000,
+        )
+        .unwrap();
         assert!(
             bytes.len() <= super::wrapper::MAX_LEN,
             "{shape}: {} bytes",

@@ -8,7 +8,7 @@
 //!          push rbx, r12–r15; sub rsp, 64      (rsp ≡ 0 mod 16 at the call)
 //!          save rdi, rsi, rdx; before a free or realloc: take the old block (table.rs)
 //!          call original                        (the relocated entry: the real allocator)
-//!          count what the shape says (below)
+//!          count what the shape says (below); an allocation may be sampled (sample.rs)
 //!          restore rax, the frame and the callee-saved registers
 //!          depth = 0; ret
 //! ```
@@ -58,6 +58,7 @@ use oi_common::inject::{HEADER_SIZE, SLOT_SHIFT, offset};
 
 use super::{
     RecordError, Result,
+    sample::{self, Sampling},
     shape::Shape,
     slot,
     table::{self, frame},
@@ -69,13 +70,21 @@ pub const MAX_LEN: usize = 2048;
 
 /// Assembles the wrapper of a function of `shape`, to be placed at `at` in the target, that
 /// calls the original at `original` (the relocated entry) and counts into the data part at
-/// `data`. Position-dependent: the bytes work at `at` only (and reach `original` and `data`
-/// from anywhere: absolute addresses).
-pub fn wrapper(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>> {
-    let bytes = assemble(shape, at, original, data).map_err(|e| RecordError::Assemble {
-        shape,
-        why: e.to_string(),
-    })?;
+/// `data`, sampling its allocations by `sampling` (the data part's header must say the same).
+/// Position-dependent: the bytes work at `at` only (and reach `original` and `data` from
+/// anywhere: absolute addresses).
+pub fn wrapper(
+    shape: Shape,
+    sampling: Sampling,
+    at: u64,
+    original: u64,
+    data: u64,
+) -> Result<Vec<u8>> {
+    let bytes =
+        assemble(shape, sampling, at, original, data).map_err(|e| RecordError::Assemble {
+            shape,
+            why: e.to_string(),
+        })?;
     if bytes.len() > MAX_LEN {
         return Err(RecordError::Assemble {
             shape,
@@ -85,7 +94,16 @@ pub fn wrapper(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8
     Ok(bytes)
 }
 
-fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, IcedError> {
+/// From the counted path's rsp to the wrapper's entry rsp: the frame and five pushes.
+const ENTRY: u64 = frame::SIZE + 5 * 8;
+
+fn assemble(
+    shape: Shape,
+    sampling: Sampling,
+    at: u64,
+    original: u64,
+    data: u64,
+) -> Result<Vec<u8>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut nested = a.create_label();
     let mut original_slot = a.create_label();
@@ -112,7 +130,7 @@ fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, 
     a.call(qword_ptr(original_slot))?;
     a.mov(r15, rax)?;
     a.mov(r10, data)?;
-    record(&mut a, shape)?;
+    record(&mut a, shape, sampling)?;
 
     a.mov(rax, r15)?;
     a.mov(r11, rbx)?;
@@ -137,7 +155,7 @@ fn assemble(shape: Shape, at: u64, original: u64, data: u64) -> Result<Vec<u8>, 
 
 /// The counting after the original returned (rax in r15; the entry's rdi, rsi, rdx in r12,
 /// r13, r14; the slot in rbx; the data part in r10).
-fn record(a: &mut CodeAssembler, shape: Shape) -> Result<(), IcedError> {
+fn record(a: &mut CodeAssembler, shape: Shape, sampling: Sampling) -> Result<(), IcedError> {
     let mut failed = a.create_label();
     let mut done = a.create_label();
     match shape {
@@ -162,7 +180,7 @@ fn record(a: &mut CodeAssembler, shape: Shape) -> Result<(), IcedError> {
             a.test(rdi, rdi)?;
             a.je(failed)?;
             a.mov(rsi, size)?;
-            allocated(a, shape)?;
+            allocated(a, shape, sampling)?;
             a.jmp(done)?;
         }
         Shape::Realloc(_) | Shape::ReallocArray => {
@@ -177,7 +195,7 @@ fn record(a: &mut CodeAssembler, shape: Shape) -> Result<(), IcedError> {
             table::count_free(a)?;
             a.mov(rdi, r15)?;
             a.mov(rsi, r13)?;
-            allocated(a, shape)?;
+            allocated(a, shape, sampling)?;
             a.jmp(done)?;
             a.set_label(&mut null)?;
             // realloc(p, 0) freed p; realloc(p, n) failed and p stays.
@@ -232,8 +250,9 @@ fn saturated_product(
 }
 
 /// The allocation of the block at rdi (non-null) of rsi requested bytes: counted in the slot
-/// (rbx) and recorded in the live table with its usable size, time and thread.
-fn allocated(a: &mut CodeAssembler, shape: Shape) -> Result<(), IcedError> {
+/// (rbx), perhaps sampled, and recorded in the live table with its usable size, time and
+/// thread.
+fn allocated(a: &mut CodeAssembler, shape: Shape, sampling: Sampling) -> Result<(), IcedError> {
     a.inc(qword_ptr(rbx + offset::ALLOCS))?;
     a.add(qword_ptr(rbx + offset::BYTES), rsi)?;
     usable::alignment(a, shape.align())?;
@@ -250,5 +269,6 @@ fn allocated(a: &mut CodeAssembler, shape: Shape) -> Result<(), IcedError> {
     a.sub(rax, HEADER_SIZE as i32)?;
     a.shr(rax, SLOT_SHIFT)?;
     a.mov(qword_ptr(rsp + frame::NEW_THREAD), rax)?;
+    sample::emit(a, sampling, ENTRY)?;
     table::insert(a)
 }
