@@ -104,3 +104,78 @@ fn libcxx_containers_are_walked_exactly() {
         assert!(!tree.contains("std::__1::"), "{opt}:\n{tree}");
     }
 }
+
+/// `--global` on a libc++ binary: `app::shadow`, a global `Owned` the fixture fills as it fills
+/// the probed one, measured with no probe in jit and remote mode (the fixture waiting on its
+/// stdin): byte-identical, no warning, and exactly the bytes the global owns with its own
+/// (`CHECK shadow N`). -O0 and -O2.
+#[test]
+fn libcxx_global_is_measured_exactly() {
+    use std::io::BufRead;
+    if !privileged() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let exe = crate::common::build_fixture_with(
+            "footprint_owned",
+            opt,
+            "clang++",
+            &["-stdlib=libc++"],
+            "_libcxx",
+        );
+        let mut child = std::process::Command::new(&exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the fixture");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut shadow = None;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.expect("a line");
+            if let Some(n) = line.strip_prefix("CHECK shadow ") {
+                shadow = n.trim().parse::<u64>().ok();
+            }
+            if line == "READY" {
+                break;
+            }
+        }
+        let shadow = shadow.expect("CHECK shadow N");
+        let pid = child.id().to_string();
+        let run = |mode: &str| {
+            let out = oi_e2e::run_oi_trace(
+                &[
+                    "--pid",
+                    &pid,
+                    "--global",
+                    "app::shadow",
+                    "--sizes",
+                    "real",
+                    "--format",
+                    "json",
+                    "--mode",
+                    mode,
+                ],
+                std::time::Duration::from_secs(60),
+            );
+            assert!(out.status.success(), "{opt} {mode}: {out:#?}");
+            assert!(
+                !out.stderr.iter().any(|l| l.contains("warning")),
+                "{opt} {mode}: {:?}",
+                out.stderr
+            );
+            out.stdout
+        };
+        let (jit, remote) = (run("jit"), run("remote"));
+        drop(child.stdin.take());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(jit, remote, "{opt}: jit and remote differ");
+        let line = jit.lines().next().expect("a sample");
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        eprintln!(
+            "{opt}: app::shadow owns {shadow} B, measured {} B",
+            v[0]["size"]
+        );
+        assert_eq!(v[0]["size"], shadow, "{opt}: app::shadow");
+    }
+}
