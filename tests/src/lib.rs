@@ -104,6 +104,8 @@ pub struct FixtureBuild {
     libs: Vec<String>,
     proto: Option<&'static str>,
     oil: bool,
+    /// `g++` unless [`FixtureBuild::compiler`] says otherwise.
+    compiler: &'static str,
 }
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
@@ -121,7 +123,14 @@ impl FixtureBuild {
             libs: Vec::new(),
             proto: None,
             oil: false,
+            compiler: "g++",
         }
+    }
+
+    /// Builds with another compiler driver (`clang++`, with `-stdlib=libc++` in the flags).
+    pub fn compiler(mut self, compiler: &'static str) -> Self {
+        self.compiler = compiler;
+        self
     }
 
     /// Compiles against OIL: `-I oil/include` (rebuilt when `oil.h` changes) and linked to
@@ -194,6 +203,7 @@ impl FixtureBuild {
         let mut flags = self.flags.clone();
         flags.extend(["-shared".into(), "-fPIC".into()]);
         compile(
+            self.compiler,
             &src_dir.join(format!("{}.cpp", self.source)),
             &out,
             &flags,
@@ -212,6 +222,7 @@ impl FixtureBuild {
         for lib in &self.shared_libs {
             let so = out_dir.join(format!("lib{lib}.so"));
             compile(
+                self.compiler,
                 &fixtures.join(format!("{lib}.cpp")),
                 &so,
                 &["-shared".into(), "-fPIC".into()],
@@ -274,6 +285,7 @@ impl FixtureBuild {
             ]);
         }
         compile(
+            self.compiler,
             &src_dir.join(format!("{}.cpp", self.source)),
             &out,
             &flags,
@@ -318,8 +330,15 @@ pub fn unwind_chain(flags: &[&str]) -> PathBuf {
         .build()
 }
 
-/// `g++ -g -O1 FLAGS -o OUT SRC LINK`, skipped when OUT is newer than SRC and `inputs`.
-fn compile(src: &Path, out: &Path, flags: &[String], link: &[String], inputs: &[PathBuf]) {
+/// `COMPILER -g -O1 FLAGS -o OUT SRC LINK`, skipped when OUT is newer than SRC and `inputs`.
+fn compile(
+    compiler: &str,
+    src: &Path,
+    out: &Path,
+    flags: &[String],
+    link: &[String],
+    inputs: &[PathBuf],
+) {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     if let Some(o) = modified(out)
         && std::iter::once(src)
@@ -330,7 +349,7 @@ fn compile(src: &Path, out: &Path, flags: &[String], link: &[String], inputs: &[
     }
     // Build beside the target and rename, so a concurrent reader never sees half a binary.
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let status = Command::new("g++")
+    let status = Command::new(compiler)
         .args(["-g", "-O1", "-std=c++17"])
         .args(flags)
         .arg("-o")
@@ -338,8 +357,8 @@ fn compile(src: &Path, out: &Path, flags: &[String], link: &[String], inputs: &[
         .arg(src)
         .args(link)
         .status()
-        .expect("g++ runs");
-    assert!(status.success(), "g++ failed on {}", src.display());
+        .unwrap_or_else(|e| panic!("{compiler} runs: {e}"));
+    assert!(status.success(), "{compiler} failed on {}", src.display());
     std::fs::rename(&tmp, out).expect("rename fixture");
 }
 

@@ -4,6 +4,13 @@
 //! `__end_` (`__prev_`, `__next_`), the size after it (`__size_alloc_`), nodes `__prev_`,
 //! `__next_`, value. Built in rather than described: the description language's
 //! `node_chains` ends a chain at a null pointer, and a circular list ends at its sentinel.
+//!
+//! `forward_list<T>` ([`forward_layout`]) is walked as such a list without a size: the head
+//! is the object's before-begin node (libc++ `__before_begin_`, libstdc++ `_M_impl._M_head`),
+//! each node a next link then the value at round(8, alignof T), and the last node's link is
+//! null. The walkers count the nodes first (at most `MAX_ELEMENTS`, so a cycle ends as
+//! corrupt), then walk that many. Built in: neither list keeps its length, which
+//! `node_chains` needs.
 
 use super::{LayoutError, field, round_up};
 use crate::typegraph::{TypeGraph, TypeId};
@@ -19,6 +26,10 @@ pub struct ListLayout {
     pub node_size: u64,
     pub elem_size: u64,
     pub size: u64,
+    /// A `forward_list`: no size field (`size_off` unused); the nodes up to a null link are
+    /// counted.
+    #[serde(default)]
+    pub counted: bool,
 }
 
 pub fn layout(tg: &TypeGraph, id: TypeId, elem: TypeId) -> Result<ListLayout, LayoutError> {
@@ -43,6 +54,33 @@ pub fn layout(tg: &TypeGraph, id: TypeId, elem: TypeId) -> Result<ListLayout, La
         node_size: round_up(value_off + tg.size(elem), av.max(8)),
         elem_size: tg.size(elem),
         size: tg.size(id),
+        counted: false,
+    })
+}
+
+/// A `forward_list<T>`'s layout, libc++'s or libstdc++'s.
+pub fn forward_layout(tg: &TypeGraph, id: TypeId, elem: TypeId) -> Result<ListLayout, LayoutError> {
+    let (head_off, next) = match field(tg, id, &["__before_begin_", "__value_"]) {
+        Ok((head, _)) => (
+            head,
+            field(tg, id, &["__before_begin_", "__value_", "__next_"])?.0,
+        ),
+        Err(_) => (
+            field(tg, id, &["_M_impl", "_M_head"])?.0,
+            field(tg, id, &["_M_impl", "_M_head", "_M_next"])?.0,
+        ),
+    };
+    let av = tg.align(elem);
+    let value_off = round_up(8, av);
+    Ok(ListLayout {
+        head_off,
+        next_off: next - head_off,
+        size_off: 0,
+        value_off,
+        node_size: round_up(value_off + tg.size(elem), av.max(8)),
+        elem_size: tg.size(elem),
+        size: tg.size(id),
+        counted: true,
     })
 }
 

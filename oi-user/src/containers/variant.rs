@@ -1,5 +1,11 @@
 //! `std::variant<Ts...>`: the alternatives overlap in `_M_u` at offset 0; `_M_index` (the
 //! smallest unsigned type that fits) selects one; all-ones means valueless by exception.
+//! libc++'s `std::__1::variant` is the same shape under other names: its member `__impl` holds
+//! the alternatives overlapping in `__data` (a recursive union of `__alt`s, each holding its
+//! value at offset 0), and `__index` (`unsigned int` in LLVM 14's default ABI) selects one,
+//! all-ones when valueless.
+//! Built in rather than described: the description language has no union whose members are
+//! the template arguments.
 
 use super::{LayoutError, field};
 use crate::typegraph::{TypeGraph, TypeId};
@@ -12,6 +18,13 @@ pub struct VariantLayout {
 }
 
 pub fn layout(tg: &TypeGraph, id: TypeId) -> Result<VariantLayout, LayoutError> {
+    if let Ok((index_off, index_ty)) = field(tg, id, &["__impl", "__index"]) {
+        return Ok(VariantLayout {
+            storage_off: field(tg, id, &["__impl", "__data"])?.0,
+            index_off,
+            index_size: tg.size(index_ty).clamp(1, 8),
+        });
+    }
     let (index_off, index_ty) = field(tg, id, &["_M_index"])?;
     let storage_off = field(tg, id, &["_M_u"]).map(|f| f.0).unwrap_or(0);
     Ok(VariantLayout {

@@ -1,6 +1,11 @@
 //! `std::vector<T>` (`_M_impl._M_start / _M_finish / _M_end_of_storage`) and the bit-packed
 //! `std::vector<bool>` (`_Bit_iterator`s of word pointer + bit offset). Unused capacity is
 //! charged to the vector; its `pointer` is the vector object's own address.
+//!
+//! libc++'s `std::__1::vector<bool>` (24 bytes) is a word pointer `__begin_`, the size in bits
+//! `__size_` and the capacity in 64-bit words `__cap_alloc_` ([`LibcxxBits`]); its block is
+//! capacity × 8 bytes. Built in rather than described: its elements are bits, and a
+//! description's elements are whole objects.
 
 use super::{LayoutError, field};
 use crate::typegraph::{TypeGraph, TypeId};
@@ -49,9 +54,33 @@ pub struct VectorBoolLayout {
     pub finish_bit: u64,
     pub eos_off: u64,
     pub size: u64,
+    /// libc++'s layout (then the offsets above are unused).
+    #[serde(default)]
+    pub libcxx: Option<LibcxxBits>,
+}
+
+/// Offsets in a libc++ `vector<bool>`: the size in bits and the capacity in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LibcxxBits {
+    pub size_off: u64,
+    pub cap_off: u64,
 }
 
 pub fn bool_layout(tg: &TypeGraph, id: TypeId) -> Result<VectorBoolLayout, LayoutError> {
+    if let Ok((size_off, _)) = field(tg, id, &["__size_"]) {
+        return Ok(VectorBoolLayout {
+            start_p: 0,
+            start_bit: 0,
+            finish_p: 0,
+            finish_bit: 0,
+            eos_off: 0,
+            size: tg.size(id),
+            libcxx: Some(LibcxxBits {
+                size_off,
+                cap_off: field(tg, id, &["__cap_alloc_", "__value_"])?.0,
+            }),
+        });
+    }
     Ok(VectorBoolLayout {
         start_p: field(tg, id, &["_M_impl", "_M_start", "_M_p"])?.0,
         start_bit: field(tg, id, &["_M_impl", "_M_start", "_M_offset"])?.0,
@@ -59,12 +88,18 @@ pub fn bool_layout(tg: &TypeGraph, id: TypeId) -> Result<VectorBoolLayout, Layou
         finish_bit: field(tg, id, &["_M_impl", "_M_finish", "_M_offset"])?.0,
         eos_off: field(tg, id, &["_M_impl", "_M_end_of_storage"])?.0,
         size: tg.size(id),
+        libcxx: None,
     })
 }
 
 impl VectorBoolLayout {
     /// (len, cap) in bits.
     pub fn read(&self, obj: &[u8]) -> Option<(u64, u64)> {
+        if let Some(c) = &self.libcxx {
+            let len = super::word(obj, c.size_off)?;
+            let cap = super::word(obj, c.cap_off)?.checked_mul(64)?;
+            return Some((len, cap.max(len)));
+        }
         let sp = super::word(obj, self.start_p)?;
         let so = super::word(obj, self.start_bit)? & 0xffff_ffff;
         let fp = super::word(obj, self.finish_p)?;
@@ -73,6 +108,16 @@ impl VectorBoolLayout {
         let len = (fp.checked_sub(sp)? / 8 * 64 + fo).checked_sub(so)?;
         let cap = eos.checked_sub(sp)? / 8 * 64;
         Some((len, cap.max(len)))
+    }
+
+    /// exclusiveSize of `len` bits in a capacity of `cap` bits. OI's rules count the spare
+    /// capacity in bits as bytes (each bit a 1-byte child); real sizes charge the block the
+    /// words take, capacity / 8 bytes, and the bits are children of no size.
+    pub fn exclusive(&self, len: u64, cap: u64, sizing: super::Sizing) -> u64 {
+        match sizing {
+            super::Sizing::Oi => self.size + cap.saturating_sub(len),
+            super::Sizing::Real => self.size + cap / 8,
+        }
     }
 }
 

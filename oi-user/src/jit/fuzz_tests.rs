@@ -28,13 +28,14 @@ use super::in_process::LocalWalker;
 use super::tests::{Mapped, plan_node};
 use super::*;
 use crate::containers::deque::DequeLayout;
+use crate::containers::deque::LibcxxDeque;
 use crate::containers::hashtable::HashLayout;
 use crate::containers::list::ListLayout;
 use crate::containers::optional::OptionalLayout;
 use crate::containers::rbtree::RbLayout;
 use crate::containers::string::StringLayout;
 use crate::containers::variant::VariantLayout;
-use crate::containers::vector::{VectorBoolLayout, VectorLayout};
+use crate::containers::vector::{LibcxxBits, VectorBoolLayout, VectorLayout};
 use crate::interp::{RemoteReader, WalkError};
 use crate::plan::{Capture, Node, Op, Plan};
 
@@ -127,6 +128,10 @@ fn random_plan(r: &mut Rng) -> Plan {
                     finish_bit: off(r, size),
                     eos_off: off(r, size),
                     size,
+                    libcxx: (r.below(2) == 1).then(|| LibcxxBits {
+                        size_off: off(r, size),
+                        cap_off: off(r, size),
+                    }),
                 },
                 elem: c,
             },
@@ -144,6 +149,14 @@ fn random_plan(r: &mut Rng) -> Plan {
                         finish: f,
                         elem_size: 8 + 8 * r.below(4),
                         size,
+                        libcxx: (r.below(2) == 1).then(|| LibcxxDeque {
+                            first: off(r, size),
+                            begin: off(r, size),
+                            end: off(r, size),
+                            end_cap: off(r, size),
+                            start: off(r, size),
+                            count: off(r, size),
+                        }),
                     },
                     elem: c,
                 }
@@ -157,6 +170,7 @@ fn random_plan(r: &mut Rng) -> Plan {
                     node_size: 24 + 8 * r.below(4),
                     elem_size: 8 * r.below(3),
                     size,
+                    counted: r.below(2) == 1,
                 },
                 elem: c,
             },

@@ -497,7 +497,7 @@ impl<'a> Decoder<'a, '_> {
                 let (len, cap) = (self.count()?, self.count()?);
                 lc = Some((len, cap));
                 (
-                    layout.size + cap.saturating_sub(len),
+                    layout.exclusive(len, cap, plan.sizing),
                     Children::Repeat(*elem, len),
                 )
             }

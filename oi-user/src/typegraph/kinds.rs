@@ -10,6 +10,9 @@ pub enum ContainerKind {
     Vector,
     String,
     List,
+    /// A singly linked list (libc++'s `forward_list`; libstdc++'s under real sizes only,
+    /// by `plan::build`, as OI's rules measure it as an ordinary class).
+    ForwardList,
     Deque,
     Set,
     MultiSet,
@@ -37,8 +40,12 @@ const NAMES: &[(&str, ContainerKind)] = &[
     ("std::__cxx11::basic_string", ContainerKind::String),
     ("std::__cxx11::list", ContainerKind::List),
     // libc++ (LLVM 14): what the built-in walkers take with another field's name (list,
-    // pair, map, set, shared_ptr, weak_ptr); its other containers are described in containers/libcxx.toml.
+    // pair, map, set, shared_ptr, weak_ptr, deque, variant, forward_list; vector<bool> in
+    // `recognise`); its other containers are described in containers/libcxx.toml.
     ("std::__1::list", ContainerKind::List),
+    ("std::__1::forward_list", ContainerKind::ForwardList),
+    ("std::__1::deque", ContainerKind::Deque),
+    ("std::__1::variant", ContainerKind::Variant),
     ("std::__1::pair", ContainerKind::Pair),
     ("std::__1::map", ContainerKind::Map),
     ("std::__1::multimap", ContainerKind::MultiMap),
@@ -68,8 +75,13 @@ const NAMES: &[(&str, ContainerKind)] = &[
     ("std::priority_queue", ContainerKind::PriorityQueue),
 ];
 
-/// The container a qualified DWARF type name denotes, if any.
+/// The container a qualified DWARF type name denotes, if any. libc++'s `vector<bool>` is the
+/// built-in bit vector (its `vector<T>` is described in containers/libcxx.toml, whose
+/// `array` layout cannot say that elements are bits).
 pub fn recognise(qualified: &str) -> Option<ContainerKind> {
+    if qualified.starts_with("std::__1::vector<bool,") || qualified == "std::__1::vector<bool>" {
+        return Some(ContainerKind::Vector);
+    }
     NAMES.iter().find_map(|(n, k)| {
         let rest = qualified.strip_prefix(n)?;
         (rest.is_empty() || rest.starts_with('<')).then_some(*k)
@@ -130,7 +142,9 @@ pub fn unknown_standard(qualified: &str) -> bool {
         return false;
     }
     let libstdcxx = inline.iter().all(|p| *p == "__cxx11");
-    !libstdcxx || !matches!(*family, "forward_list" | "tuple")
+    // libc++'s tuple is an ordinary class too: leaves holding `__value_`, first element first.
+    let libcxx_tuple = inline == ["__1"] && *family == "tuple";
+    !libcxx_tuple && (!libstdcxx || !matches!(*family, "forward_list" | "tuple"))
 }
 
 impl ContainerKind {
@@ -139,8 +153,9 @@ impl ContainerKind {
     pub fn measured_args(self) -> Option<usize> {
         use ContainerKind::*;
         Some(match self {
-            Vector | List | Deque | Set | MultiSet | UnorderedSet | UnorderedMultiSet
-            | Optional | UniquePtr | SharedPtr | WeakPtr | ReferenceWrapper | Array => 1,
+            Vector | List | ForwardList | Deque | Set | MultiSet | UnorderedSet
+            | UnorderedMultiSet | Optional | UniquePtr | SharedPtr | WeakPtr | ReferenceWrapper
+            | Array => 1,
             String => 1,
             Map | MultiMap | UnorderedMap | UnorderedMultiMap | Pair => 2,
             // The element and the underlying container; priority_queue's comparator is not.
@@ -195,7 +210,15 @@ mod tests {
             "std::__1::vector<int, std::__1::allocator<int> >"
         ));
         assert!(unknown_standard("std::__ndk1::basic_string<char>"));
-        assert!(unknown_standard("std::__1::forward_list<int>"));
+        assert!(unknown_standard("std::__ndk1::forward_list<int>"));
+        assert!(!unknown_standard("std::__1::forward_list<int>"));
+        assert!(!unknown_standard("std::__1::tuple<int, long>"));
+        assert!(unknown_standard("std::__ndk1::tuple<int, long>"));
+        assert_eq!(
+            recognise("std::__1::vector<bool, std::__1::allocator<bool> >"),
+            Some(ContainerKind::Vector)
+        );
+        assert_eq!(recognise("std::__1::vector<int>"), None);
         assert!(unknown_standard("std::__debug::map<int, int>"));
         assert!(unknown_standard("std::basic_string<char>"));
         assert!(unknown_standard("std::list<int>"));

@@ -471,6 +471,12 @@ pub fn parse(text: &str, depth: u32) -> Ty {
         || text == "true"
         || text == "false"
     {
+        // clang writes an integer's suffix (`std::__1::array<int, 3UL>`); people do not.
+        let bare = text.trim_end_matches(['u', 'U', 'l', 'L']);
+        let digits = bare.strip_prefix('-').unwrap_or(bare);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Ty::Verbatim(bare.to_string());
+        }
         return Ty::Verbatim(text.to_string());
     }
     // A function type (`int(int)`, `void (*)(int)`): shown as written. `(anonymous
@@ -790,6 +796,9 @@ mod tests {
             "std::vector<int>::iterator"
         );
         assert_eq!(normalise("Holder<true, 3>"), "Holder<true, 3>");
+        // clang's integer suffixes go.
+        assert_eq!(normalise("std::__1::array<int, 3UL>"), "std::array<int, 3>");
+        assert_eq!(normalise("Holder<-2L, 0x10UL>"), "Holder<-2, 0x10UL>");
         assert_eq!(normalise("std::less<>"), "std::less<>");
         // A non-default allocator stays.
         assert_eq!(

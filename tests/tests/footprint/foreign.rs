@@ -40,37 +40,14 @@ fn unknown_standard_containers_warn_once_and_are_not_walked() {
     }
 }
 
-/// The bytes each member of `footprint_owned`'s struct owns on the heap, as the fixture's
-/// counting operator new saw them (`CHECK member NAME N`), in declaration order.
-fn member_bytes(exe: &std::path::Path) -> Vec<(String, u64)> {
-    let out = std::process::Command::new(exe)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run the fixture");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let members: Vec<(String, u64)> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("CHECK member "))
-        .map(|l| {
-            let (name, n) = l.split_once(' ').expect("CHECK member NAME N");
-            (name.to_string(), n.trim().parse().expect("a byte count"))
-        })
-        .collect();
-    assert_eq!(members.len(), 13, "{text}");
-    members
-}
-
-/// Members of `footprint_owned`'s struct whose libc++ container oi-trace does not walk yet.
-const LIBCXX_NOT_WALKED: &[&str] = &["queue"];
-
 /// The real thing: `footprint_owned` built with clang++ and libc++ (`cargo xtask setup`
-/// installs both). Every libc++ container oi-trace knows (strings, vector, unique_ptr, list,
-/// map, unordered_map/set, shared_ptr from make_shared and from new, optional, and containers
-/// of them) is charged exactly the heap bytes the fixture's counting operator new saw for that
-/// member; the one it does not know yet (`deque`) is a node not walked, named once on stderr,
-/// never a plain-struct walk. -O0 and -O2, jit and remote byte-identical.
+/// installs both). Every libc++ container (strings, vector, `vector<bool>`, unique_ptr, list,
+/// forward_list, deque, map, unordered_map/set, shared_ptr from make_shared and from new,
+/// optional, variant, array, tuple, and containers of them) is charged exactly the heap bytes
+/// the fixture's counting operator new saw for that member, and the whole struct exactly what
+/// it owns; no warning. -O0 and -O2, jit and remote byte-identical.
 #[test]
-fn libcxx_containers_are_walked_exactly_or_not_at_all() {
+fn libcxx_containers_are_walked_exactly() {
     if !privileged() {
         return;
     }
@@ -82,53 +59,29 @@ fn libcxx_containers_are_walked_exactly_or_not_at_all() {
             &["-stdlib=libc++"],
             "_libcxx",
         );
-        let owned = member_bytes(&exe);
+        let owned = crate::real_sizes::member_bytes(&exe);
         let real = ["--sizes", "real", "--format", "json"];
         let (text, _, stderr) =
             run_probe_stderr(&exe, 0, &[&real[..], &["--mode", "jit"]].concat());
         let (remote, _, _) =
             run_probe_stderr(&exe, 0, &[&real[..], &["--mode", "remote"]].concat());
         assert_eq!(text, remote, "{opt}: jit and remote differ");
-        let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-        let root = &json[0];
-        let members = root["members"].as_array().expect("members");
-        assert_eq!(members.len(), 14, "{opt}: {text}");
-        let mut heap = 0;
-        for m in members {
-            let name = m["name"].as_str().expect("name");
-            let size = m["size"].as_u64().expect("size");
-            let stat = m["staticSize"].as_u64().expect("staticSize");
-            if LIBCXX_NOT_WALKED.contains(&name) {
-                assert_eq!(m["notWalked"], m["staticSize"], "{opt}: {m}");
-                assert_eq!(size, stat, "{opt}: {m}");
-                continue;
-            }
-            assert!(
-                m.get("notWalked").is_none(),
-                "{opt}: {name} not walked: {m}"
-            );
-            // `none` (an empty unordered_set) owns nothing and has no line of its own.
-            let want = owned.iter().find(|(n, _)| n == name).map_or(0, |(_, b)| *b);
-            eprintln!("{opt}: {name}: owned {want} B, reported {} B", size - stat);
-            assert_eq!(size - stat, want, "{opt}: {name}: {m}");
-            heap += want;
-        }
-        let root_size = root["size"].as_u64().expect("size");
-        let root_static = root["staticSize"].as_u64().expect("staticSize");
-        assert_eq!(root_size, root_static + heap, "{opt}: {text}");
-        // One warning per type not walked, and no other.
-        let warnings: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("oi-trace: warning: "))
-            .collect();
-        assert_eq!(warnings.len(), LIBCXX_NOT_WALKED.len(), "{opt}:\n{stderr}");
-        assert!(
-            warnings[0].starts_with("oi-trace: warning: std::__1::deque<int"),
-            "{opt}:\n{stderr}"
+        crate::real_sizes::each_member_exact(opt, &text, &owned);
+        let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(
+            v[0]["size"],
+            crate::real_sizes::owned(&exe),
+            "{opt}: {text}"
         );
+        // Every type is walked: no warning.
+        assert!(!stderr.contains("oi-trace: warning: "), "{opt}:\n{stderr}");
         // Readable names drop libc++'s inline namespace and default arguments, as they do
         // libstdc++'s.
-        let (tree, _, _) = run_probe_stderr(&exe, 0, &["--sizes", "real", "--format", "tree"]);
+        let (tree, _, _) = run_probe_stderr(
+            &exe,
+            0,
+            &["--sizes", "real", "--format", "tree", "--top", "30"],
+        );
         for declared in [
             "  names: std::vector<std::string>  ",
             "  by_id: std::map<int, std::string>  ",
@@ -136,6 +89,12 @@ fn libcxx_containers_are_walked_exactly_or_not_at_all() {
             "  samples: std::list<double>  ",
             "  shared: std::shared_ptr<std::string>  ",
             "  extra: std::unique_ptr<std::vector<int>>  ",
+            "  lines: std::deque<std::string>  ",
+            "  chain: std::forward_list<std::string>  ",
+            "  flags: std::vector<bool>  ",
+            "  choice: std::variant<int, std::string>  ",
+            "  triple: std::array<std::string, 3>  ",
+            "  record: std::tuple<std::string, int, std::vector<int>>  ",
         ] {
             assert!(
                 tree.lines().any(|l| l.starts_with(declared)),
@@ -143,5 +102,80 @@ fn libcxx_containers_are_walked_exactly_or_not_at_all() {
             );
         }
         assert!(!tree.contains("std::__1::"), "{opt}:\n{tree}");
+    }
+}
+
+/// `--global` on a libc++ binary: `app::shadow`, a global `Owned` the fixture fills as it fills
+/// the probed one, measured with no probe in jit and remote mode (the fixture waiting on its
+/// stdin): byte-identical, no warning, and exactly the bytes the global owns with its own
+/// (`CHECK shadow N`). -O0 and -O2.
+#[test]
+fn libcxx_global_is_measured_exactly() {
+    use std::io::BufRead;
+    if !privileged() {
+        return;
+    }
+    for opt in ["-O0", "-O2"] {
+        let exe = crate::common::build_fixture_with(
+            "footprint_owned",
+            opt,
+            "clang++",
+            &["-stdlib=libc++"],
+            "_libcxx",
+        );
+        let mut child = std::process::Command::new(&exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the fixture");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut shadow = None;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.expect("a line");
+            if let Some(n) = line.strip_prefix("CHECK shadow ") {
+                shadow = n.trim().parse::<u64>().ok();
+            }
+            if line == "READY" {
+                break;
+            }
+        }
+        let shadow = shadow.expect("CHECK shadow N");
+        let pid = child.id().to_string();
+        let run = |mode: &str| {
+            let out = oi_e2e::run_oi_trace(
+                &[
+                    "--pid",
+                    &pid,
+                    "--global",
+                    "app::shadow",
+                    "--sizes",
+                    "real",
+                    "--format",
+                    "json",
+                    "--mode",
+                    mode,
+                ],
+                std::time::Duration::from_secs(60),
+            );
+            assert!(out.status.success(), "{opt} {mode}: {out:#?}");
+            assert!(
+                !out.stderr.iter().any(|l| l.contains("warning")),
+                "{opt} {mode}: {:?}",
+                out.stderr
+            );
+            out.stdout
+        };
+        let (jit, remote) = (run("jit"), run("remote"));
+        drop(child.stdin.take());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(jit, remote, "{opt}: jit and remote differ");
+        let line = jit.lines().next().expect("a sample");
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        eprintln!(
+            "{opt}: app::shadow owns {shadow} B, measured {} B",
+            v[0]["size"]
+        );
+        assert_eq!(v[0]["size"], shadow, "{opt}: app::shadow");
     }
 }

@@ -408,6 +408,39 @@ fn oil_size_equals_the_bytes_the_object_owns(opt: &str) {
     );
 }
 
+/// The same with clang++ and libc++ (`cargo xtask setup` installs both): OIL measures a
+/// libc++ program as oi-trace does, each of its containers as libc++ lays it out, exactly
+/// what the struct owns. `sizes-oi` gives another number: its rules count a `vector<bool>`'s
+/// bits as bytes and no `shared_ptr` control block.
+fn oil_size_equals_the_bytes_a_libcxx_object_owns(opt: &str) {
+    let exe = FixtureBuild::new("footprint_owned")
+        .compiler("clang++")
+        .variant(
+            &format!("footprint_owned_oil_libcxx{opt}"),
+            &[opt, "-stdlib=libc++", "-DWITH_OIL"],
+        )
+        .with_oil()
+        .build();
+    let mut f = Fixture::start(&exe, &[]);
+    let owned = number(&mut f, "owned");
+    assert_eq!(number(&mut f, "oil-size"), owned, "{opt}: oil::size");
+    assert_ne!(
+        number(&mut f, "oil-size-oi"),
+        owned,
+        "{opt}: OI's rules differ here"
+    );
+}
+
+#[test]
+fn oil_size_equals_the_bytes_a_libcxx_object_owns_o0() {
+    oil_size_equals_the_bytes_a_libcxx_object_owns("-O0");
+}
+
+#[test]
+fn oil_size_equals_the_bytes_a_libcxx_object_owns_o2() {
+    oil_size_equals_the_bytes_a_libcxx_object_owns("-O2");
+}
+
 #[test]
 fn oil_size_equals_the_bytes_the_object_owns_o0() {
     oil_size_equals_the_bytes_the_object_owns("-O0");

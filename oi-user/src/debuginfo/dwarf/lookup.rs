@@ -61,7 +61,8 @@ impl<'a> DebugInfo<'a> {
         Ok(found)
     }
 
-    /// Every definition of a variable with a fixed address (`DW_OP_addr`) whose qualified name
+    /// Every definition of a variable with a fixed address (`DW_OP_addr`, or `DW_OP_addrx`
+    /// into `.debug_addr` as clang writes DWARF 5) whose qualified name
     /// is `qualified`: a global, a namespace-scope variable or a class's static member. Each
     /// as its type DIE and its ELF address.
     pub fn global_variables(&self, qualified: &str) -> Result<Vec<(DieRef, u64)>, DwarfError> {
@@ -86,8 +87,21 @@ impl<'a> DebugInfo<'a> {
                     .and_then(|a| match a.value() {
                         AttributeValue::Exprloc(e) => {
                             let b = e.0.slice();
-                            let addr = b.get(1..9).filter(|_| b.len() == 9 && b[0] == 0x03)?;
-                            Some(u64::from_le_bytes(addr.try_into().ok()?))
+                            match b.first()? {
+                                // DW_OP_addr: the address itself.
+                                0x03 => {
+                                    let addr = b.get(1..9).filter(|_| b.len() == 9)?;
+                                    Some(u64::from_le_bytes(addr.try_into().ok()?))
+                                }
+                                // DW_OP_addrx (clang's DWARF 5), DW_OP_GNU_addr_index: an
+                                // index into the unit's `.debug_addr` entries.
+                                0xa1 | 0xfb => {
+                                    let index = uleb_whole(b.get(1..)?)?;
+                                    let index = gimli::DebugAddrIndex(usize::try_from(index).ok()?);
+                                    self.dwarf.address(&self.units[unit], index).ok()
+                                }
+                                _ => None,
+                            }
                         }
                         _ => None,
                     });
@@ -355,4 +369,19 @@ pub(super) fn name_suffixes(qualified: &str) -> impl Iterator<Item = &str> {
     (0..=qualified.len())
         .filter(|&at| at == 0 || qualified.as_bytes()[..at].ends_with(b"::"))
         .map(|at| &qualified[at..])
+}
+
+/// An unsigned LEB128 number that takes all of `bytes` (an operation's one operand), or None.
+fn uleb_whole(bytes: &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, b) in bytes.iter().enumerate() {
+        if i >= 10 {
+            return None;
+        }
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return (i + 1 == bytes.len()).then_some(value);
+        }
+    }
+    None
 }

@@ -217,7 +217,8 @@ fn find(pid: i32, name: &str, features: &[String]) -> Result<Global> {
             Ok(Ok(None)) => match symbol {
                 Some(v) => {
                     return Err(Error::input(format!(
-                        "--global {name}: {} (at {:#x} in {}) has no variable of that name in                          the debug information",
+                        "--global {name}: {} (at {:#x} in {}) has no variable of that name in the \
+                         debug information",
                         v.demangled,
                         v.address,
                         file.target.display()

@@ -336,24 +336,41 @@ impl Walker<'_> {
         addr: u64,
     ) -> Result<(), WalkError> {
         let es = l.elem_size;
-        let nodes = self.read(st.start[3], st.blocks.saturating_mul(8))?;
         let mut ranges: Vec<(u64, u64)> = Vec::new(); // (address, element count)
-        for b in 0..st.blocks {
-            let block = word(&nodes, b * 8, addr)?;
-            let first = if b == 0 { st.start[0] } else { block };
-            let end = if b + 1 == st.blocks {
-                st.finish[0]
-            } else if b == 0 {
-                st.start[2]
-            } else {
-                block + l.block_bytes()
-            };
-            let n = end
-                .checked_sub(first)
-                .ok_or_else(|| corrupt(addr, "deque block out of order"))?
-                / es;
-            if n > 0 {
-                ranges.push((first, n));
+        if l.libcxx.is_some() {
+            // libc++: `len` elements from index `first_index` of the block in `first_slot`,
+            // each block full but the first and the last.
+            let touched = l
+                .libcxx_touched(st)
+                .ok_or_else(|| corrupt(addr, "deque block out of order"))?;
+            let slots = self.read(st.first_slot, touched.saturating_mul(8))?;
+            let mut left = st.len;
+            for t in 0..touched {
+                let block = word(&slots, t * 8, addr)?;
+                let skip = if t == 0 { st.first_index } else { 0 };
+                let n = (l.block_elems() - skip).min(left);
+                left -= n;
+                ranges.push((block.wrapping_add(skip.wrapping_mul(es)), n));
+            }
+        } else {
+            let nodes = self.read(st.start[3], st.blocks.saturating_mul(8))?;
+            for b in 0..st.blocks {
+                let block = word(&nodes, b * 8, addr)?;
+                let first = if b == 0 { st.start[0] } else { block };
+                let end = if b + 1 == st.blocks {
+                    st.finish[0]
+                } else if b == 0 {
+                    st.start[2]
+                } else {
+                    block + l.block_bytes()
+                };
+                let n = end
+                    .checked_sub(first)
+                    .ok_or_else(|| corrupt(addr, "deque block out of order"))?
+                    / es;
+                if n > 0 {
+                    ranges.push((first, n));
+                }
             }
         }
         let mut bufs: Vec<Vec<u8>> = ranges

@@ -136,6 +136,30 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// The nodes of a null-terminated list from `first`, each linking the next at `next_off`
+    /// (a `forward_list`). A cycle is corrupt, found by Brent's method (the node saved at each
+    /// power of two steps met again) within twice its length, and so is a list longer than
+    /// `MAX_ELEMENTS`.
+    fn count_links(&self, first: u64, next_off: u64, addr: u64) -> Result<u64, WalkError> {
+        let (mut cur, mut n) = (first, 0u64);
+        let (mut saved, mut power, mut steps) = (first, 1u64, 0u64);
+        while cur != 0 {
+            n += 1;
+            if n > MAX_ELEMENTS {
+                return Err(corrupt(addr, format!("implausible element count {n}")));
+            }
+            cur = self.load(cur.wrapping_add(next_off), 8)?;
+            if cur == saved {
+                return Err(corrupt(addr, "implausible element count (a cycle)"));
+            }
+            steps += 1;
+            if steps == power {
+                (saved, power, steps) = (cur, power << 1, 0);
+            }
+        }
+        Ok(n)
+    }
+
     /// A description's `load(addr, width)`: 0 at address 0 (an absent block), else the
     /// unsigned integer read from the target.
     fn load(&self, addr: u64, width: u8) -> Result<u64, WalkError> {
@@ -308,7 +332,15 @@ impl Walker<'_> {
                 }
             }
             Op::List { layout, elem } => {
-                let len = word(obj, layout.size_off, addr)?;
+                let len = if layout.counted {
+                    self.count_links(
+                        word(obj, layout.head_off + layout.next_off, addr)?,
+                        layout.next_off,
+                        addr,
+                    )?
+                } else {
+                    word(obj, layout.size_off, addr)?
+                };
                 self.emit(addr);
                 self.emit_len(len, addr)?;
                 if self.dynamic(*elem) {

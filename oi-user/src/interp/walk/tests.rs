@@ -103,6 +103,7 @@ fn corrupt_objects_are_errors_not_panics() {
                 node_size: 48,
                 elem_size: 32,
                 size: 24,
+                counted: false,
             },
             elem: 1,
         },

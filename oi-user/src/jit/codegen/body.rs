@@ -137,21 +137,30 @@ impl Gen<'_, '_> {
             Op::VectorBool { layout, elem } => {
                 let l = *layout;
                 let code = ErrorCode::VectorBool;
-                let sp = self.field(addr, len, l.start_p, code)?;
-                let so = self.field(addr, len, l.start_bit, code)?;
-                let so = self.b.ins().band_imm_s(so, 0xffff_ffff);
-                let fp = self.field(addr, len, l.finish_p, code)?;
-                let fo = self.field(addr, len, l.finish_bit, code)?;
-                let fo = self.b.ins().band_imm_s(fo, 0xffff_ffff);
-                let eos = self.field(addr, len, l.eos_off, code)?;
-                let d = self.checked_sub(fp, sp, code, addr);
-                let d = self.b.ins().ushr_imm_s(d, 3);
-                let d = self.b.ins().imul_imm_s(d, 64);
-                let bits = self.b.ins().iadd(d, fo);
-                let n = self.checked_sub(bits, so, code, addr);
-                let c = self.checked_sub(eos, sp, code, addr);
-                let c = self.b.ins().ushr_imm_s(c, 3);
-                let c = self.b.ins().imul_imm_s(c, 64);
+                let (n, c) = if let Some(x) = l.libcxx {
+                    // libc++: the size in bits, the capacity in words.
+                    let n = self.field(addr, len, x.size_off, code)?;
+                    let words = self.field(addr, len, x.cap_off, code)?;
+                    let huge = self.icmp_imm(IntCC::UnsignedGreaterThan, words, u64::MAX / 64);
+                    self.fail_if(huge, code, addr);
+                    (n, self.b.ins().imul_imm_s(words, 64))
+                } else {
+                    let sp = self.field(addr, len, l.start_p, code)?;
+                    let so = self.field(addr, len, l.start_bit, code)?;
+                    let so = self.b.ins().band_imm_s(so, 0xffff_ffff);
+                    let fp = self.field(addr, len, l.finish_p, code)?;
+                    let fo = self.field(addr, len, l.finish_bit, code)?;
+                    let fo = self.b.ins().band_imm_s(fo, 0xffff_ffff);
+                    let eos = self.field(addr, len, l.eos_off, code)?;
+                    let d = self.checked_sub(fp, sp, code, addr);
+                    let d = self.b.ins().ushr_imm_s(d, 3);
+                    let d = self.b.ins().imul_imm_s(d, 64);
+                    let bits = self.b.ins().iadd(d, fo);
+                    let n = self.checked_sub(bits, so, code, addr);
+                    let c = self.checked_sub(eos, sp, code, addr);
+                    let c = self.b.ins().ushr_imm_s(c, 3);
+                    (n, self.b.ins().imul_imm_s(c, 64))
+                };
                 let cap = self.b.ins().umax(c, n);
                 self.check_count(n, addr);
                 self.check_count(cap, addr);
@@ -161,8 +170,12 @@ impl Gen<'_, '_> {
                         // The decoder would read elements nobody wrote (no real plan).
                         self.decoder_bound(n, 0, code, addr);
                     }
-                    let spare = self.b.ins().isub(cap, n);
-                    let e = self.b.ins().iadd_imm_s(spare, l.size as i64);
+                    // `VectorBoolLayout::exclusive`.
+                    let own = match self.plan.sizing {
+                        Sizing::Oi => self.b.ins().isub(cap, n),
+                        Sizing::Real => self.b.ins().ushr_imm_s(cap, 3),
+                    };
+                    let e = self.b.ins().iadd_imm_s(own, l.size as i64);
                     self.tally(e);
                     self.tally_static(*elem, n);
                 }
@@ -171,7 +184,13 @@ impl Gen<'_, '_> {
             Op::Deque { layout, elem } => self.deque(layout, *elem, addr, len, k),
             Op::List { layout, elem } => {
                 let l = *layout;
-                let n = self.field(addr, len, l.size_off, ErrorCode::FieldOutside)?;
+                let n = if l.counted {
+                    let first =
+                        self.field(addr, len, l.head_off + l.next_off, ErrorCode::FieldOutside)?;
+                    self.count_links(first, l.next_off, addr)
+                } else {
+                    self.field(addr, len, l.size_off, ErrorCode::FieldOutside)?
+                };
                 self.check_count(n, addr);
                 self.emit(&[addr, n]);
                 self.tally_nodes(l.size, l.node_size.wrapping_sub(l.elem_size), n, *elem);

@@ -111,6 +111,54 @@ impl Gen<'_, '_> {
         }
     }
 
+    /// The nodes of a null-terminated list from `first` (a `forward_list`,
+    /// `Walker::count_links`): a cycle (Brent's method) or more than `MAX_ELEMENTS` fails as
+    /// an implausible count.
+    pub(super) fn count_links(&mut self, first: Value, next_off: u64, addr: Value) -> Value {
+        let count = self.b.declare_var(I64);
+        let cur = self.b.declare_var(I64);
+        let saved = self.b.declare_var(I64);
+        let power = self.b.declare_var(I64);
+        let steps = self.b.declare_var(I64);
+        let zero = self.c(0);
+        let one = self.c(1);
+        self.b.def_var(count, zero);
+        self.b.def_var(cur, first);
+        self.b.def_var(saved, first);
+        self.b.def_var(power, one);
+        self.b.def_var(steps, zero);
+        let head = self.b.create_block();
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(head, &[]);
+        self.b.switch_to_block(head);
+        let c = self.b.use_var(cur);
+        self.b.ins().brif(c, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        let limit = self.c(MAX_ELEMENTS);
+        self.count_within(count, limit, ErrorCode::ElementCount, addr);
+        let next = self.ld(c, next_off);
+        self.b.def_var(cur, next);
+        let s = self.b.use_var(saved);
+        let cycle = self.b.ins().icmp(IntCC::Equal, next, s);
+        self.fail_if(cycle, ErrorCode::ElementCount, addr);
+        let n = self.b.use_var(steps);
+        let n = self.b.ins().iadd_imm_s(n, 1);
+        let p = self.b.use_var(power);
+        let hit = self.b.ins().icmp(IntCC::Equal, n, p);
+        let s = self.b.ins().select(hit, next, s);
+        let twice = self.b.ins().ishl_imm_s(p, 1);
+        let p = self.b.ins().select(hit, twice, p);
+        let zero = self.c(0);
+        let n = self.b.ins().select(hit, zero, n);
+        self.b.def_var(saved, s);
+        self.b.def_var(power, p);
+        self.b.def_var(steps, n);
+        self.b.ins().jump(head, &[]);
+        self.b.switch_to_block(exit);
+        self.b.use_var(count)
+    }
+
     /// Pair and map entry: both children, each checked to lie inside the object.
     pub(super) fn two(
         &mut self,

@@ -153,6 +153,9 @@ impl Gen<'_, '_> {
         len: u64,
         k: u64,
     ) -> G {
+        if let Some(c) = l.libcxx {
+            return self.deque_libcxx(l, &c, elem, addr, len, k);
+        }
         let code = ErrorCode::Deque;
         let mut s = [addr; 4];
         let mut f = [addr; 4];
@@ -271,6 +274,122 @@ impl Gen<'_, '_> {
                 g.fail_if(other, ErrorCode::DequeBlock, addr);
             }
             Ok(())
+        })
+    }
+
+    /// libc++'s deque (`DequeLayout::read`'s libc++ branch, `Walker::deque_elements`): the
+    /// same words and charge as libstdc++'s, the elements found from `__start_`.
+    fn deque_libcxx(
+        &mut self,
+        l: &crate::containers::deque::DequeLayout,
+        c: &crate::containers::deque::LibcxxDeque,
+        elem: NodeId,
+        addr: Value,
+        len: u64,
+        k: u64,
+    ) -> G {
+        let code = ErrorCode::Deque;
+        let first = self.field(addr, len, c.first, code)?;
+        let n_v = self.b.declare_var(I64);
+        let slots_v = self.b.declare_var(I64);
+        let blocks_v = self.b.declare_var(I64);
+        let begin_v = self.b.declare_var(I64);
+        let start_v = self.b.declare_var(I64);
+        let zero = self.c(0);
+        for v in [n_v, slots_v, blocks_v, begin_v, start_v] {
+            self.b.def_var(v, zero);
+        }
+        let has_map = self.icmp_imm(IntCC::NotEqual, first, 0);
+        self.if_then(has_map, |g| {
+            let begin = g.field(addr, len, c.begin, code)?;
+            let end = g.field(addr, len, c.end, code)?;
+            let end_cap = g.field(addr, len, c.end_cap, code)?;
+            let start = g.field(addr, len, c.start, code)?;
+            let d = g.checked_sub(end_cap, first, code, addr);
+            let slots = g.b.ins().ushr_imm_s(d, 3);
+            let d = g.checked_sub(end, begin, code, addr);
+            let blocks = g.b.ins().ushr_imm_s(d, 3);
+            let n = g.field(addr, len, c.count, code)?;
+            g.b.def_var(n_v, n);
+            g.b.def_var(slots_v, slots);
+            g.b.def_var(blocks_v, blocks);
+            g.b.def_var(begin_v, begin);
+            g.b.def_var(start_v, start);
+            Ok(())
+        })?;
+        let n = self.b.use_var(n_v);
+        let slots = self.b.use_var(slots_v);
+        let blocks = self.b.use_var(blocks_v);
+        let one = self.c(1);
+        let min_slots = self.b.ins().umax(slots, one);
+        let over = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, blocks, min_slots);
+        let huge = self.icmp_imm(IntCC::UnsignedGreaterThan, slots, MAX_ELEMENTS);
+        let bad = self.b.ins().bor(over, huge);
+        self.fail_if(bad, ErrorCode::DequeMap, addr);
+        self.check_count(n, addr);
+        self.emit(&[addr, n, slots, blocks]);
+        if self.reg.sizes {
+            // `DequeLayout::account`, as for libstdc++.
+            let map_bytes = self.b.ins().imul_imm_s(slots, 8);
+            let block_bytes = self.b.ins().imul_imm_s(blocks, l.block_bytes() as i64);
+            let all = self.b.ins().iadd(map_bytes, block_bytes);
+            let all = self.b.ins().iadd_imm_s(all, l.size as i64);
+            let used = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let under = self.b.ins().icmp(IntCC::UnsignedLessThan, all, used);
+            let e = self.b.ins().isub(all, used);
+            let zero = self.c(0);
+            let e = self.b.ins().select(under, zero, e);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
+        if !self.dynamic(elem) {
+            return Ok(());
+        }
+        let es = l.elem_size.max(1);
+        let bs = l.block_elems();
+        let nonempty = self.icmp_imm(IntCC::NotEqual, n, 0);
+        self.if_then(nonempty, |g| {
+            let start = g.b.use_var(start_v);
+            let begin = g.b.use_var(begin_v);
+            let q = g.b.ins().udiv_imm_s(start, bs as i64);
+            let skip = g.b.ins().urem_imm_s(start, bs as i64);
+            // `DequeLayout::libcxx_touched`: the blocks the elements lie in, inside the map's.
+            let reach = g.b.ins().iadd(skip, n);
+            let reach = g.b.ins().iadd_imm_s(reach, (bs - 1) as i64);
+            let touched = g.b.ins().udiv_imm_s(reach, bs as i64);
+            let need = g.b.ins().iadd(q, touched);
+            let past = g.b.ins().icmp(IntCC::UnsignedGreaterThan, need, blocks);
+            g.fail_if(past, ErrorCode::DequeBlock, addr);
+            let big = g.icmp_imm(IntCC::UnsignedGreaterThan, touched, MAX_READ / 8);
+            g.fail_if(big, ErrorCode::ReadSize, addr);
+            let q8 = g.b.ins().imul_imm_s(q, 8);
+            let first_slot = g.b.ins().iadd(begin, q8);
+            let left = g.b.declare_var(I64);
+            g.b.def_var(left, n);
+            g.loop_n(touched, |g, t| {
+                let off = g.b.ins().imul_imm_s(t, 8);
+                let slot = g.b.ins().iadd(first_slot, off);
+                let block = g.ld(slot, 0);
+                let is_first = g.icmp_imm(IntCC::Equal, t, 0);
+                let zero = g.c(0);
+                let i0 = g.b.ins().select(is_first, skip, zero);
+                let full = g.c(bs);
+                let avail = g.b.ins().isub(full, i0);
+                let rest = g.b.use_var(left);
+                let count = g.b.ins().umin(avail, rest);
+                let rest = g.b.ins().isub(rest, count);
+                g.b.def_var(left, rest);
+                let at0 = g.b.ins().imul_imm_s(i0, es as i64);
+                let at0 = g.b.ins().iadd(block, at0);
+                g.loop_n(count, |g, j| {
+                    let off = g.b.ins().imul_imm_s(j, es as i64);
+                    let at = g.b.ins().iadd(at0, off);
+                    g.child(elem, at, es, k)
+                })
+            })
         })
     }
 }

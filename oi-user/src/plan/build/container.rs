@@ -50,6 +50,13 @@ impl PlanBuilder<'_> {
                     elem: self.child(t, "[]")?,
                 }
             }
+            K::ForwardList => {
+                let t = self.arg(r, 0)?;
+                Op::List {
+                    layout: list::forward_layout(tg, r, t)?,
+                    elem: self.child(t, "[]")?,
+                }
+            }
             K::Set | K::MultiSet => {
                 let t = self.arg(r, 0)?;
                 Op::RbTree {

@@ -254,13 +254,18 @@ impl<'t> PlanBuilder<'t> {
 
     /// The element of a `vector<bool>`: a bit, which no walk reads, so never a value (the
     /// shared `bool` child node may have one, for arrays of bools).
+    /// Under real sizes a bit takes no byte of its own (the vector charges its words).
     fn bit_element(&mut self, t: TypeId) -> Result<NodeId, PlanError> {
         let elem = self.child(t, "[]")?;
-        if self.plan.nodes[elem].value.is_none() {
+        let real = self.opts.sizing == super::Sizing::Real;
+        if self.plan.nodes[elem].value.is_none() && !real {
             return Ok(elem);
         }
         let mut bit = self.plan.nodes[elem].clone();
         bit.value = None;
+        if real {
+            bit.static_size = 0;
+        }
         Ok(self.push(bit))
     }
 
@@ -354,6 +359,16 @@ impl<'t> PlanBuilder<'t> {
             },
             Kind::Struct(st) => match st.container {
                 Some(kind) => self.container(kind, r, capture_here)?,
+                // libstdc++'s forward_list: an ordinary class under OI's rules (its typeNames
+                // too); real sizes walk its nodes.
+                None if self.opts.sizing == super::Sizing::Real
+                    && st
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("std::forward_list<")) =>
+                {
+                    self.container(ContainerKind::ForwardList, r, capture_here)?
+                }
                 None => match st
                     .name
                     .as_deref()
