@@ -20,20 +20,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
 
+pub use crate::cli::agent::PyroscopeApi as Api;
+
 use super::{
     http::Client,
     push_proto::{LabelPair, PushRequest, RawProfileSeries, RawSample},
     queue::{Backend, Profile, SendError},
 };
-
-/// Which of Pyroscope's write APIs receives the profiles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Api {
-    /// `POST /ingest`, a multipart form (every Pyroscope version, Alloy's receive_http).
-    Ingest,
-    /// `POST /push.v1.PusherService/Push`, protobuf (Pyroscope 1.0 and later).
-    Push,
-}
 
 /// The path of the Push API's one call.
 pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";

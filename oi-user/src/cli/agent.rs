@@ -124,7 +124,7 @@ pub struct AgentArgs {
         default_value = "ingest",
         help_heading = "Delivery"
     )]
-    pub pyroscope_api: crate::agent::pyroscope::Api,
+    pub pyroscope_api: PyroscopeApi,
 
     /// EXPERIMENTAL: also send each profile as OTLP profiles (the OpenTelemetry profiles
     /// signal, still Alpha; opentelemetry-proto v1.11.0's v1development messages) over HTTP:
@@ -187,4 +187,13 @@ pub enum AgentTarget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AgentProfile {
     Allocs,
+}
+
+/// Which of Pyroscope's write APIs receives the profiles (`--pyroscope-api`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PyroscopeApi {
+    /// `POST /ingest`, a multipart form (every Pyroscope version, Alloy's receive_http).
+    Ingest,
+    /// `POST /push.v1.PusherService/Push`, protobuf (Pyroscope 1.0 and later).
+    Push,
 }
