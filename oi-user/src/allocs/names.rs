@@ -10,7 +10,7 @@
 //! frame says it (a plain `new T` calls `operator new` from the caller's own code).
 
 /// Whether `function` (demangled, without parameters) is an allocator's own frame: the entry
-/// points themselves and what glibc, libstdc++, jemalloc or tcmalloc call them through.
+/// points themselves and what glibc, libstdc++, libc++, jemalloc or tcmalloc call them through.
 pub fn is_allocator_frame(function: &str) -> bool {
     let f = function.trim();
     f.starts_with("operator new")
@@ -41,17 +41,23 @@ pub fn is_allocator_frame(function: &str) -> bool {
         || f.starts_with("je_")
         || f.starts_with("tc_")
         || f.starts_with("tcmalloc::")
+        // libc++'s own calls of `operator new`, inlined at -O2 and frames at -O0.
+        || f.starts_with("std::__1::__libcpp_operator_new")
+        || f.starts_with("std::__1::__libcpp_allocate")
 }
 
 /// The type an allocator frame allocates, if `function` is one.
 pub fn allocated_type(function: &str) -> Option<String> {
-    const FIRST_ARGUMENT: [&str; 6] = [
+    const FIRST_ARGUMENT: [&str; 8] = [
         "__new_allocator<",
         "new_allocator<",
         "allocator_traits<std::allocator<",
+        // libc++: `std::__1::allocator<T>::allocate` (and its `allocator_traits`).
+        "std::__1::allocator<",
         "make_shared<",
         "__allocate_shared<",
         "_Sp_counted_ptr_inplace<",
+        "__shared_ptr_emplace<",
     ];
     for marker in FIRST_ARGUMENT {
         if let Some(at) = function.find(marker) {
@@ -115,19 +121,26 @@ fn is_character(ty: &str) -> bool {
     matches!(ty, "char" | "wchar_t" | "char8_t" | "char16_t" | "char32_t")
 }
 
-/// The container node types wrap the value type: `_Rb_tree_node<V>` → V.
+/// The container node types wrap the value type: `_Rb_tree_node<V>` → V (libstdc++), and
+/// libc++'s `__tree_node<V, void*>` → V, whose maps' V is `__value_type<K, M>`
+/// (`__hash_value_type` in the unordered ones): a wrapper of `std::pair<const K, M>`, which
+/// is what is named, as libstdc++'s map nodes are.
 fn unwrap_node(ty: &str) -> String {
     for node in [
         "_Rb_tree_node<",
         "_Hash_node<",
         "_List_node<",
         "_Fwd_list_node<",
+        "__tree_node<",
+        "__hash_node<",
+        "__list_node<",
+        "__forward_list_node<",
     ] {
         if let Some(at) = ty.find(node)
             && let Some(args) = template_arguments(&ty[at + node.len() - 1..])
             && let Some(first) = args.first()
         {
-            return first.clone();
+            return libcxx_map_value(first).unwrap_or_else(|| first.clone());
         }
     }
     // make_shared's control block: `_Sp_counted_ptr_inplace<T, …>`.
@@ -138,6 +151,18 @@ fn unwrap_node(ty: &str) -> String {
         return first.clone();
     }
     ty.to_string()
+}
+
+/// libc++'s map value wrapper `std::__1::__value_type<K, M>` (or `__hash_value_type`) as the
+/// pair it holds, spelled as g++'s DWARF spells libstdc++'s: `std::pair<K const, M>`.
+fn libcxx_map_value(ty: &str) -> Option<String> {
+    let inner = ty
+        .strip_prefix("std::__1::__value_type")
+        .or_else(|| ty.strip_prefix("std::__1::__hash_value_type"))?;
+    match template_arguments(inner)?.as_slice() {
+        [key, mapped] => Some(format!("std::pair<{key} const, {mapped}>")),
+        _ => None,
+    }
 }
 
 /// The top-level template arguments of `s`, which starts with `<`.
@@ -227,6 +252,39 @@ mod tests {
             None
         );
         assert_eq!(allocated_type("shop::Factory::make"), None);
+    }
+
+    #[test]
+    fn types_of_libcxx_allocator_frames() {
+        assert_eq!(
+            allocated_type("std::__1::allocator<shop::Item>::allocate").as_deref(),
+            Some("shop::Item")
+        );
+        assert_eq!(
+            allocated_type(
+                "std::__1::allocator<std::__1::__tree_node<std::__1::__value_type<int, \
+                 shop::Item>, void*> >::allocate"
+            )
+            .as_deref(),
+            Some("std::pair<int const, shop::Item>")
+        );
+        assert_eq!(
+            allocated_type(
+                "std::__1::allocator<std::__1::__hash_node<std::__1::__hash_value_type<long, \
+                 double>, void*> >::allocate"
+            )
+            .as_deref(),
+            Some("std::pair<long const, double>")
+        );
+        assert_eq!(
+            allocated_type("std::__1::allocator<std::__1::__list_node<double, void*> >::allocate")
+                .as_deref(),
+            Some("double")
+        );
+        assert_eq!(
+            allocated_type("std::__1::allocator<shop::Item>::deallocate"),
+            None
+        );
     }
 
     #[test]

@@ -356,6 +356,25 @@ fn whole_stacks_and_classes_at_o2_without_frame_pointers() {
     assert_classes(&printed, &report);
 }
 
+/// The same program built with clang++ against libc++ (Debian's packages), at -O0 and -O2:
+/// every count, size, type and class exact, as with libstdc++ (libc++'s `operator new` is
+/// libc++abi's, and its strings' buffers are typed as their strings).
+#[test]
+fn libcxx_exact_counts_sizes_types_and_classes() {
+    if !privileged() {
+        return;
+    }
+    for (variant, opt) in [("allocs_libcxx_o0", "-O0"), ("allocs_libcxx_o2", "-O2")] {
+        let binary = FixtureBuild::new("allocs")
+            .compiler("clang++")
+            .variant(variant, &[opt, "-stdlib=libc++", "-fomit-frame-pointer"])
+            .build();
+        let (printed, report) = journey(&binary, &[]);
+        assert_exact(&printed, &report, "glibc");
+        assert_classes(&printed, &report);
+    }
+}
+
 /// Debian's jemalloc and tcmalloc (minimal), linked in: their own entry points (malloc,
 /// operator new, … defined in their libraries, with their slow paths reached by tail calls
 /// through the library's PLT) are counted exactly too.
