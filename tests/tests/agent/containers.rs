@@ -28,9 +28,13 @@ pub(super) struct Tree {
 
 impl Tree {
     pub(super) fn new() -> Self {
-        let root = cgroup2_root()
-            .expect("cgroup2 is mounted")
-            .join(format!("oi-e2e-agent-containers-{}", std::process::id()));
+        // One root per test: the journeys of this binary run at once, in one process.
+        static TREES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = TREES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = cgroup2_root().expect("cgroup2 is mounted").join(format!(
+            "oi-e2e-agent-containers-{}-{n}",
+            std::process::id()
+        ));
         std::fs::create_dir(&root).expect("create the test's cgroup root");
         Self {
             root,
