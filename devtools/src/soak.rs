@@ -17,6 +17,8 @@ pub mod agent;
 mod samples;
 mod target;
 
+pub(crate) use target::status_number;
+
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     fs::File,

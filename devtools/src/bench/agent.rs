@@ -1,5 +1,5 @@
-//! The `agent` figures of `cargo xtask bench`: what `oi-trace agent` itself costs (issue 35),
-//! with its defaults (allocations sampled by bytes, one per 512 KiB on average) and 1 s
+//! The `agent` figures of `cargo xtask bench`: what `oi-trace agent` itself costs, with
+//! its defaults (allocations sampled by bytes, one per 512 KiB on average) and 1 s
 //! intervals to a directory, on 1 and on 4 processes that allocate without pause
 //! (`allocs_bench`, one thread each, malloc(64) + free pairs): the agent's CPU time (its own
 //! process, every thread: reading the kernel's tables, symbolizing, encoding, writing) per
@@ -56,7 +56,8 @@ pub fn run(quick: bool, figures: &mut Vec<Figure>) -> Result<()> {
         }
         let elapsed = started.elapsed().as_secs_f64();
         let cpu = cpu_seconds(agent.pid())? - cpu_before;
-        let peak_kib = peak_rss_kib(agent.pid())?;
+        let peak_kib =
+            crate::soak::status_number(agent.pid(), "VmHWM:").context("the agent's VmHWM")?;
         agent.signal(SIGINT);
         let done = agent.finish(Duration::from_secs(60));
         if !done.status.success() {
@@ -112,15 +113,4 @@ fn cpu_seconds(pid: i32) -> Result<f64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Ok((ticks(11)? + ticks(12)?) / hz)
-}
-
-/// The peak resident set of process `pid` (`VmHWM`), in KiB.
-fn peak_rss_kib(pid: i32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmHWM in /proc/PID/status")
 }

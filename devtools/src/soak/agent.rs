@@ -80,7 +80,7 @@ pub fn run(minutes: u64) -> Result<()> {
         }
         if Instant::now() >= next_poll {
             next_poll += Duration::from_secs(1);
-            let rss = vm_kib(agent.pid(), "VmRSS:")?;
+            let rss = super::status_number(agent.pid(), "VmRSS:").context("the agent's VmRSS")?;
             if started.elapsed() < Duration::from_secs(60) {
                 rss_first_minute = rss_first_minute.max(rss);
             } else {
@@ -224,15 +224,4 @@ fn beneath(p: &Profile, function: &str) -> Result<(u64, u64)> {
         }
     }
     Ok((a, b))
-}
-
-/// A `/proc/PID/status` memory line (`VmRSS:`), in KiB.
-fn vm_kib(pid: i32, key: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("{key} in /proc/{pid}/status"))
 }

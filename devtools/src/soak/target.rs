@@ -4,7 +4,7 @@
 use super::*;
 
 /// The number a field of /proc/PID/status starts with (its kB are KiB).
-pub(super) fn status_number(pid: i32, key: &str) -> Option<u64> {
+pub(crate) fn status_number(pid: i32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
