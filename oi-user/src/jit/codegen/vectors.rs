@@ -196,31 +196,7 @@ impl Gen<'_, '_> {
         let n = self.b.use_var(n_v);
         let slots = self.b.use_var(slots_v);
         let blocks = self.b.use_var(blocks_v);
-        let one = self.c(1);
-        let min_slots = self.b.ins().umax(slots, one);
-        let over = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedGreaterThan, blocks, min_slots);
-        let huge = self.icmp_imm(IntCC::UnsignedGreaterThan, slots, MAX_ELEMENTS);
-        let bad = self.b.ins().bor(over, huge);
-        self.fail_if(bad, ErrorCode::DequeMap, addr);
-        self.check_count(n, addr);
-        self.emit(&[addr, n, slots, blocks]);
-        if self.reg.sizes {
-            // `DequeLayout::account`: the map and the blocks, less the elements' bytes.
-            let map_bytes = self.b.ins().imul_imm_s(slots, 8);
-            let block_bytes = self.b.ins().imul_imm_s(blocks, l.block_bytes() as i64);
-            let all = self.b.ins().iadd(map_bytes, block_bytes);
-            let all = self.b.ins().iadd_imm_s(all, l.size as i64);
-            let used = self.b.ins().imul_imm_s(n, l.elem_size as i64);
-            let under = self.b.ins().icmp(IntCC::UnsignedLessThan, all, used);
-            let e = self.b.ins().isub(all, used);
-            let zero = self.c(0);
-            let e = self.b.ins().select(under, zero, e);
-            self.tally(e);
-            self.tally_static(elem, n);
-        }
+        self.deque_words(l, elem, addr, [n, slots, blocks]);
         if !self.dynamic(elem) {
             return Ok(());
         }
@@ -277,6 +253,43 @@ impl Gen<'_, '_> {
         })
     }
 
+    /// What both deques do once their element count `n`, map slots and blocks are known:
+    /// fail on a map with more blocks than slots or too many slots, check the count, emit the
+    /// four words, and under real sizes charge the map and the blocks less the elements'
+    /// bytes (`DequeLayout::account`).
+    fn deque_words(
+        &mut self,
+        l: &crate::containers::deque::DequeLayout,
+        elem: NodeId,
+        addr: Value,
+        [n, slots, blocks]: [Value; 3],
+    ) {
+        let one = self.c(1);
+        let min_slots = self.b.ins().umax(slots, one);
+        let over = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, blocks, min_slots);
+        let huge = self.icmp_imm(IntCC::UnsignedGreaterThan, slots, MAX_ELEMENTS);
+        let bad = self.b.ins().bor(over, huge);
+        self.fail_if(bad, ErrorCode::DequeMap, addr);
+        self.check_count(n, addr);
+        self.emit(&[addr, n, slots, blocks]);
+        if self.reg.sizes {
+            let map_bytes = self.b.ins().imul_imm_s(slots, 8);
+            let block_bytes = self.b.ins().imul_imm_s(blocks, l.block_bytes() as i64);
+            let all = self.b.ins().iadd(map_bytes, block_bytes);
+            let all = self.b.ins().iadd_imm_s(all, l.size as i64);
+            let used = self.b.ins().imul_imm_s(n, l.elem_size as i64);
+            let under = self.b.ins().icmp(IntCC::UnsignedLessThan, all, used);
+            let e = self.b.ins().isub(all, used);
+            let zero = self.c(0);
+            let e = self.b.ins().select(under, zero, e);
+            self.tally(e);
+            self.tally_static(elem, n);
+        }
+    }
+
     /// libc++'s deque (`DequeLayout::read`'s libc++ branch, `Walker::deque_elements`): the
     /// same words and charge as libstdc++'s, the elements found from `__start_`.
     fn deque_libcxx(
@@ -320,31 +333,7 @@ impl Gen<'_, '_> {
         let n = self.b.use_var(n_v);
         let slots = self.b.use_var(slots_v);
         let blocks = self.b.use_var(blocks_v);
-        let one = self.c(1);
-        let min_slots = self.b.ins().umax(slots, one);
-        let over = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedGreaterThan, blocks, min_slots);
-        let huge = self.icmp_imm(IntCC::UnsignedGreaterThan, slots, MAX_ELEMENTS);
-        let bad = self.b.ins().bor(over, huge);
-        self.fail_if(bad, ErrorCode::DequeMap, addr);
-        self.check_count(n, addr);
-        self.emit(&[addr, n, slots, blocks]);
-        if self.reg.sizes {
-            // `DequeLayout::account`, as for libstdc++.
-            let map_bytes = self.b.ins().imul_imm_s(slots, 8);
-            let block_bytes = self.b.ins().imul_imm_s(blocks, l.block_bytes() as i64);
-            let all = self.b.ins().iadd(map_bytes, block_bytes);
-            let all = self.b.ins().iadd_imm_s(all, l.size as i64);
-            let used = self.b.ins().imul_imm_s(n, l.elem_size as i64);
-            let under = self.b.ins().icmp(IntCC::UnsignedLessThan, all, used);
-            let e = self.b.ins().isub(all, used);
-            let zero = self.c(0);
-            let e = self.b.ins().select(under, zero, e);
-            self.tally(e);
-            self.tally_static(elem, n);
-        }
+        self.deque_words(l, elem, addr, [n, slots, blocks]);
         if !self.dynamic(elem) {
             return Ok(());
         }
