@@ -661,8 +661,10 @@ fn forked_journey(optimised: bool) {
             .iter()
             .any(|m| ours.iter().any(|r| m.starts_with(r.as_str())))
     };
+    // oi-trace detaches from the child just after restoring it: wait for both.
+    let untraced = || procfs::ProcessInfo::tracer_of(child).is_none();
     let found = std::time::Instant::now();
-    while !restored() && found.elapsed() < Duration::from_secs(10) {
+    while !(restored() && untraced()) && found.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
@@ -676,7 +678,7 @@ fn forked_journey(optimised: bool) {
             .all(|(_, addr, _)| first_byte(fx.pid, *addr) == 0xe9),
         "the parent stays patched"
     );
-    assert!(procfs::ProcessInfo::tracer_of(child).is_none());
+    assert!(untraced());
     tracer.signal(SIGINT);
     let out = tracer.finish(Duration::from_secs(60));
     assert!(out.status.success(), "oi-trace failed: {out:#?}");
